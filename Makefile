@@ -1,0 +1,31 @@
+# netpol — see README.md. Every target works on a fresh machine with Go.
+GO      ?= go
+BIN     := bin/netpol
+PKGS    := ./...
+
+.PHONY: build test lint bench fuzz clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/netpol
+
+# The README's test command; .ci/run runs it.
+test: lint
+	$(GO) test -count=1 $(PKGS)
+
+lint:
+	$(GO) vet $(PKGS)
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+
+# Benchmarks and scale harnesses; results go to docs/benchmarks.md by hand.
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 ./pkg/eval
+	hack/bench-cli.sh
+
+# A short run of every fuzz target.
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzAddDocuments -fuzztime 30s ./pkg/cluster
+	$(GO) test -run '^$$' -fuzz FuzzEvaluate -fuzztime 30s ./pkg/eval
+
+clean:
+	rm -rf bin

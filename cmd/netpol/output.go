@@ -1,0 +1,50 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/netpol/netpol/pkg/report"
+)
+
+// writeStructured prints v as json or yaml; it reports false for other
+// formats.
+func writeStructured(w io.Writer, format string, v any) (bool, error) {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return true, enc.Encode(v)
+	case "yaml":
+		data, err := yaml.Marshal(v)
+		if err != nil {
+			return true, err
+		}
+		_, err = w.Write(data)
+		return true, err
+	}
+	return false, nil
+}
+
+func checkFormat(format string, allowed ...string) error {
+	for _, a := range allowed {
+		if format == a {
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown output format %q (one of %v)", format, allowed)
+}
+
+// terminalStyle colours output only for a terminal that wants it.
+func terminalStyle(w io.Writer) report.Style {
+	f, ok := w.(*os.File)
+	if !ok || os.Getenv("NO_COLOR") != "" || os.Getenv("TERM") == "dumb" {
+		return report.Style{}
+	}
+	info, err := f.Stat()
+	return report.Style{Color: err == nil && info.Mode()&os.ModeCharDevice != 0}
+}

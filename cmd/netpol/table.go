@@ -1,0 +1,68 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/report"
+)
+
+func newTableCommand(in *inputFlags) *cobra.Command {
+	var (
+		ports         []string
+		output        string
+		family        string
+		namespaces    []string
+		allNamespaces bool
+	)
+	cmd := &cobra.Command{
+		Use:   "table",
+		Short: "Print the truth table of what policy allows, pod to pod, per port",
+		Example: "  netpol table -f cluster.yaml --ports tcp/80,udp/53\n" +
+			"  netpol table -n prod -o json | jq '.results[] | select(.allowed == false)'",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkFormat(output, "table", "json", "yaml"); err != nil {
+				return err
+			}
+			probes, err := eval.ParseProbes(ports)
+			if err != nil {
+				return err
+			}
+			fam, err := eval.ParseFamily(family)
+			if err != nil {
+				return err
+			}
+			if allNamespaces {
+				namespaces = nil
+			}
+			l, err := in.load(cmd.Context(), cmd.InOrStdin(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			t := l.evaluator.Table(eval.TableOptions{Probes: probes, Namespaces: namespaces, Family: fam})
+			out := cmd.OutOrStdout()
+			if output == "json" {
+				if err := report.TableJSON(out, t); err != nil {
+					return err
+				}
+				return l.done()
+			}
+			if ok, err := writeStructured(out, output, t); ok {
+				if err != nil {
+					return err
+				}
+				return l.done()
+			}
+			report.Table(out, t, terminalStyle(out))
+			return l.done()
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&ports, "ports", nil, "probes as protocol/port, comma-separated (default: every port the pods declare)")
+	f.StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
+	f.StringVar(&family, "family", "", "address family for dual-stack pods: ipv4 or ipv6 (default: each pod's primary address)")
+	f.StringSliceVarP(&namespaces, "namespace", "n", nil, "only pods of these namespaces (default: all)")
+	f.BoolVarP(&allNamespaces, "all-namespaces", "A", false, "pods of every namespace")
+	return cmd
+}

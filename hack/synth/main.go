@@ -1,0 +1,22 @@
+// Command synth writes a synthetic cluster (internal/synth) as YAML to
+// stdout, for the scale harnesses.
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/netpol/netpol/internal/synth"
+)
+
+func main() {
+	var s synth.Spec
+	flag.IntVar(&s.Namespaces, "namespaces", 50, "namespaces")
+	flag.IntVar(&s.Pods, "pods", 1000, "pods")
+	flag.IntVar(&s.Nodes, "nodes", 10, "nodes")
+	flag.IntVar(&s.NetworkPolicies, "network-policies", 500, "NetworkPolicies")
+	flag.IntVar(&s.AdminPolicies, "admin-policies", 50, "Admin and Baseline policies")
+	flag.Uint64Var(&s.Seed, "seed", 1, "random seed")
+	flag.Parse()
+	fmt.Print(synth.YAML(s))
+}

@@ -1,0 +1,210 @@
+// Package synth generates deterministic synthetic clusters for benchmarks
+// and scale harnesses: namespaces with labels, pods with labels, IPs and
+// named ports, and a mix of NetworkPolicies, AdminNetworkPolicies,
+// ClusterNetworkPolicies (both tiers) and the BaselineAdminNetworkPolicy.
+package synth
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+)
+
+// Spec sizes the cluster.
+type Spec struct {
+	Namespaces      int
+	Pods            int // spread evenly over the namespaces
+	Nodes           int
+	NetworkPolicies int // spread evenly over the namespaces
+	AdminPolicies   int // half Admin tier (ANP and CNP), half Baseline (CNP, plus the BANP)
+	Seed            uint64
+}
+
+// YAML renders the cluster as one multi-document YAML stream, as
+// `kubectl get -o yaml` users would feed it.
+func YAML(s Spec) string {
+	r := rand.New(rand.NewPCG(s.Seed, 42))
+	var docs []string
+	for n := 0; n < s.Nodes; n++ {
+		docs = append(docs, fmt.Sprintf(`apiVersion: v1
+kind: Node
+metadata:
+  name: node-%d
+  labels: {kubernetes.io/hostname: node-%d, zone: zone-%d}
+status:
+  addresses:
+  - {type: InternalIP, address: 172.18.%d.%d}`, n, n, n%3, n/250, n%250+1))
+	}
+	tiers := []string{"frontend", "backend", "db", "cache"}
+	for ns := 0; ns < s.Namespaces; ns++ {
+		docs = append(docs, fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata:
+  name: ns-%d
+  labels: {team: team-%d, env: %s}`, ns, ns%10, []string{"prod", "staging", "dev"}[ns%3]))
+	}
+	for i := 0; i < s.Pods; i++ {
+		ns := i % s.Namespaces
+		docs = append(docs, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: pod-%d
+  namespace: ns-%d
+  labels: {app: app-%d, tier: %s}
+spec:
+  nodeName: node-%d
+  containers:
+  - name: main
+    ports:
+    - {name: http, containerPort: 80, protocol: TCP}
+    - {name: metrics, containerPort: 9090, protocol: TCP}
+    - {name: dns, containerPort: 53, protocol: UDP}
+status:
+  phase: Running
+  podIP: 10.%d.%d.%d`, i, ns, i%7, tiers[i%len(tiers)], i%max(s.Nodes, 1), 64+(i>>16)&63, (i>>8)&255, i&255))
+	}
+	for i := 0; i < s.NetworkPolicies; i++ {
+		docs = append(docs, networkPolicy(r, i, i%s.Namespaces, s.Namespaces))
+	}
+	for i := 0; i < s.AdminPolicies; i++ {
+		docs = append(docs, adminPolicy(r, i, s))
+	}
+	return strings.Join(docs, "\n---\n") + "\n"
+}
+
+func networkPolicy(r *rand.Rand, i, ns, namespaces int) string {
+	head := fmt.Sprintf(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: np-%d
+  namespace: ns-%d
+spec:
+  podSelector:
+    matchLabels: {app: app-%d}
+`, i, ns, r.IntN(7))
+	switch i % 5 {
+	case 0: // default deny ingress for the namespace
+		return fmt.Sprintf("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: np-%d\n  namespace: ns-%d\nspec:\n  podSelector: {}\n  policyTypes: [Ingress]", i, ns)
+	case 1: // allow from a team's namespaces on a named port
+		return head + fmt.Sprintf(`  ingress:
+  - from:
+    - namespaceSelector:
+        matchLabels: {team: team-%d}
+    ports:
+    - {port: http}`, r.IntN(10))
+	case 2: // allow from some tiers, any namespace of an env, port range
+		return head + fmt.Sprintf(`  ingress:
+  - from:
+    - namespaceSelector:
+        matchLabels: {env: %s}
+      podSelector:
+        matchExpressions:
+        - {key: tier, operator: In, values: [frontend, backend]}
+    ports:
+    - {protocol: TCP, port: 80, endPort: %d}`, []string{"prod", "staging", "dev"}[r.IntN(3)], 80+r.IntN(100))
+	case 3: // egress to same namespace and DNS
+		return head + fmt.Sprintf(`  policyTypes: [Egress]
+  egress:
+  - to:
+    - podSelector: {}
+  - to:
+    - namespaceSelector:
+        matchLabels: {kubernetes.io/metadata.name: ns-%d}
+    ports:
+    - {protocol: UDP, port: 53}`, r.IntN(namespaces))
+	}
+	// ipBlock with except
+	block := r.IntN(16)
+	return head + fmt.Sprintf(`  ingress:
+  - from:
+    - ipBlock:
+        cidr: 10.64.%d.0/24
+        except: [10.64.%d.0/28]
+    - podSelector:
+        matchLabels: {tier: cache}`, block, block)
+}
+
+func adminPolicy(r *rand.Rand, i int, s Spec) string {
+	if i == s.AdminPolicies-1 {
+		return `apiVersion: policy.networking.k8s.io/v1alpha1
+kind: BaselineAdminNetworkPolicy
+metadata:
+  name: default
+spec:
+  subject:
+    namespaces:
+      matchLabels: {env: prod}
+  ingress:
+  - name: deny-from-dev
+    action: Deny
+    from:
+    - namespaces:
+        matchLabels: {env: dev}`
+	}
+	action := []string{"Accept", "Deny", "Pass"}[r.IntN(3)]
+	tier := "Admin"
+	if i%2 == 1 {
+		tier = "Baseline"
+		if action == "Pass" {
+			action = "Deny"
+		}
+	}
+	if tier == "Admin" && i%4 == 0 {
+		anpAction := map[string]string{"Accept": "Allow", "Deny": "Deny", "Pass": "Pass"}[action]
+		return fmt.Sprintf(`apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata:
+  name: anp-%d
+spec:
+  priority: %d
+  subject:
+    namespaces:
+      matchLabels: {team: team-%d}
+  ingress:
+  - name: from-team
+    action: %s
+    from:
+    - namespaces:
+        matchLabels: {team: team-%d}
+    ports:
+    - portNumber: {protocol: TCP, port: 80}
+  egress:
+  - name: to-nodes
+    action: Allow
+    to:
+    - nodes:
+        matchLabels: {zone: zone-%d}`, i, r.IntN(1000), r.IntN(10), anpAction, r.IntN(10), r.IntN(3))
+	}
+	return fmt.Sprintf(`apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata:
+  name: cnp-%d
+spec:
+  tier: %s
+  priority: %d
+  subject:
+    pods:
+      namespaceSelector:
+        matchLabels: {env: %s}
+      podSelector:
+        matchLabels: {tier: %s}
+  ingress:
+  - name: from-tier
+    action: %s
+    from:
+    - pods:
+        namespaceSelector: {}
+        podSelector:
+          matchLabels: {tier: %s}
+    protocols:
+    - tcp:
+        destinationPort:
+          range: {start: 80, end: %d}
+  egress:
+  - name: to-network
+    action: %s
+    to:
+    - networks: [10.64.%d.0/24]`, i, tier, r.IntN(1000), []string{"prod", "staging", "dev"}[r.IntN(3)],
+		[]string{"frontend", "backend", "db", "cache"}[r.IntN(4)], action,
+		[]string{"frontend", "backend", "db", "cache"}[r.IntN(4)], 80+r.IntN(9000), action, r.IntN(16))
+}

@@ -1,0 +1,341 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	sigsjson "sigs.k8s.io/json"
+	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+	"sigs.k8s.io/yaml"
+)
+
+// Report collects what loading found wrong or left out. Problems with one
+// object never stop the others from loading.
+type Report struct {
+	// Errors name the file, document, object and field. An object with an
+	// error is not loaded (except as noted in the error).
+	Errors []error
+	// Skipped counts documents of kinds the snapshot does not hold, by
+	// "apiVersion kind".
+	Skipped map[string]int
+	// Notes are things worth a line on stderr that are not errors, such as
+	// unknown fields in objects other than policies.
+	Notes []string
+}
+
+func newReport() *Report {
+	return &Report{Skipped: map[string]int{}}
+}
+
+// Merge appends other's findings to r.
+func (r *Report) Merge(other *Report) {
+	r.Errors = append(r.Errors, other.Errors...)
+	for k, v := range other.Skipped {
+		r.Skipped[k] += v
+	}
+	r.Notes = append(r.Notes, other.Notes...)
+}
+
+// SkippedNote is the one-line note about skipped kinds, or "".
+func (r *Report) SkippedNote() string {
+	if len(r.Skipped) == 0 {
+		return ""
+	}
+	kinds := make([]string, 0, len(r.Skipped))
+	total := 0
+	for k, n := range r.Skipped {
+		kinds = append(kinds, fmt.Sprintf("%s (%d)", k, n))
+		total += n
+	}
+	sort.Strings(kinds)
+	return fmt.Sprintf("skipped %d object(s) of kinds netpol does not use: %s", total, strings.Join(kinds, ", "))
+}
+
+// LoadPaths reads every path (a file, a directory of .yaml/.yml/.json files,
+// or "-" for stdin) into one snapshot. Duplicate objects are errors: the
+// first one read is kept.
+func LoadPaths(paths []string, stdin io.Reader) (*Snapshot, *Report) {
+	snap := New()
+	report := newReport()
+	for _, p := range paths {
+		if p == "-" {
+			data, err := io.ReadAll(stdin)
+			if err != nil {
+				report.Errors = append(report.Errors, fmt.Errorf("reading stdin: %w", err))
+				continue
+			}
+			report.Merge(snap.AddDocuments(data, "<stdin>", false))
+			continue
+		}
+		files, err := expandPath(p)
+		if err != nil {
+			report.Errors = append(report.Errors, err)
+			continue
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				report.Errors = append(report.Errors, err)
+				continue
+			}
+			report.Merge(snap.AddDocuments(data, f, false))
+		}
+	}
+	return snap, report
+}
+
+func expandPath(p string) ([]string, error) {
+	info, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !info.IsDir() {
+		return []string{p}, nil
+	}
+	var files []string
+	err = filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch strings.ToLower(filepath.Ext(path)) {
+		case ".yaml", ".yml", ".json":
+			if !d.IsDir() {
+				files = append(files, path)
+			}
+		}
+		return nil
+	})
+	sort.Strings(files)
+	return files, err
+}
+
+// AddDocuments decodes a stream of YAML or JSON documents (multi-document,
+// `kind: List` included) into the snapshot. With replace, an object that is
+// already there is replaced (as `kubectl apply` would); without, it is an
+// error and the first one stays.
+func (s *Snapshot) AddDocuments(data []byte, file string, replace bool) *Report {
+	report := newReport()
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for doc := 1; ; doc++ {
+		raw, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			report.Errors = append(report.Errors, fmt.Errorf("%s (document %d): %w", file, doc, err))
+			break
+		}
+		src := Source{File: file, Document: doc}
+		jsonDoc, err := yaml.YAMLToJSON(raw)
+		if err != nil {
+			report.Errors = append(report.Errors, fmt.Errorf("%s: invalid YAML: %w", src, err))
+			continue
+		}
+		s.addObject(jsonDoc, src, replace, report)
+	}
+	return report
+}
+
+var listKind = regexp.MustCompile(`List$`)
+
+func (s *Snapshot) addObject(data []byte, src Source, replace bool, report *Report) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || string(data) == "null" {
+		return // an empty document, as between two "---"
+	}
+	var head struct {
+		metav1.TypeMeta `json:",inline"`
+		Metadata        struct {
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+		} `json:"metadata"`
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		report.Errors = append(report.Errors, fmt.Errorf("%s: not a Kubernetes object: %w", src, err))
+		return
+	}
+	if head.Kind == "" || head.APIVersion == "" {
+		report.Errors = append(report.Errors, fmt.Errorf("%s: object %q has no apiVersion or kind", src, head.Metadata.Name))
+		return
+	}
+	if listKind.MatchString(head.Kind) && head.Items != nil {
+		for _, item := range head.Items {
+			s.addObject(item, src, replace, report)
+		}
+		return
+	}
+	kind, ok := kinds[head.Kind]
+	if !ok {
+		report.Skipped[head.APIVersion+" "+head.Kind]++
+		return
+	}
+	gv, err := parseGroupVersion(head.APIVersion)
+	if err != nil || gv.group != kind.group {
+		report.Skipped[head.APIVersion+" "+head.Kind]++
+		return
+	}
+	decode, ok := kind.versions[gv.version]
+	if !ok {
+		report.Errors = append(report.Errors, fmt.Errorf("%s: %s %q: unsupported apiVersion %q (netpol reads %s)",
+			src, head.Kind, head.Metadata.Name, head.APIVersion, kind.supported()))
+		return
+	}
+	src.APIVersion = head.APIVersion
+	key := ObjectKey{Kind: head.Kind, Namespace: head.Metadata.Namespace, Name: head.Metadata.Name}
+	if key.Name == "" {
+		report.Errors = append(report.Errors, fmt.Errorf("%s: %s without metadata.name", src, head.Kind))
+		return
+	}
+	if !kind.namespaced && key.Namespace != "" {
+		key.Namespace = "" // cluster-scoped: a namespace field means nothing
+	}
+	if kind.namespaced && key.Namespace == "" {
+		key.Namespace = metav1.NamespaceDefault // as kubectl does for a manifest without one
+	}
+	if prev, dup := s.Origin[key]; dup {
+		if !replace {
+			report.Errors = append(report.Errors, fmt.Errorf("%s: duplicate %s, already read from %s; keeping the first", src, key, prev))
+			return
+		}
+		s.Delete(key)
+	}
+	unknown, err := decode(s, data, key.Namespace)
+	if err != nil {
+		report.Errors = append(report.Errors, fmt.Errorf("%s: %s: %w", src, key, err))
+		return
+	}
+	if len(unknown) > 0 {
+		s.UnknownFields[key] = unknown
+		if !isPolicyKind(key.Kind) {
+			report.Notes = append(report.Notes, fmt.Sprintf("%s: %s: ignoring unknown field(s) %s", src, key, strings.Join(unknown, ", ")))
+		}
+	}
+	s.Origin[key] = src
+}
+
+type groupVersion struct{ group, version string }
+
+func parseGroupVersion(apiVersion string) (groupVersion, error) {
+	parts := strings.Split(apiVersion, "/")
+	switch len(parts) {
+	case 1:
+		return groupVersion{version: parts[0]}, nil
+	case 2:
+		return groupVersion{group: parts[0], version: parts[1]}, nil
+	}
+	return groupVersion{}, fmt.Errorf("malformed apiVersion %q", apiVersion)
+}
+
+// decodeFunc decodes one object into the snapshot and returns the paths of
+// fields the typed struct does not know.
+type decodeFunc func(s *Snapshot, data []byte, namespace string) ([]string, error)
+
+type kindInfo struct {
+	group      string
+	namespaced bool
+	versions   map[string]decodeFunc
+}
+
+func (k kindInfo) supported() string {
+	var vs []string
+	for v := range k.versions {
+		if k.group == "" {
+			vs = append(vs, v)
+		} else {
+			vs = append(vs, k.group+"/"+v)
+		}
+	}
+	sort.Strings(vs)
+	return strings.Join(vs, ", ")
+}
+
+var kinds = map[string]kindInfo{
+	KindNamespace: {group: "", versions: map[string]decodeFunc{"v1": decodeInto(func(s *Snapshot, o *corev1.Namespace) {
+		if o.Labels == nil {
+			o.Labels = map[string]string{}
+		}
+		o.Labels[namespaceNameLabel] = o.Name // the API server sets it on every namespace
+		s.Namespaces = append(s.Namespaces, o)
+	})}},
+	KindNode: {group: "", versions: map[string]decodeFunc{"v1": decodeInto(func(s *Snapshot, o *corev1.Node) {
+		s.Nodes = append(s.Nodes, o)
+	})}},
+	KindPod: {group: "", namespaced: true, versions: map[string]decodeFunc{"v1": decodeInto(func(s *Snapshot, o *corev1.Pod) {
+		s.Pods = append(s.Pods, o)
+	})}},
+	KindService: {group: "", namespaced: true, versions: map[string]decodeFunc{"v1": decodeInto(func(s *Snapshot, o *corev1.Service) {
+		s.Services = append(s.Services, o)
+	})}},
+	KindEndpointSlice: {group: "discovery.k8s.io", namespaced: true, versions: map[string]decodeFunc{"v1": decodeInto(func(s *Snapshot, o *discoveryv1.EndpointSlice) {
+		s.EndpointSlices = append(s.EndpointSlices, o)
+	})}},
+	KindNetworkPolicy: {group: "networking.k8s.io", namespaced: true, versions: map[string]decodeFunc{"v1": decodeInto(func(s *Snapshot, o *networkingv1.NetworkPolicy) {
+		s.NetworkPolicies = append(s.NetworkPolicies, o)
+	})}},
+	KindAdminPolicy: {group: "policy.networking.k8s.io", versions: map[string]decodeFunc{"v1alpha1": decodeInto(func(s *Snapshot, o *anpv1alpha1.AdminNetworkPolicy) {
+		s.AdminPolicies = append(s.AdminPolicies, o)
+	})}},
+	KindBaselinePolicy: {group: "policy.networking.k8s.io", versions: map[string]decodeFunc{"v1alpha1": decodeInto(func(s *Snapshot, o *anpv1alpha1.BaselineAdminNetworkPolicy) {
+		s.BaselinePolicies = append(s.BaselinePolicies, o)
+	})}},
+	// v1alpha2 and v1beta1 ClusterNetworkPolicy have the same schema, so
+	// both decode into the v1beta1 struct.
+	KindClusterPolicy: {group: "policy.networking.k8s.io", versions: map[string]decodeFunc{
+		"v1beta1":  decodeInto(addClusterPolicy),
+		"v1alpha2": decodeInto(addClusterPolicy),
+	}},
+}
+
+func addClusterPolicy(s *Snapshot, o *cnpv1beta1.ClusterNetworkPolicy) {
+	s.ClusterPolicies = append(s.ClusterPolicies, o)
+}
+
+// namespacedObject is what decodeInto needs of a typed object.
+type namespacedObject interface {
+	GetNamespace() string
+	SetNamespace(string)
+}
+
+func decodeInto[T any, PT interface {
+	*T
+	namespacedObject
+}](add func(*Snapshot, PT)) decodeFunc {
+	return func(s *Snapshot, data []byte, namespace string) ([]string, error) {
+		obj := PT(new(T))
+		strict, err := sigsjson.UnmarshalStrict(data, obj, sigsjson.DisallowDuplicateFields)
+		if err != nil {
+			return nil, err
+		}
+		var unknown []string
+		for _, e := range strict {
+			unknown = append(unknown, strings.Trim(strings.TrimPrefix(e.Error(), "unknown field "), `"`))
+		}
+		obj.SetNamespace(namespace)
+		add(s, obj)
+		return unknown, nil
+	}
+}
+
+func isPolicyKind(kind string) bool {
+	switch kind {
+	case KindNetworkPolicy, KindAdminPolicy, KindBaselinePolicy, KindClusterPolicy:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,151 @@
+// Package cluster holds a snapshot of the cluster objects that policy and
+// service decisions depend on, loaded from files or from a live API server.
+package cluster
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+)
+
+// Snapshot is the cluster state at one moment. ClusterNetworkPolicies of
+// v1alpha2 are stored converted to v1beta1 (the two shapes are identical);
+// Origin remembers which apiVersion each object came from.
+type Snapshot struct {
+	Namespaces       []*corev1.Namespace
+	Nodes            []*corev1.Node
+	Pods             []*corev1.Pod
+	Services         []*corev1.Service
+	EndpointSlices   []*discoveryv1.EndpointSlice
+	NetworkPolicies  []*networkingv1.NetworkPolicy
+	AdminPolicies    []*anpv1alpha1.AdminNetworkPolicy
+	BaselinePolicies []*anpv1alpha1.BaselineAdminNetworkPolicy
+	ClusterPolicies  []*cnpv1beta1.ClusterNetworkPolicy
+
+	// Origin maps an object's key to where it was read from.
+	Origin map[ObjectKey]Source
+	// UnknownFields lists, per object, fields that the typed API structs do
+	// not have (a newer API version, or a typo). What they mean for policy
+	// is decided in pkg/policy: inside a peer or protocol entry the entry
+	// fails closed, elsewhere the policy is rejected.
+	UnknownFields map[ObjectKey][]string
+}
+
+// ObjectKey names one object: its kind, namespace (empty when
+// cluster-scoped) and name.
+type ObjectKey struct {
+	Kind      string
+	Namespace string
+	Name      string
+}
+
+func (k ObjectKey) String() string {
+	if k.Namespace == "" {
+		return fmt.Sprintf("%s %s", k.Kind, k.Name)
+	}
+	return fmt.Sprintf("%s %s/%s", k.Kind, k.Namespace, k.Name)
+}
+
+// Source says where an object was read from.
+type Source struct {
+	APIVersion string
+	File       string // empty for objects read from the API server
+	Document   int    // 1-based document number within File
+}
+
+func (s Source) String() string {
+	if s.File == "" {
+		return "api server"
+	}
+	return fmt.Sprintf("%s (document %d)", s.File, s.Document)
+}
+
+// Supported kinds, as they appear in ObjectKey.Kind.
+const (
+	KindNamespace      = "Namespace"
+	KindNode           = "Node"
+	KindPod            = "Pod"
+	KindService        = "Service"
+	KindEndpointSlice  = "EndpointSlice"
+	KindNetworkPolicy  = "NetworkPolicy"
+	KindAdminPolicy    = "AdminNetworkPolicy"
+	KindBaselinePolicy = "BaselineAdminNetworkPolicy"
+	KindClusterPolicy  = "ClusterNetworkPolicy"
+	namespaceNameLabel = "kubernetes.io/metadata.name"
+)
+
+// New returns an empty snapshot.
+func New() *Snapshot {
+	return &Snapshot{Origin: map[ObjectKey]Source{}, UnknownFields: map[ObjectKey][]string{}}
+}
+
+// Namespace returns the namespace called name, or nil.
+func (s *Snapshot) Namespace(name string) *corev1.Namespace {
+	for _, ns := range s.Namespaces {
+		if ns.Name == name {
+			return ns
+		}
+	}
+	return nil
+}
+
+// Pod returns the pod namespace/name, or nil.
+func (s *Snapshot) Pod(namespace, name string) *corev1.Pod {
+	for _, p := range s.Pods {
+		if p.Namespace == namespace && p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Delete removes the object named by key; it reports whether it was there.
+func (s *Snapshot) Delete(key ObjectKey) bool {
+	found := false
+	del := func(ns, name string) bool {
+		if ns == key.Namespace && name == key.Name {
+			found = true
+			return true
+		}
+		return false
+	}
+	switch key.Kind {
+	case KindNamespace:
+		s.Namespaces = remove(s.Namespaces, func(o *corev1.Namespace) bool { return del(o.Namespace, o.Name) })
+	case KindNode:
+		s.Nodes = remove(s.Nodes, func(o *corev1.Node) bool { return del(o.Namespace, o.Name) })
+	case KindPod:
+		s.Pods = remove(s.Pods, func(o *corev1.Pod) bool { return del(o.Namespace, o.Name) })
+	case KindService:
+		s.Services = remove(s.Services, func(o *corev1.Service) bool { return del(o.Namespace, o.Name) })
+	case KindEndpointSlice:
+		s.EndpointSlices = remove(s.EndpointSlices, func(o *discoveryv1.EndpointSlice) bool { return del(o.Namespace, o.Name) })
+	case KindNetworkPolicy:
+		s.NetworkPolicies = remove(s.NetworkPolicies, func(o *networkingv1.NetworkPolicy) bool { return del(o.Namespace, o.Name) })
+	case KindAdminPolicy:
+		s.AdminPolicies = remove(s.AdminPolicies, func(o *anpv1alpha1.AdminNetworkPolicy) bool { return del(o.Namespace, o.Name) })
+	case KindBaselinePolicy:
+		s.BaselinePolicies = remove(s.BaselinePolicies, func(o *anpv1alpha1.BaselineAdminNetworkPolicy) bool { return del(o.Namespace, o.Name) })
+	case KindClusterPolicy:
+		s.ClusterPolicies = remove(s.ClusterPolicies, func(o *cnpv1beta1.ClusterNetworkPolicy) bool { return del(o.Namespace, o.Name) })
+	}
+	if found {
+		delete(s.Origin, key)
+		delete(s.UnknownFields, key)
+	}
+	return found
+}
+
+func remove[T any](items []T, match func(T) bool) []T {
+	out := items[:0]
+	for _, it := range items {
+		if !match(it) {
+			out = append(out, it)
+		}
+	}
+	return out
+}

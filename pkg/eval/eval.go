@@ -1,0 +1,408 @@
+// Package eval decides, for a connection between two endpoints of a
+// snapshot, what policy allows, and why. It is the semantic core that
+// `netpol explain`, `netpol table` and the kernel tests agree on.
+package eval
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// Evaluator answers policy questions about one snapshot.
+type Evaluator struct {
+	ix    *index
+	model *policy.Model
+}
+
+// New resolves every selector of the model against the snapshot once.
+func New(snap *cluster.Snapshot, model *policy.Model) *Evaluator {
+	return &Evaluator{ix: buildIndex(snap, model), model: model}
+}
+
+// Verdict is the answer for one connection.
+type Verdict struct {
+	From     string          `json:"from"`
+	To       string          `json:"to"`
+	FromIP   string          `json:"fromIP,omitempty"`
+	ToIP     string          `json:"toIP,omitempty"`
+	Protocol corev1.Protocol `json:"protocol"`
+	Port     int32           `json:"port"`
+	Allowed  bool            `json:"allowed"`
+	// Reason is set when neither direction was evaluated (a pod's traffic
+	// to itself).
+	Reason  string            `json:"reason,omitempty"`
+	Egress  *DirectionVerdict `json:"egress"`
+	Ingress *DirectionVerdict `json:"ingress"`
+}
+
+// DirectionVerdict is the decision for one direction with its trace.
+type DirectionVerdict struct {
+	// Subject is the pod whose policies decide this direction (the source
+	// for egress, the destination for ingress).
+	Subject string `json:"subject"`
+	// Applies is false when the subject is not a pod-network pod: no policy
+	// polices that side.
+	Applies bool `json:"applies"`
+	Allowed bool `json:"allowed"`
+	// Tier, Policy, Rule and Action name what decided. Tier "Default" with
+	// no policy means no tier decided and the default allows.
+	Tier      string `json:"tier"`
+	Policy    string `json:"policy,omitempty"`
+	Rule      string `json:"rule,omitempty"`
+	RuleIndex *int   `json:"ruleIndex,omitempty"`
+	Action    string `json:"action"`
+	Reason    string `json:"reason"`
+	// Ambiguous names other policies of the same priority whose rules
+	// also match: their relative order is implementation-defined.
+	Ambiguous []string `json:"ambiguous,omitempty"`
+	// SelectedBy lists, per tier, the policies that apply to the subject.
+	SelectedBy map[string][]string `json:"selectedBy,omitempty"`
+	// Skipped lists the rules, in evaluation order, that were considered
+	// before the decision and did not decide, each with why.
+	Skipped []Step `json:"skipped,omitempty"`
+}
+
+// Step is a rule (or policy) that did not decide, and why.
+type Step struct {
+	Tier   string `json:"tier"`
+	Policy string `json:"policy,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+	Action string `json:"action,omitempty"`
+	Why    string `json:"why"`
+}
+
+// Reasons a rule did not decide.
+const (
+	whyPeer        = "peer did not match"
+	whyPort        = "port did not match"
+	whyNotSelected = "subject not selected"
+	whyFailClosed  = "rule fails closed (Accept matches nothing): "
+)
+
+// Explain resolves src and dst ("namespace/pod" or an IP address) and
+// evaluates the connection with a full trace.
+func (e *Evaluator) Explain(src, dst string, probe Probe, family Family) (*Verdict, error) {
+	dstEp, err := e.resolve(dst, family, netip.Addr{})
+	if err != nil {
+		return nil, fmt.Errorf("destination: %w", err)
+	}
+	srcEp, err := e.resolve(src, familyOf(dstEp.Addr), dstEp.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("source: %w", err)
+	}
+	return e.Evaluate(srcEp, dstEp, probe, true), nil
+}
+
+func (e *Evaluator) resolve(s string, family Family, peer netip.Addr) (Endpoint, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		if peer.IsValid() && a.Is4() != peer.Is4() {
+			return Endpoint{}, fmt.Errorf("%s and %s are of different address families", s, peer)
+		}
+		return e.ix.addrEndpoint(a), nil
+	}
+	if !strings.Contains(s, "/") {
+		return Endpoint{}, fmt.Errorf("%q is neither namespace/pod nor an IP address", s)
+	}
+	i, ok := e.ix.podByKey[s]
+	if !ok {
+		return Endpoint{}, fmt.Errorf("pod %s is not in the snapshot", s)
+	}
+	ep, ok := e.ix.podEndpoint(i, family)
+	if !ok {
+		if family == FamilyPrimary {
+			return Endpoint{}, fmt.Errorf("pod %s has no IP address (status.podIP)", s)
+		}
+		return Endpoint{}, fmt.Errorf("pod %s has no %s address", s, family)
+	}
+	return ep, nil
+}
+
+// Name is how an endpoint appears in output: namespace/pod or the address.
+func (e *Evaluator) Name(ep Endpoint) string {
+	if ep.Pod >= 0 {
+		return e.ix.pods[ep.Pod].key
+	}
+	return ep.Addr.String()
+}
+
+// Evaluate decides the connection src -> dst. With trace, each direction
+// records which policies selected the subject and why each earlier rule did
+// not decide; without, it only computes the verdict (the table's hot path).
+func (e *Evaluator) Evaluate(src, dst Endpoint, probe Probe, trace bool) *Verdict {
+	v := &Verdict{From: e.Name(src), To: e.Name(dst), Protocol: probe.Protocol, Port: probe.Port}
+	if src.Addr.IsValid() {
+		v.FromIP, v.ToIP = src.Addr.String(), dst.Addr.String()
+	}
+	if src.Pod >= 0 && src.Pod == dst.Pod {
+		v.Allowed = true
+		v.Reason = "a pod's traffic to itself never leaves the pod; no policy applies"
+		return v
+	}
+	v.Egress = e.direction(policy.Egress, src, dst, probe, trace)
+	v.Ingress = e.direction(policy.Ingress, dst, src, probe, trace)
+	v.Allowed = v.Egress.Allowed && v.Ingress.Allowed
+	return v
+}
+
+// Allowed is Evaluate without a trace or allocations beyond the verdict.
+func (e *Evaluator) Allowed(src, dst Endpoint, probe Probe) bool {
+	if src.Pod >= 0 && src.Pod == dst.Pod {
+		return true
+	}
+	return e.decide(policy.Egress, src, dst, probe, nil) && e.decide(policy.Ingress, dst, src, probe, nil)
+}
+
+func (e *Evaluator) direction(d policy.Direction, subject, peer Endpoint, probe Probe, trace bool) *DirectionVerdict {
+	dv := &DirectionVerdict{Subject: e.Name(subject)}
+	if !trace {
+		dv.Allowed = e.decide(d, subject, peer, probe, nil)
+		return dv
+	}
+	dv.Allowed = e.decide(d, subject, peer, probe, dv)
+	return dv
+}
+
+// decide runs the tiers for one direction. subject is the side whose
+// policies apply; peer the other side. tr, when not nil, receives the trace.
+func (e *Evaluator) decide(d policy.Direction, subject, peer Endpoint, probe Probe, tr *DirectionVerdict) bool {
+	ix := e.ix
+	if !ix.podNetwork(subject) {
+		if tr != nil {
+			what := "an address outside the pod network"
+			if subject.Pod >= 0 {
+				what = "a host-network pod (it acts as its node)"
+			}
+			tr.decided(policy.TierDefault, "", "", nil, policy.Accept,
+				fmt.Sprintf("%s is %s: no %s policy applies to it", e.Name(subject), what, d))
+		}
+		return true
+	}
+	if tr != nil {
+		tr.Applies = true
+		tr.SelectedBy = map[string][]string{}
+	}
+	// The destination pod resolves named ports.
+	dstPod := subject.Pod
+	if d == policy.Egress {
+		dstPod = peer.Pod
+	}
+	var dstPorts []corev1.ContainerPort
+	if dstPod >= 0 {
+		dstPorts = ix.pods[dstPod].ports
+	}
+	m := matcher{ix: ix, peer: peer, probe: probe, dstPorts: dstPorts}
+
+	// 1. Admin tier.
+	switch act, decided := e.orderedTier(policy.TierAdmin, d, subject.Pod, m, tr); {
+	case decided && act == policy.Accept:
+		return true
+	case decided && act == policy.Deny:
+		return false
+	}
+	// 2. NetworkPolicy tier.
+	if sel := ix.selecting[policy.TierNetworkPolicy][d][subject.Pod]; len(sel) > 0 {
+		return e.networkPolicyTier(d, subject, sel, m, tr)
+	}
+	if tr != nil {
+		tr.Skipped = append(tr.Skipped, Step{Tier: policy.TierNetworkPolicy.String(),
+			Why: fmt.Sprintf("no NetworkPolicy isolates %s for %s", e.Name(subject), d)})
+	}
+	// 3. Baseline tier.
+	switch act, decided := e.orderedTier(policy.TierBaseline, d, subject.Pod, m, tr); {
+	case decided && act == policy.Accept:
+		return true
+	case decided && act == policy.Deny:
+		return false
+	}
+	// 4. Default.
+	if tr != nil {
+		tr.decided(policy.TierDefault, "", "", nil, policy.Accept, "no policy decided; the default allows")
+	}
+	return true
+}
+
+// orderedTier runs the first-match algorithm of the Admin or Baseline tier.
+// decided is false when no rule matched or a Pass rule matched (the caller
+// goes on to the next tier).
+func (e *Evaluator) orderedTier(tier policy.Tier, d policy.Direction, pod int, m matcher, tr *DirectionVerdict) (policy.Action, bool) {
+	sel := e.ix.selecting[tier][d][pod]
+	if tr != nil {
+		for _, pi := range sel {
+			tr.SelectedBy[tier.String()] = append(tr.SelectedBy[tier.String()], e.ix.policies[pi].Ref())
+		}
+	}
+	for n, pi := range sel {
+		cp := e.ix.policies[pi]
+		for ri := range cp.rules[d] {
+			cr := &cp.rules[d][ri]
+			why := m.match(cr)
+			if why != "" {
+				if tr != nil {
+					tr.Skipped = append(tr.Skipped, Step{Tier: tier.String(), Policy: cp.Ref(), Rule: cr.Ref(d), Action: cr.Action.String(), Why: why})
+				}
+				continue
+			}
+			if tr != nil {
+				e.record(tr, tier, cp, cr, d)
+				tr.Ambiguous = e.ambiguous(sel, n, d, m)
+				if cr.Action == policy.Pass {
+					next := policy.TierNetworkPolicy
+					if tier == policy.TierBaseline {
+						next = policy.TierDefault
+					}
+					tr.Skipped = append(tr.Skipped, Step{Tier: tier.String(), Policy: cp.Ref(), Rule: cr.Ref(d), Action: cr.Action.String(),
+						Why: fmt.Sprintf("matched: Pass skips the rest of the %s tier, on to %s", tier, next)})
+				}
+			}
+			return cr.Action, cr.Action != policy.Pass
+		}
+	}
+	return policy.Pass, false
+}
+
+// ambiguous lists the policies with the same priority as sel[n] whose rules
+// also match the connection (the order between them is implementation
+// defined; netpol's is by kind, then name).
+func (e *Evaluator) ambiguous(sel []int32, n int, d policy.Direction, m matcher) []string {
+	decider := e.ix.policies[sel[n]]
+	var out []string
+	for k, pi := range sel {
+		cp := e.ix.policies[pi]
+		if k == n || cp.Priority != decider.Priority {
+			continue
+		}
+		for ri := range cp.rules[d] {
+			cr := &cp.rules[d][ri]
+			if m.match(cr) == "" {
+				out = append(out, fmt.Sprintf("%s %s (%s) has the same priority %d as %s and also matches",
+					cp.Ref(), cr.Ref(d), cr.Action, cp.Priority, decider.Ref()))
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (e *Evaluator) networkPolicyTier(d policy.Direction, subject Endpoint, sel []int32, m matcher, tr *DirectionVerdict) bool {
+	tier := policy.TierNetworkPolicy.String()
+	if tr != nil {
+		for _, pi := range sel {
+			tr.SelectedBy[tier] = append(tr.SelectedBy[tier], e.ix.policies[pi].Ref())
+		}
+	}
+	if d == policy.Ingress && m.peer.Node >= 0 && m.peer.Node == e.ix.pods[subject.Pod].node {
+		if tr != nil {
+			tr.decided(policy.TierNetworkPolicy, "", "", nil, policy.Accept,
+				fmt.Sprintf("ingress from the pod's own node (%s) is always allowed", e.ix.nodes[m.peer.Node].node.Name))
+		}
+		return true
+	}
+	for _, pi := range sel {
+		cp := e.ix.policies[pi]
+		for ri := range cp.rules[d] {
+			cr := &cp.rules[d][ri]
+			why := m.match(cr)
+			if why == "" {
+				if tr != nil {
+					e.record(tr, policy.TierNetworkPolicy, cp, cr, d)
+				}
+				return true
+			}
+			if tr != nil {
+				tr.Skipped = append(tr.Skipped, Step{Tier: tier, Policy: cp.Ref(), Rule: cr.Ref(d), Action: cr.Action.String(), Why: why})
+			}
+		}
+	}
+	if tr != nil {
+		isolating := strings.Join(tr.SelectedBy[tier], ", ")
+		tr.decided(policy.TierNetworkPolicy, isolating, "", nil, policy.Deny,
+			fmt.Sprintf("%s is isolated for %s by %s and no rule allows this connection", e.Name(subject), d, isolating))
+	}
+	return false
+}
+
+func (e *Evaluator) record(tr *DirectionVerdict, tier policy.Tier, cp *compiledPolicy, cr *compiledRule, d policy.Direction) {
+	idx := cr.Index
+	reason := fmt.Sprintf("%s %s matches", cp.Ref(), cr.Ref(d))
+	if cr.FailClosed != "" {
+		reason += " (it fails closed and matches everything: " + cr.FailClosed + ")"
+	}
+	tr.decided(tier, cp.Ref(), cr.Ref(d), &idx, cr.Action, reason)
+}
+
+// decided sets what decided the direction, replacing an earlier Pass.
+func (tr *DirectionVerdict) decided(tier policy.Tier, pol, rule string, idx *int, action policy.Action, reason string) {
+	tr.Tier, tr.Policy, tr.Rule, tr.RuleIndex, tr.Action, tr.Reason = tier.String(), pol, rule, idx, action.String(), reason
+}
+
+// matcher tests rules against one connection.
+type matcher struct {
+	ix       *index
+	peer     Endpoint
+	probe    Probe
+	dstPorts []corev1.ContainerPort
+}
+
+// match returns "" when the rule matches, else why not.
+func (m matcher) match(cr *compiledRule) string {
+	if cr.FailClosed != "" {
+		if cr.Action == policy.Accept {
+			return whyFailClosed + cr.FailClosed
+		}
+		return "" // a Deny or Pass that fails closed matches everything
+	}
+	if !cr.AllPorts && !m.portMatches(cr) {
+		return whyPort
+	}
+	if !cr.AllPeers && !m.peerMatches(cr) {
+		return whyPeer
+	}
+	return ""
+}
+
+func (m matcher) portMatches(cr *compiledRule) bool {
+	for _, p := range cr.Ports {
+		if p.Matches(m.probe.Protocol, m.probe.Port, m.dstPorts) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m matcher) peerMatches(cr *compiledRule) bool {
+	if m.ix.podNetwork(m.peer) && cr.pods.has(m.peer.Pod) {
+		return true
+	}
+	if m.peer.Node >= 0 && cr.nodes.has(m.peer.Node) {
+		return true
+	}
+	for _, b := range cr.ipBlocks {
+		if inBlock(b, m.peer.Addr) {
+			return true
+		}
+	}
+	return false
+}
+
+func inBlock(b policy.Peer, a netip.Addr) bool {
+	if !a.IsValid() {
+		return false
+	}
+	for _, ex := range b.Except {
+		if ex.Contains(a) {
+			return false
+		}
+	}
+	for _, c := range b.CIDRs {
+		if c.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

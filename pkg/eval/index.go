@@ -1,0 +1,350 @@
+package eval
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// bitset is a set of small integers (pod or node indexes).
+type bitset []uint64
+
+func newBitset(n int) bitset    { return make(bitset, (n+63)/64) }
+func (b bitset) set(i int)      { b[i/64] |= 1 << (uint(i) % 64) }
+func (b bitset) has(i int) bool { return i >= 0 && b[i/64]&(1<<(uint(i)%64)) != 0 }
+func (b bitset) or(other bitset) {
+	for i := range b {
+		b[i] |= other[i]
+	}
+}
+
+// podInfo is what the evaluator needs of one pod, precomputed.
+type podInfo struct {
+	pod         *corev1.Pod
+	key         string // namespace/name
+	hostNetwork bool
+	node        int // index into nodes, -1 when unknown
+	addrs       []netip.Addr
+	ports       []corev1.ContainerPort
+	nsLabels    labels.Set
+}
+
+type nodeInfo struct {
+	node  *corev1.Node
+	addrs []netip.Addr
+}
+
+// compiledPolicy is a model policy with its selectors resolved against the
+// snapshot's pods and nodes.
+type compiledPolicy struct {
+	*policy.Policy
+	subjects bitset // pod-network pods the policy applies to
+	rules    [2][]compiledRule
+}
+
+type compiledRule struct {
+	*policy.Rule
+	pods     bitset // pod-network pods matched by any pods/namespaces peer
+	nodes    bitset // nodes matched by any nodes peer
+	ipBlocks []policy.Peer
+	domains  bool // has a domainNames peer (matches only DNS-learned IPs)
+}
+
+// index holds the snapshot resolved for fast lookups: every selector is
+// matched once, here, and evaluation only tests bits.
+type index struct {
+	pods     []podInfo
+	podByKey map[string]int
+	podByIP  map[netip.Addr]int // pod-network pods only
+	nodes    []nodeInfo
+	nodeByIP map[netip.Addr]int
+	policies []*compiledPolicy // model order
+	// selecting[tier][dir][pod] lists the policies (indexes into policies,
+	// in evaluation order) that apply to the pod. For the NetworkPolicy
+	// tier only policies that isolate the pod in that direction count.
+	selecting [3][2][][]int32
+}
+
+func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
+	ix := &index{podByKey: map[string]int{}, podByIP: map[netip.Addr]int{}, nodeByIP: map[netip.Addr]int{}}
+	nodeByName := map[string]int{}
+	for _, n := range snap.Nodes {
+		ni := nodeInfo{node: n}
+		for _, a := range n.Status.Addresses {
+			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				ni.addrs = append(ni.addrs, ip.Unmap())
+				ix.nodeByIP[ip.Unmap()] = len(ix.nodes)
+			}
+		}
+		nodeByName[n.Name] = len(ix.nodes)
+		ix.nodes = append(ix.nodes, ni)
+	}
+	nsLabels := map[string]labels.Set{}
+	for _, ns := range snap.Namespaces {
+		nsLabels[ns.Name] = labels.Set(ns.Labels)
+	}
+	pods := append([]*corev1.Pod(nil), snap.Pods...)
+	sort.Slice(pods, func(i, j int) bool {
+		if pods[i].Namespace != pods[j].Namespace {
+			return pods[i].Namespace < pods[j].Namespace
+		}
+		return pods[i].Name < pods[j].Name
+	})
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue // finished pods hold no address and are in no policy
+		}
+		pi := podInfo{pod: p, key: p.Namespace + "/" + p.Name, hostNetwork: p.Spec.HostNetwork, node: -1,
+			nsLabels: nsLabels[p.Namespace]}
+		if pi.nsLabels == nil {
+			// A pod whose namespace is not in the snapshot still has the
+			// label the API server puts on every namespace.
+			pi.nsLabels = labels.Set{"kubernetes.io/metadata.name": p.Namespace}
+		}
+		if n, ok := nodeByName[p.Spec.NodeName]; ok {
+			pi.node = n
+		}
+		for _, a := range podAddresses(p) {
+			pi.addrs = append(pi.addrs, a)
+		}
+		for _, c := range p.Spec.Containers {
+			pi.ports = append(pi.ports, c.Ports...)
+		}
+		idx := len(ix.pods)
+		ix.podByKey[pi.key] = idx
+		if !pi.hostNetwork {
+			for _, a := range pi.addrs {
+				ix.podByIP[a] = idx
+			}
+		} else if pi.node < 0 {
+			for _, a := range pi.addrs {
+				if n, ok := ix.nodeByIP[a]; ok {
+					pi.node = n
+				}
+			}
+		}
+		ix.pods = append(ix.pods, pi)
+	}
+	for _, pol := range model.Policies {
+		ix.policies = append(ix.policies, ix.compile(pol))
+	}
+	for t := range ix.selecting {
+		for d := range ix.selecting[t] {
+			ix.selecting[t][d] = make([][]int32, len(ix.pods))
+		}
+	}
+	for pi, cp := range ix.policies {
+		for pod := range ix.pods {
+			if !cp.subjects.has(pod) {
+				continue
+			}
+			for _, d := range policy.Directions {
+				if cp.Tier == policy.TierNetworkPolicy && !cp.Isolates[d] {
+					continue
+				}
+				ix.selecting[cp.Tier][d][pod] = append(ix.selecting[cp.Tier][d][pod], int32(pi))
+			}
+		}
+	}
+	return ix
+}
+
+// podAddresses returns status.podIPs (status.podIP first: the primary).
+func podAddresses(p *corev1.Pod) []netip.Addr {
+	var out []netip.Addr
+	seen := map[netip.Addr]bool{}
+	add := func(s string) {
+		if ip, err := netip.ParseAddr(s); err == nil && !seen[ip.Unmap()] {
+			seen[ip.Unmap()] = true
+			out = append(out, ip.Unmap())
+		}
+	}
+	add(p.Status.PodIP)
+	for _, ip := range p.Status.PodIPs {
+		add(ip.IP)
+	}
+	return out
+}
+
+func (ix *index) compile(pol *policy.Policy) *compiledPolicy {
+	cp := &compiledPolicy{Policy: pol, subjects: newBitset(len(ix.pods))}
+	for i, p := range ix.pods {
+		if !p.hostNetwork && ix.subjectSelects(pol.Subject, i) {
+			cp.subjects.set(i)
+		}
+	}
+	for _, d := range policy.Directions {
+		for ri := range pol.Rules[d] {
+			r := &pol.Rules[d][ri]
+			cr := compiledRule{Rule: r, pods: newBitset(len(ix.pods)), nodes: newBitset(len(ix.nodes))}
+			for _, peer := range r.Peers {
+				switch peer.Kind {
+				case policy.PeerPods:
+					for i, p := range ix.pods {
+						if !p.hostNetwork && ix.podPeerSelects(peer, i) {
+							cr.pods.set(i)
+						}
+					}
+				case policy.PeerNodes:
+					for i, n := range ix.nodes {
+						if peer.Nodes.Matches(labels.Set(n.node.Labels)) {
+							cr.nodes.set(i)
+						}
+					}
+				case policy.PeerIPBlock:
+					cr.ipBlocks = append(cr.ipBlocks, peer)
+				case policy.PeerDomainNames:
+					cr.domains = true
+				}
+			}
+			cp.rules[d] = append(cp.rules[d], cr)
+		}
+	}
+	return cp
+}
+
+func (ix *index) subjectSelects(s policy.Subject, pod int) bool {
+	p := ix.pods[pod]
+	if s.Namespace != "" && p.pod.Namespace != s.Namespace {
+		return false
+	}
+	return s.Namespaces.Matches(p.nsLabels) && s.Pods.Matches(labels.Set(p.pod.Labels))
+}
+
+func (ix *index) podPeerSelects(peer policy.Peer, pod int) bool {
+	return ix.subjectSelects(policy.Subject{Namespace: peer.Namespace, Namespaces: peer.Namespaces, Pods: peer.Pods}, pod)
+}
+
+// Endpoint is one side of a connection: a pod, or a bare address (an
+// external host or a node).
+type Endpoint struct {
+	Pod  int        // index of the pod, -1 for a bare address
+	Addr netip.Addr // the address the connection uses
+	Node int        // the node that owns Addr (node address or host-network pod), else -1
+}
+
+// Family selects which of a dual-stack pod's addresses a probe uses.
+type Family string
+
+const (
+	FamilyPrimary Family = ""
+	FamilyIPv4    Family = "ipv4"
+	FamilyIPv6    Family = "ipv6"
+)
+
+// ParseFamily reads "ipv4", "ipv6" or "" (the pod's primary address).
+func ParseFamily(s string) (Family, error) {
+	switch strings.ToLower(s) {
+	case "":
+		return FamilyPrimary, nil
+	case "ipv4", "4":
+		return FamilyIPv4, nil
+	case "ipv6", "6":
+		return FamilyIPv6, nil
+	}
+	return "", fmt.Errorf("unknown address family %q (ipv4 or ipv6)", s)
+}
+
+func (f Family) pick(addrs []netip.Addr) (netip.Addr, bool) {
+	for _, a := range addrs {
+		if f == FamilyPrimary || (f == FamilyIPv4) == a.Is4() {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func familyOf(a netip.Addr) Family {
+	if a.Is4() {
+		return FamilyIPv4
+	}
+	return FamilyIPv6
+}
+
+func (ix *index) podNetwork(ep Endpoint) bool {
+	return ep.Pod >= 0 && !ix.pods[ep.Pod].hostNetwork
+}
+
+// podEndpoint makes the endpoint of pod i for family f.
+func (ix *index) podEndpoint(i int, f Family) (Endpoint, bool) {
+	p := ix.pods[i]
+	addr, ok := f.pick(p.addrs)
+	ep := Endpoint{Pod: i, Addr: addr, Node: -1}
+	if p.hostNetwork {
+		ep.Node = p.node
+	}
+	return ep, ok
+}
+
+// addrEndpoint makes the endpoint for a bare address: the pod-network pod
+// that has it, else a node (or host-network pod's node), else external.
+func (ix *index) addrEndpoint(a netip.Addr) Endpoint {
+	a = a.Unmap()
+	if i, ok := ix.podByIP[a]; ok {
+		return Endpoint{Pod: i, Addr: a, Node: -1}
+	}
+	ep := Endpoint{Pod: -1, Addr: a, Node: -1}
+	if n, ok := ix.nodeByIP[a]; ok {
+		ep.Node = n
+	}
+	return ep
+}
+
+// Probe is a protocol and destination port.
+type Probe struct {
+	Protocol corev1.Protocol
+	Port     int32
+}
+
+func (p Probe) String() string {
+	return fmt.Sprintf("%s/%d", strings.ToLower(string(p.Protocol)), p.Port)
+}
+
+// ParseProbe reads "tcp/80" (protocol tcp, udp or sctp; "80" alone is TCP).
+func ParseProbe(s string) (Probe, error) {
+	proto, port, found := strings.Cut(strings.TrimSpace(s), "/")
+	if !found {
+		proto, port = "tcp", proto
+	}
+	p := Probe{Protocol: corev1.Protocol(strings.ToUpper(proto))}
+	switch p.Protocol {
+	case corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
+	default:
+		return Probe{}, fmt.Errorf("port %q: unknown protocol %q (tcp, udp or sctp)", s, proto)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return Probe{}, fmt.Errorf("port %q: %q is not a port number 1-65535", s, port)
+	}
+	p.Port = int32(n)
+	return p, nil
+}
+
+// ParseProbes reads a comma-separated list of probes.
+func ParseProbes(list []string) ([]Probe, error) {
+	var out []Probe
+	for _, item := range list {
+		for _, s := range strings.Split(item, ",") {
+			if strings.TrimSpace(s) == "" {
+				continue
+			}
+			p, err := ParseProbe(s)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}

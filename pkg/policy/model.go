@@ -1,0 +1,234 @@
+// Package policy turns the four policy APIs (NetworkPolicy v1,
+// AdminNetworkPolicy and BaselineAdminNetworkPolicy v1alpha1,
+// ClusterNetworkPolicy v1alpha2/v1beta1) into one normalized model: policies
+// in tiers, with ordered rules of peers, ports and an action. Defaulting and
+// validation happen here; the evaluator and the kernel compiler only read
+// the model.
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Tier is a precedence level; lower tiers decide first.
+type Tier int
+
+const (
+	TierAdmin Tier = iota
+	TierNetworkPolicy
+	TierBaseline
+	// TierDefault is not a policy tier: it names the final "allow" when no
+	// tier decided.
+	TierDefault
+)
+
+func (t Tier) String() string {
+	switch t {
+	case TierAdmin:
+		return "Admin"
+	case TierNetworkPolicy:
+		return "NetworkPolicy"
+	case TierBaseline:
+		return "Baseline"
+	}
+	return "Default"
+}
+
+// Action is what a matching rule does.
+type Action int
+
+const (
+	Accept Action = iota // ANP/BANP "Allow", CNP "Accept", any NetworkPolicy rule
+	Deny
+	Pass
+)
+
+func (a Action) String() string {
+	switch a {
+	case Accept:
+		return "Accept"
+	case Deny:
+		return "Deny"
+	}
+	return "Pass"
+}
+
+// Direction is the side of a connection a rule polices.
+type Direction int
+
+const (
+	Ingress Direction = iota
+	Egress
+)
+
+// Directions lists both, in the order traces show them.
+var Directions = [...]Direction{Egress, Ingress}
+
+func (d Direction) String() string {
+	if d == Ingress {
+		return "ingress"
+	}
+	return "egress"
+}
+
+// Policy is one API object in normalized form.
+type Policy struct {
+	Kind       string // cluster.Kind* of the source object
+	APIVersion string
+	Namespace  string // NetworkPolicy only
+	Name       string
+	Tier       Tier
+	// Priority orders policies within the Admin and Baseline tiers (lower
+	// first). The BaselineAdminNetworkPolicy sorts after every Baseline CNP.
+	Priority int32
+	Subject  Subject
+	// Isolates says, per Direction, whether the policy isolates its
+	// subjects (NetworkPolicy policyTypes). Admin and Baseline policies
+	// never isolate: their rules only act when they match.
+	Isolates [2]bool
+	// Rules per Direction, in API order.
+	Rules [2][]Rule
+}
+
+// Ref names the policy as people write it: "NetworkPolicy x/deny-all".
+func (p *Policy) Ref() string {
+	if p.Namespace != "" {
+		return fmt.Sprintf("%s %s/%s", p.Kind, p.Namespace, p.Name)
+	}
+	return fmt.Sprintf("%s %s", p.Kind, p.Name)
+}
+
+// Subject selects the pods a policy applies to.
+type Subject struct {
+	// Namespace, when set, restricts the subject to one namespace
+	// (NetworkPolicy). Namespaces/Pods are always set (Everything for "any").
+	Namespace  string
+	Namespaces labels.Selector
+	Pods       labels.Selector
+}
+
+// Rule is one ingress or egress rule.
+type Rule struct {
+	Index  int
+	Name   string
+	Action Action
+	// AllPeers: the rule matches every peer (NetworkPolicy rule without
+	// from/to). Otherwise Peers are ORed.
+	AllPeers bool
+	Peers    []Peer
+	// AllPorts: the rule matches every protocol and port (ports/protocols
+	// absent). Otherwise Ports are ORed.
+	AllPorts bool
+	Ports    []Port
+	// FailClosed, when set, says why the rule contains an entry that could
+	// not be understood or is invalid. Such a rule fails closed: an Accept
+	// rule matches nothing, a Deny or Pass rule matches every connection.
+	FailClosed string
+}
+
+// Ref names the rule within its policy: `ingress[2] "allow-dns"`.
+func (r *Rule) Ref(d Direction) string {
+	if r.Name != "" {
+		return fmt.Sprintf("%s[%d] %q", d, r.Index, r.Name)
+	}
+	return fmt.Sprintf("%s[%d]", d, r.Index)
+}
+
+// PeerKind says what a Peer matches.
+type PeerKind int
+
+const (
+	// PeerPods: pod-network pods in namespaces matching Namespaces (or in
+	// Namespace when set) whose labels match Pods.
+	PeerPods PeerKind = iota
+	// PeerIPBlock: addresses inside one of CIDRs and outside every Except.
+	PeerIPBlock
+	// PeerNodes: the addresses of nodes whose labels match Nodes.
+	PeerNodes
+	// PeerDomainNames: addresses learned from DNS answers for DomainNames.
+	PeerDomainNames
+)
+
+// Peer is one entry of a rule's from/to list.
+type Peer struct {
+	Kind PeerKind
+
+	Namespace  string
+	Namespaces labels.Selector
+	Pods       labels.Selector
+
+	CIDRs  []netip.Prefix
+	Except []netip.Prefix
+
+	Nodes labels.Selector
+
+	DomainNames []string
+}
+
+// Port is one entry of a rule's ports/protocols list.
+type Port struct {
+	// Protocol is TCP, UDP or SCTP; empty with a Name means "the protocol
+	// the named container port declares".
+	Protocol corev1.Protocol
+	// Start..End is the destination port range; Start 0 means every port.
+	Start, End int32
+	// Name is a named port, resolved on the destination pod.
+	Name string
+}
+
+// Matches reports whether a connection with protocol and destination port
+// matches p, given the destination pod's container ports (nil when the
+// destination is not a pod).
+func (p Port) Matches(protocol corev1.Protocol, port int32, dstPorts []corev1.ContainerPort) bool {
+	if p.Name != "" {
+		for _, cp := range dstPorts {
+			if cp.Name != p.Name {
+				continue
+			}
+			proto := cp.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			if proto == protocol && (p.Protocol == "" || p.Protocol == protocol) && cp.ContainerPort == port {
+				return true
+			}
+		}
+		return false
+	}
+	if p.Protocol != protocol {
+		return false
+	}
+	return p.Start == 0 || (port >= p.Start && port <= p.End)
+}
+
+func (p Port) String() string {
+	switch {
+	case p.Name != "" && p.Protocol != "":
+		return fmt.Sprintf("%s/%s", p.Protocol, p.Name)
+	case p.Name != "":
+		return "named port " + p.Name
+	case p.Start == 0:
+		return fmt.Sprintf("%s/any", p.Protocol)
+	case p.Start == p.End:
+		return fmt.Sprintf("%s/%d", p.Protocol, p.Start)
+	}
+	return fmt.Sprintf("%s/%d-%d", p.Protocol, p.Start, p.End)
+}
+
+// Model is every policy of a snapshot, in evaluation order, with the
+// problems found while building it.
+type Model struct {
+	// Policies sorted by tier, then priority, then kind and name (the
+	// deterministic order for equal priorities).
+	Policies []*Policy
+	// Errors name the object and field; the object was rejected, or the
+	// rule named fails closed, as each error says.
+	Errors []error
+	// Warnings are entries that fail closed by design (e.g. fields from a
+	// newer API version).
+	Warnings []string
+}

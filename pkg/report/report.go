@@ -1,0 +1,176 @@
+// Package report renders evaluator results for people: the explain trace as
+// sentences, the truth table as a matrix per port. It writes to an
+// io.Writer; cmd/netpol decides where that goes.
+package report
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// Style picks how cells are drawn.
+type Style struct {
+	Color bool // ANSI colours (a terminal that supports them)
+}
+
+const (
+	green = "\x1b[32m"
+	red   = "\x1b[31m"
+	bold  = "\x1b[1m"
+	reset = "\x1b[0m"
+)
+
+func (s Style) paint(code, text string) string {
+	if !s.Color {
+		return text
+	}
+	return code + text + reset
+}
+
+func (s Style) verdict(allowed bool) string {
+	if allowed {
+		return s.paint(green, "ALLOWED")
+	}
+	return s.paint(red, "DENIED")
+}
+
+// Explain writes the verdict as a person would explain it: one line per
+// tier per direction, then the decision quoting the deciding rule.
+func Explain(w io.Writer, v *eval.Verdict, s Style) {
+	fmt.Fprintf(w, "%s -> %s %s/%d: %s\n", endpoint(v.From, v.FromIP), endpoint(v.To, v.ToIP), v.Protocol, v.Port, s.verdict(v.Allowed))
+	if v.Reason != "" {
+		fmt.Fprintf(w, "  %s\n", v.Reason)
+		return
+	}
+	for _, d := range []struct {
+		name string
+		dv   *eval.DirectionVerdict
+	}{{"Egress", v.Egress}, {"Ingress", v.Ingress}} {
+		fmt.Fprintf(w, "\n%s of %s: %s\n", d.name, d.dv.Subject, s.verdict(d.dv.Allowed))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		if d.dv.Applies {
+			for _, tier := range []policy.Tier{policy.TierAdmin, policy.TierNetworkPolicy, policy.TierBaseline} {
+				if line := tierLine(d.dv, tier); line != "" {
+					fmt.Fprintf(tw, "  %s tier:\t%s\n", tier, line)
+				}
+			}
+		}
+		fmt.Fprintf(tw, "  Decision:\t%s\n", decision(d.dv, s))
+		for _, a := range d.dv.Ambiguous {
+			fmt.Fprintf(tw, "  Ambiguous:\t%s\n", a)
+		}
+		tw.Flush()
+	}
+}
+
+func endpoint(name, ip string) string {
+	if ip == "" || ip == name {
+		return name
+	}
+	return fmt.Sprintf("%s (%s)", name, ip)
+}
+
+// tierLine summarizes what one tier did before (or at) the decision.
+func tierLine(dv *eval.DirectionVerdict, tier policy.Tier) string {
+	t := tier.String()
+	selected := dv.SelectedBy[t]
+	var parts []string
+	for _, st := range dv.Skipped {
+		if st.Tier != t {
+			continue
+		}
+		if st.Policy == "" {
+			parts = append(parts, st.Why)
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %s (%s): %s", st.Policy, st.Rule, st.Action, st.Why))
+	}
+	reached := dv.Tier == t || len(parts) > 0 || tierBefore(tier, dv.Tier)
+	switch {
+	case !reached:
+		return ""
+	case len(selected) == 0 && tier != policy.TierNetworkPolicy:
+		return "no policy selects " + dv.Subject
+	case len(parts) == 0 && dv.Tier == t:
+		return "selected by " + strings.Join(selected, ", ")
+	case len(parts) == 0:
+		return "selected by " + strings.Join(selected, ", ") + "; no rule matched"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// tierBefore reports whether tier a was evaluated before the deciding tier.
+func tierBefore(a policy.Tier, decidingTier string) bool {
+	for _, t := range []policy.Tier{policy.TierAdmin, policy.TierNetworkPolicy, policy.TierBaseline, policy.TierDefault} {
+		if t.String() == decidingTier {
+			return false
+		}
+		if t == a {
+			return true
+		}
+	}
+	return false
+}
+
+func decision(dv *eval.DirectionVerdict, s Style) string {
+	verb := s.verdict(dv.Allowed)
+	if dv.Policy == "" {
+		return fmt.Sprintf("%s by the %s tier: %s", verb, dv.Tier, dv.Reason)
+	}
+	if dv.Rule == "" {
+		return fmt.Sprintf("%s by the %s tier (%s): %s", verb, dv.Tier, dv.Policy, dv.Reason)
+	}
+	return fmt.Sprintf("%s by the %s tier: %s %s, action %s", verb, dv.Tier, dv.Policy, dv.Rule, dv.Action)
+}
+
+// Table writes one matrix per port: rows are sources, columns destinations.
+func Table(w io.Writer, t *eval.Table, s Style) {
+	if len(t.Pods) == 0 {
+		fmt.Fprintln(w, "no pods with an address to show")
+		return
+	}
+	cells := map[[3]string]bool{}
+	for _, r := range t.Results {
+		cells[[3]string{eval.Probe{Protocol: r.Protocol, Port: r.Port}.String(), r.From, r.To}] = r.Allowed
+	}
+	rowWidth := 0
+	for _, p := range t.Pods {
+		rowWidth = max(rowWidth, len(p))
+	}
+	for i, port := range t.Ports {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		// Pad by visible width: colour codes must not count.
+		fmt.Fprint(w, s.paint(bold, port)+strings.Repeat(" ", max(rowWidth, len(port))-len(port)+1))
+		for _, to := range t.Pods {
+			fmt.Fprint(w, to+" ")
+		}
+		fmt.Fprintln(w)
+		for _, from := range t.Pods {
+			fmt.Fprintf(w, "%-*s ", max(rowWidth, len(port)), from)
+			for _, to := range t.Pods {
+				fmt.Fprint(w, cell(cells[[3]string{port, from, to}], s)+strings.Repeat(" ", len(to)))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	fmt.Fprintf(w, "\n%s allowed, %s denied (rows: source, columns: destination)\n", cell(true, s), cell(false, s))
+}
+
+func cell(allowed bool, s Style) string {
+	switch {
+	case allowed && s.Color:
+		return green + "✓" + reset
+	case s.Color:
+		return red + "✗" + reset
+	case allowed:
+		return "."
+	}
+	return "X"
+}
