@@ -80,4 +80,3 @@ func (l *loaded) done() error {
 	}
 	return nil
 }
-
