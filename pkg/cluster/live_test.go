@@ -143,7 +143,7 @@ func TestLoadFromClients(t *testing.T) {
 			served: []*metav1.APIResourceList{
 				resources(gvPolicyV1beta1, "somethingelse"),
 			},
-			policies:  []runtime.Object{v1beta1CNP},
+			policies: []runtime.Object{v1beta1CNP},
 			wantNotes: [][]string{
 				{"ClusterNetworkPolicy", "none loaded"},
 				{"AdminNetworkPolicy", "none loaded"},

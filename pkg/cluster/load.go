@@ -318,7 +318,7 @@ func decodeInto[T any, PT interface {
 }](add func(*Snapshot, PT)) decodeFunc {
 	return func(s *Snapshot, data []byte, namespace string) ([]string, error) {
 		obj := PT(new(T))
-		strict, err := sigsjson.UnmarshalStrict(data, obj, sigsjson.DisallowDuplicateFields)
+		strict, err := sigsjson.UnmarshalStrict(data, obj, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
 		if err != nil {
 			return nil, err
 		}

@@ -84,6 +84,19 @@ type objectErrors struct {
 	ref    string
 	errs   []error
 	reject bool
+	// unknownEntries are the peer and port entries (by field path) that
+	// carry fields the typed structs lack: not understood, not invalid.
+	unknownEntries map[string]bool
+}
+
+func (b *builder) newObject(key cluster.ObjectKey) *objectErrors {
+	o := &objectErrors{ref: key.String(), unknownEntries: map[string]bool{}}
+	for _, field := range b.snap.UnknownFields[key] {
+		if m := entryField.FindString(field); m != "" {
+			o.unknownEntries[m] = true
+		}
+	}
+	return o
 }
 
 func (o *objectErrors) fieldf(field, format string, args ...any) {
@@ -187,7 +200,7 @@ func failRule(r *Rule, errsBefore int, o *objectErrors) {
 
 func (b *builder) networkPolicy(np *networkingv1.NetworkPolicy) *Policy {
 	key := cluster.ObjectKey{Kind: cluster.KindNetworkPolicy, Namespace: np.Namespace, Name: np.Name}
-	o := &objectErrors{ref: key.String()}
+	o := b.newObject(key)
 	p := &Policy{
 		Kind: key.Kind, APIVersion: "networking.k8s.io/v1", Namespace: np.Namespace, Name: np.Name,
 		Tier: TierNetworkPolicy,
@@ -331,7 +344,7 @@ func npPort(port networkingv1.NetworkPolicyPort, field string, o *objectErrors) 
 
 func (b *builder) adminPolicy(anp *anpv1alpha1.AdminNetworkPolicy) *Policy {
 	key := cluster.ObjectKey{Kind: cluster.KindAdminPolicy, Name: anp.Name}
-	o := &objectErrors{ref: key.String()}
+	o := b.newObject(key)
 	p := &Policy{Kind: key.Kind, APIVersion: "policy.networking.k8s.io/v1alpha1", Name: anp.Name,
 		Tier: TierAdmin, Priority: anp.Spec.Priority}
 	if anp.Spec.Priority < 0 || anp.Spec.Priority > maxPriority {
@@ -359,7 +372,7 @@ func (b *builder) adminPolicy(anp *anpv1alpha1.AdminNetworkPolicy) *Policy {
 
 func (b *builder) baselinePolicy(banp *anpv1alpha1.BaselineAdminNetworkPolicy) *Policy {
 	key := cluster.ObjectKey{Kind: cluster.KindBaselinePolicy, Name: banp.Name}
-	o := &objectErrors{ref: key.String()}
+	o := b.newObject(key)
 	p := &Policy{Kind: key.Kind, APIVersion: "policy.networking.k8s.io/v1alpha1", Name: banp.Name,
 		Tier: TierBaseline, Priority: baselineLastPrio}
 	if banp.Name != bannedBANPName {
@@ -468,7 +481,9 @@ func (ap adminPeer) fieldsSet() int {
 func (ap adminPeer) convert(field string, o *objectErrors) (Peer, bool) {
 	switch ap.fieldsSet() {
 	case 0:
-		o.fieldf(field, "peer sets none of the fields netpol understands")
+		if !o.unknownEntries[field] { // else: a newer peer type, failed closed with a warning
+			o.fieldf(field, "peer sets none of namespaces, pods, nodes, networks, domainNames")
+		}
 		return Peer{}, false
 	case 1:
 	default:
@@ -569,7 +584,9 @@ func v1alpha1Port(port anpv1alpha1.AdminNetworkPolicyPort, field string, o *obje
 		}
 	}
 	if set != 1 {
-		o.fieldf(field, "set exactly one of portNumber, namedPort, portRange")
+		if set > 0 || !o.unknownEntries[field] { // else: a newer port type, failed closed with a warning
+			o.fieldf(field, "set exactly one of portNumber, namedPort, portRange")
+		}
 		return Port{}, false
 	}
 	switch {
@@ -606,7 +623,7 @@ func checkPort(pt Port, field string, o *objectErrors) bool {
 
 func (b *builder) clusterPolicy(cnp *cnpv1beta1.ClusterNetworkPolicy) *Policy {
 	key := cluster.ObjectKey{Kind: cluster.KindClusterPolicy, Name: cnp.Name}
-	o := &objectErrors{ref: key.String()}
+	o := b.newObject(key)
 	p := &Policy{Kind: key.Kind, APIVersion: b.snap.Origin[key].APIVersion, Name: cnp.Name, Priority: cnp.Spec.Priority}
 	switch cnp.Spec.Tier {
 	case cnpv1beta1.AdminTier:
@@ -679,7 +696,9 @@ func cnpProtocol(p cnpv1beta1.ClusterNetworkPolicyProtocol, field string, o *obj
 	}
 	switch len(set) {
 	case 0:
-		o.fieldf(field, "protocol entry sets none of the fields netpol understands")
+		if !o.unknownEntries[field] { // else: a newer protocol, failed closed with a warning
+			o.fieldf(field, "protocol entry sets none of tcp, udp, sctp, destinationNamedPort")
+		}
 		return Port{}, false
 	case 1:
 	default:
