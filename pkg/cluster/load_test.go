@@ -611,6 +611,38 @@ func TestLoadPaths(t *testing.T) {
 	}
 }
 
+// TestLoadTestdataDir loads this package's testdata directory: one object
+// of each kind plus kubectl's List output in YAML and JSON.
+func TestLoadTestdataDir(t *testing.T) {
+	s, r := LoadPaths([]string{"testdata"}, nil)
+	if len(r.Errors) > 0 || len(r.Notes) > 0 || len(r.Skipped) > 0 {
+		t.Fatalf("errors %v, notes %q, skipped %v", r.Errors, r.Notes, r.Skipped)
+	}
+	want := map[string]int{
+		KindNamespace: 1, KindNode: 1, KindPod: 2, KindService: 1, KindEndpointSlice: 1,
+		KindNetworkPolicy: 3, KindAdminPolicy: 1, KindBaselinePolicy: 1, KindClusterPolicy: 2,
+	}
+	if got := counts(s); !maps.Equal(got, want) {
+		t.Errorf("counts = %v, want %v", got, want)
+	}
+	if len(s.Origin) != 13 {
+		t.Errorf("%d origins", len(s.Origin))
+	}
+	for key, want := range map[ObjectKey]Source{
+		{Kind: KindClusterPolicy, Name: "baseline-sctp"}:             {APIVersion: "policy.networking.k8s.io/v1alpha2", File: "testdata/all-kinds.yaml", Document: 10},
+		{Kind: KindNetworkPolicy, Namespace: "z", Name: "deny-all"}:  {APIVersion: "networking.k8s.io/v1", File: "testdata/kubectl-list.json", Document: 1},
+		{Kind: KindPod, Namespace: "x", Name: "web-7d4b9c-abcde"}:    {APIVersion: "v1", File: "testdata/kubectl-list.yaml", Document: 1},
+		{Kind: KindEndpointSlice, Namespace: "x", Name: "web-abcde"}: {APIVersion: "discovery.k8s.io/v1", File: "testdata/all-kinds.yaml", Document: 5},
+	} {
+		if got := s.Origin[key]; got != want {
+			t.Errorf("Origin[%s] = %+v, want %+v", key, got, want)
+		}
+	}
+	if ns := s.Namespace("x"); ns.Labels["team"] != "a" || ns.Labels[namespaceNameLabel] != "x" {
+		t.Errorf("namespace labels = %v", ns.Labels)
+	}
+}
+
 // TestLoadRepoTestdata loads the repository's base snapshots: they must
 // load without errors, notes or skipped kinds.
 func TestLoadRepoTestdata(t *testing.T) {

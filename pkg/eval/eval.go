@@ -210,6 +210,7 @@ func (e *Evaluator) decide(d policy.Direction, subject, peer Endpoint, probe Pro
 		return e.networkPolicyTier(d, subject, sel, m, tr)
 	}
 	if tr != nil {
+		e.notSelected(policy.TierNetworkPolicy, d, subject.Pod, tr)
 		tr.Skipped = append(tr.Skipped, Step{Tier: policy.TierNetworkPolicy.String(),
 			Why: fmt.Sprintf("no NetworkPolicy isolates %s for %s", e.Name(subject), d)})
 	}
@@ -236,6 +237,7 @@ func (e *Evaluator) orderedTier(tier policy.Tier, d policy.Direction, pod int, m
 		for _, pi := range sel {
 			tr.SelectedBy[tier.String()] = append(tr.SelectedBy[tier.String()], e.ix.policies[pi].Ref())
 		}
+		e.notSelected(tier, d, pod, tr)
 	}
 	for n, pi := range sel {
 		cp := e.ix.policies[pi]
@@ -264,6 +266,37 @@ func (e *Evaluator) orderedTier(tier policy.Tier, d policy.Direction, pod int, m
 		}
 	}
 	return policy.Pass, false
+}
+
+// maxNotSelected bounds the "subject not selected" steps of one tier in a
+// trace; a cluster can have thousands of policies that do not apply.
+const maxNotSelected = 10
+
+// notSelected records the policies of a tier that have rules for this
+// direction (NetworkPolicies: in the subject's namespace) but do not apply
+// to the subject.
+func (e *Evaluator) notSelected(tier policy.Tier, d policy.Direction, pod int, tr *DirectionVerdict) {
+	ns := e.ix.pods[pod].pod.Namespace
+	count := 0
+	for _, cp := range e.ix.policies {
+		if cp.Tier != tier || (tier == policy.TierNetworkPolicy && cp.Namespace != ns) {
+			continue
+		}
+		why := whyNotSelected
+		switch {
+		case cp.subjects.has(pod) && tier == policy.TierNetworkPolicy && !cp.Isolates[d]:
+			why = fmt.Sprintf("selects the pod but has no %s policyType", d)
+		case cp.subjects.has(pod) || (tier != policy.TierNetworkPolicy && len(cp.rules[d]) == 0):
+			continue
+		}
+		count++
+		if count <= maxNotSelected {
+			tr.Skipped = append(tr.Skipped, Step{Tier: tier.String(), Policy: cp.Ref(), Why: why})
+		}
+	}
+	if count > maxNotSelected {
+		tr.Skipped = append(tr.Skipped, Step{Tier: tier.String(), Why: fmt.Sprintf("%d more policies: %s", count-maxNotSelected, whyNotSelected)})
+	}
 }
 
 // ambiguous lists the policies with the same priority as sel[n] whose rules
@@ -295,6 +328,7 @@ func (e *Evaluator) networkPolicyTier(d policy.Direction, subject Endpoint, sel 
 		for _, pi := range sel {
 			tr.SelectedBy[tier] = append(tr.SelectedBy[tier], e.ix.policies[pi].Ref())
 		}
+		e.notSelected(policy.TierNetworkPolicy, d, subject.Pod, tr)
 	}
 	if d == policy.Ingress && m.peer.Node >= 0 && m.peer.Node == e.ix.pods[subject.Pod].node {
 		if tr != nil {

@@ -916,3 +916,56 @@ func TestPortMatches(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildMixedFile builds testdata/mixed.yaml: every valid policy builds,
+// each invalid one is named with its field, bad rules fail closed.
+func TestBuildMixedFile(t *testing.T) {
+	snap, r := cluster.LoadPaths([]string{"testdata/mixed.yaml"}, nil)
+	if len(r.Errors) > 0 {
+		t.Fatal(r.Errors)
+	}
+	m := policy.Build(snap)
+	want := []string{
+		"AdminNetworkPolicy pass-z", // priority 20 both: kind order
+		"ClusterNetworkPolicy wrong-action",
+		"NetworkPolicy x/allow-web",
+		"NetworkPolicy y/bad-cidr",
+		"ClusterNetworkPolicy baseline-udp",
+		"BaselineAdminNetworkPolicy default",
+	}
+	if got := refs(m); !slices.Equal(got, want) {
+		t.Errorf("policies:\n got %q\nwant %q", got, want)
+	}
+	wantErrs := [][]string{
+		{"NetworkPolicy y/bad-cidr", "spec.ingress[0].from[0].ipBlock.cidr"},
+		{"AdminNetworkPolicy bad-priority", "spec.priority", "policy not loaded"},
+		{"ClusterNetworkPolicy wrong-action", "spec.egress[0].action", `"Allow"`},
+		{"ClusterNetworkPolicy bad-tier", "spec.tier", "policy not loaded"},
+	}
+	if len(m.Errors) != len(wantErrs) {
+		t.Fatalf("errors = %v", m.Errors)
+	}
+	for i, parts := range wantErrs {
+		for _, p := range parts {
+			if !strings.Contains(m.Errors[i].Error(), p) {
+				t.Errorf("error %q does not contain %q", m.Errors[i], p)
+			}
+		}
+	}
+	failClosed := map[string]bool{}
+	for _, p := range m.Policies {
+		for _, d := range policy.Directions {
+			for _, r := range p.Rules[d] {
+				if r.FailClosed != "" {
+					failClosed[p.Ref()+" "+r.Ref(d)] = true
+				}
+			}
+		}
+	}
+	if len(failClosed) != 2 || !failClosed["NetworkPolicy y/bad-cidr ingress[0]"] || !failClosed["ClusterNetworkPolicy wrong-action egress[0]"] {
+		t.Errorf("fail-closed rules = %v", failClosed)
+	}
+	if pz := find(m, "AdminNetworkPolicy pass-z"); pz == nil || pz.Rules[policy.Ingress][1].Ref(policy.Ingress) != `ingress[1] "deny-rest"` {
+		t.Errorf("pass-z = %+v", pz)
+	}
+}

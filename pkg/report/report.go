@@ -88,6 +88,10 @@ func tierLine(dv *eval.DirectionVerdict, tier policy.Tier) string {
 			parts = append(parts, st.Why)
 			continue
 		}
+		if st.Rule == "" {
+			parts = append(parts, fmt.Sprintf("%s: %s", st.Policy, st.Why))
+			continue
+		}
 		parts = append(parts, fmt.Sprintf("%s %s (%s): %s", st.Policy, st.Rule, st.Action, st.Why))
 	}
 	reached := dv.Tier == t || len(parts) > 0 || tierBefore(tier, dv.Tier)
