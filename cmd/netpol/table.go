@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/spf13/cobra"
 
 	"github.com/netpol/netpol/pkg/eval"
@@ -41,6 +44,13 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 				return err
 			}
 			t := l.evaluator.Table(eval.TableOptions{Probes: probes, Namespaces: namespaces, Family: fam})
+			if len(t.Skipped) > 0 {
+				what := "an address"
+				if family != "" {
+					what = "an " + family + " address"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d pod(s) left out, without %s: %s\n", len(t.Skipped), what, strings.Join(t.Skipped, ", "))
+			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
 				if err := report.TableJSON(out, t); err != nil {

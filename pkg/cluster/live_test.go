@@ -356,9 +356,7 @@ func TestLoadLive(t *testing.T) {
 		if got := snap.Origin[key]; got != (Source{APIVersion: gvPolicyV1beta1}) {
 			t.Errorf("Origin[%s] = %+v", key, got)
 		}
-		if !unknownFieldsDetected() {
-			t.Log(knownBugUnknownFields)
-		} else if got := snap.UnknownFields[key]; !slices.Equal(got, []string{"spec.egress[0].to[0].serviceAccounts"}) {
+		if got := snap.UnknownFields[key]; !slices.Equal(got, []string{"spec.egress[0].to[0].serviceAccounts"}) {
 			t.Errorf("UnknownFields[%s] = %q", key, got)
 		}
 		if f.requested("/apis/" + gvPolicyV1alpha2) {

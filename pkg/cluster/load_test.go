@@ -10,20 +10,6 @@ import (
 	"testing"
 )
 
-// knownBugUnknownFields explains the skipped assertions: load.go decodes
-// with sigsjson.UnmarshalStrict(data, obj, sigsjson.DisallowDuplicateFields)
-// only, which turns off the unknown-field check, so UnknownFields stays
-// empty and no note is written.
-const knownBugUnknownFields = "KNOWN BUG (pkg/cluster/load.go decodeInto): UnmarshalStrict is called with DisallowDuplicateFields only, so unknown fields are never reported; assertions on UnknownFields skipped"
-
-// unknownFieldsDetected reports whether the loader records unknown fields
-// at all; tests that depend on it skip (naming the bug) until it does.
-func unknownFieldsDetected() bool {
-	s := New()
-	s.AddDocuments([]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"bogus":1}}`), "probe", false)
-	return len(s.UnknownFields) > 0
-}
-
 // counts is the number of objects of each kind in the snapshot.
 func counts(s *Snapshot) map[string]int {
 	out := map[string]int{}
@@ -129,9 +115,7 @@ func TestAddDocuments(t *testing.T) {
 		errs    [][]string // each error must contain all of these, in order of errors
 		skipped map[string]int
 		notes   [][]string
-		// needsUnknownFields marks cases that need unknown-field detection.
-		needsUnknownFields bool
-		check              func(t *testing.T, s *Snapshot, r *Report)
+		check   func(t *testing.T, s *Snapshot, r *Report)
 	}{
 		{
 			name: "multi-document YAML",
@@ -409,9 +393,8 @@ spec:
   containers: [{name: c, portz: [80]}]
   bogusField: true
 `,
-			want:               map[string]int{KindPod: 1},
-			notes:              [][]string{{"in.yaml (document 1)", "Pod x/p", "spec.containers[0].portz", "spec.bogusField"}},
-			needsUnknownFields: true,
+			want:  map[string]int{KindPod: 1},
+			notes: [][]string{{"in.yaml (document 1)", "Pod x/p", "spec.containers[0].portz", "spec.bogusField"}},
 			check: func(t *testing.T, s *Snapshot, r *Report) {
 				key := ObjectKey{Kind: KindPod, Namespace: "x", Name: "p"}
 				if got := s.UnknownFields[key]; !slices.Equal(got, []string{"spec.bogusField", "spec.containers[0].portz"}) {
@@ -429,8 +412,7 @@ spec:
   ingress:
   - from: [{podSelector: {}, serviceAccount: sa}]
 `,
-			want:               map[string]int{KindNetworkPolicy: 1},
-			needsUnknownFields: true,
+			want: map[string]int{KindNetworkPolicy: 1},
 			check: func(t *testing.T, s *Snapshot, r *Report) {
 				key := ObjectKey{Kind: KindNetworkPolicy, Namespace: "x", Name: "np"}
 				if got := s.UnknownFields[key]; !slices.Equal(got, []string{"spec.ingress[0].from[0].serviceAccount"}) {
@@ -441,9 +423,6 @@ spec:
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.needsUnknownFields && !unknownFieldsDetected() {
-				t.Skip(knownBugUnknownFields)
-			}
 			s := New()
 			r := s.AddDocuments([]byte(tc.input), "in.yaml", tc.replace)
 			want := tc.want

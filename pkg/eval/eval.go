@@ -395,6 +395,9 @@ func (m matcher) match(cr *compiledRule) string {
 		return whyPort
 	}
 	if !cr.AllPeers && !m.peerMatches(cr) {
+		if cr.domains {
+			return whyPeer + " (domainNames match only addresses learned from DNS; none are known here)"
+		}
 		return whyPeer
 	}
 	return ""

@@ -20,11 +20,6 @@ type bitset []uint64
 func newBitset(n int) bitset    { return make(bitset, (n+63)/64) }
 func (b bitset) set(i int)      { b[i/64] |= 1 << (uint(i) % 64) }
 func (b bitset) has(i int) bool { return i >= 0 && b[i/64]&(1<<(uint(i)%64)) != 0 }
-func (b bitset) or(other bitset) {
-	for i := range b {
-		b[i] |= other[i]
-	}
-}
 
 // podInfo is what the evaluator needs of one pod, precomputed.
 type podInfo struct {
@@ -115,9 +110,7 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 		if n, ok := nodeByName[p.Spec.NodeName]; ok {
 			pi.node = n
 		}
-		for _, a := range podAddresses(p) {
-			pi.addrs = append(pi.addrs, a)
-		}
+		pi.addrs = podAddresses(p)
 		for _, c := range p.Spec.Containers {
 			pi.ports = append(pi.ports, c.Ports...)
 		}

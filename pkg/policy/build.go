@@ -280,8 +280,8 @@ func npPeer(namespace string, peer networkingv1.NetworkPolicyPeer, field string,
 			if !ok {
 				return Peer{}, false
 			}
-			if e.Addr().Is4() != cidr.Addr().Is4() || !cidr.Contains(e.Addr()) || e.Bits() < cidr.Bits() {
-				o.fieldf(exField, "%s is not inside cidr %s", ex, peer.IPBlock.CIDR)
+			if e.Addr().Is4() != cidr.Addr().Is4() || !cidr.Contains(e.Addr()) || e.Bits() <= cidr.Bits() {
+				o.fieldf(exField, "%s is not a strict subset of cidr %s", ex, peer.IPBlock.CIDR)
 				return Peer{}, false
 			}
 			pe.Except = append(pe.Except, e)
@@ -347,9 +347,7 @@ func (b *builder) adminPolicy(anp *anpv1alpha1.AdminNetworkPolicy) *Policy {
 	o := b.newObject(key)
 	p := &Policy{Kind: key.Kind, APIVersion: "policy.networking.k8s.io/v1alpha1", Name: anp.Name,
 		Tier: TierAdmin, Priority: anp.Spec.Priority}
-	if anp.Spec.Priority < 0 || anp.Spec.Priority > maxPriority {
-		o.rejectf("spec.priority", "%d is outside 0-%d", anp.Spec.Priority, maxPriority)
-	}
+	checkPriority(anp.Spec.Priority, o)
 	p.Subject = subject(anp.Spec.Subject.Namespaces, v1alpha1Pods(anp.Spec.Subject.Pods), o)
 	for i, r := range anp.Spec.Ingress {
 		peers := make([]adminPeer, len(r.From))
@@ -397,6 +395,12 @@ func (b *builder) baselinePolicy(banp *anpv1alpha1.BaselineAdminNetworkPolicy) *
 	}
 	b.applyUnknownFields(key, p, o)
 	return b.finish(p, o)
+}
+
+func checkPriority(prio int32, o *objectErrors) {
+	if prio < 0 || prio > maxPriority {
+		o.rejectf("spec.priority", "%d is outside 0-%d", prio, maxPriority)
+	}
 }
 
 // banpNoPass: the BANP API has no Pass action.
@@ -633,9 +637,7 @@ func (b *builder) clusterPolicy(cnp *cnpv1beta1.ClusterNetworkPolicy) *Policy {
 	default:
 		o.rejectf("spec.tier", "unknown tier %q (Admin or Baseline)", cnp.Spec.Tier)
 	}
-	if cnp.Spec.Priority < 0 || cnp.Spec.Priority > maxPriority {
-		o.rejectf("spec.priority", "%d is outside 0-%d", cnp.Spec.Priority, maxPriority)
-	}
+	checkPriority(cnp.Spec.Priority, o)
 	p.Subject = subject(cnp.Spec.Subject.Namespaces, v1beta1Pods(cnp.Spec.Subject.Pods), o)
 	for i, r := range cnp.Spec.Ingress {
 		peers := make([]adminPeer, len(r.From))
