@@ -17,6 +17,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	sigsjson "sigs.k8s.io/json"
 	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
@@ -141,7 +142,7 @@ func (s *Snapshot) AddDocuments(data []byte, file string, replace bool) *Report 
 			break
 		}
 		src := Source{File: file, Document: doc}
-		jsonDoc, err := yaml.YAMLToJSON(raw)
+		jsonDoc, err := yaml.YAMLToJSONStrict(raw) // duplicate keys are errors, not "last wins"
 		if err != nil {
 			report.Errors = append(report.Errors, fmt.Errorf("%s: invalid YAML: %w", src, err))
 			continue
@@ -166,7 +167,8 @@ func (s *Snapshot) addObject(data []byte, src Source, replace bool, report *Repo
 		} `json:"metadata"`
 		Items []json.RawMessage `json:"items"`
 	}
-	if err := json.Unmarshal(data, &head); err != nil {
+	// Case-sensitive, as the typed decode below: "metAdata" is not metadata.
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(data, &head); err != nil {
 		report.Errors = append(report.Errors, fmt.Errorf("%s: not a Kubernetes object: %w", src, err))
 		return
 	}
@@ -200,6 +202,14 @@ func (s *Snapshot) addObject(data []byte, src Source, replace bool, report *Repo
 	key := ObjectKey{Kind: head.Kind, Namespace: head.Metadata.Namespace, Name: head.Metadata.Name}
 	if key.Name == "" {
 		report.Errors = append(report.Errors, fmt.Errorf("%s: %s without metadata.name", src, head.Kind))
+		return
+	}
+	if errs := validation.IsDNS1123Subdomain(key.Name); len(errs) > 0 {
+		report.Errors = append(report.Errors, fmt.Errorf("%s: %s: metadata.name %q: %s", src, head.Kind, key.Name, strings.Join(errs, "; ")))
+		return
+	}
+	if errs := validation.IsDNS1123Label(key.Namespace); kind.namespaced && key.Namespace != "" && len(errs) > 0 {
+		report.Errors = append(report.Errors, fmt.Errorf("%s: %s %q: metadata.namespace %q: %s", src, head.Kind, key.Name, key.Namespace, strings.Join(errs, "; ")))
 		return
 	}
 	if !kind.namespaced && key.Namespace != "" {

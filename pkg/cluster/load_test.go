@@ -639,3 +639,27 @@ func TestLoadRepoTestdata(t *testing.T) {
 		}
 	}
 }
+
+// Regressions found by FuzzAddDocuments and review: each document is an
+// error naming the problem, and nothing is loaded under a wrong key.
+func TestAddDocumentsRejectsMalformedIdentity(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"metadata key in the wrong case", "apiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\nmetAdAtA: {nAme: A}\n", "without metadata.name"},
+		{"name that is not a DNS subdomain", "apiVersion: v1\nkind: Pod\nmetadata: {name: a/b, namespace: x}\n", `metadata.name "a/b"`},
+		{"namespace that is not a DNS label", "apiVersion: v1\nkind: Pod\nmetadata: {name: b, namespace: x/a}\n", `metadata.namespace "x/a"`},
+		{"duplicate YAML key", "apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\nmetadata: {name: y}\n", "duplicate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New()
+			r := s.AddDocuments([]byte(tc.doc), "f.yaml", false)
+			if len(r.Errors) != 1 || !strings.Contains(r.Errors[0].Error(), tc.want) {
+				t.Fatalf("errors = %v, want one containing %q", r.Errors, tc.want)
+			}
+			if len(s.Origin) != 0 || len(s.Pods)+len(s.Namespaces)+len(s.ClusterPolicies) != 0 {
+				t.Errorf("something was loaded: %v", s.Origin)
+			}
+		})
+	}
+}

@@ -568,6 +568,9 @@ func v1alpha1Rule(dir Direction, idx int, name, action string, peers []adminPeer
 	r := adminRule(dir, idx, name, action, "Allow", peers, o)
 	errsBefore := len(o.errs)
 	r.AllPorts = ports == nil
+	if ports != nil && len(*ports) == 0 {
+		o.fieldf(fmt.Sprintf("spec.%s[%d].ports", dir, idx), "an empty list is invalid (omit it to match every port)")
+	}
 	if ports != nil {
 		for j, port := range *ports {
 			field := fmt.Sprintf("spec.%s[%d].ports[%d]", dir, idx, j)
@@ -662,7 +665,10 @@ func cnpRule(dir Direction, idx int, name, action string, peers []adminPeer, pro
 	r := adminRule(dir, idx, name, action, "Accept", peers, o)
 	errsBefore := len(o.errs)
 	// protocols absent: every protocol and port, ICMP included.
-	r.AllPorts = len(protocols) == 0
+	r.AllPorts = protocols == nil
+	if protocols != nil && len(protocols) == 0 {
+		o.fieldf(fmt.Sprintf("spec.%s[%d].protocols", dir, idx), "an empty list is invalid (omit it to match every protocol)")
+	}
 	for j, proto := range protocols {
 		field := fmt.Sprintf("spec.%s[%d].protocols[%d]", dir, idx, j)
 		if pt, ok := cnpProtocol(proto, field, o); ok {

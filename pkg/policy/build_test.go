@@ -212,6 +212,45 @@ spec:
 			},
 		},
 		{
+			name: "ANP rule with an empty ports list fails closed",
+			ref:  "AdminNetworkPolicy anp",
+			yaml: `
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: anp}
+spec:
+  priority: 1
+  subject: {namespaces: {}}
+  ingress:
+  - {action: Deny, from: [{namespaces: {}}], ports: []}`,
+			want: want{errs: [][]string{{"AdminNetworkPolicy anp", "spec.ingress[0].ports", "empty list"}}},
+			check: func(t *testing.T, p *policy.Policy) {
+				if r := p.Rules[policy.Ingress][0]; r.FailClosed == "" || r.Action != policy.Deny {
+					t.Errorf("rule = %+v, want a Deny that fails closed", r)
+				}
+			},
+		},
+		{
+			name: "CNP rule with an empty protocols list fails closed",
+			ref:  "ClusterNetworkPolicy cnp",
+			yaml: `
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: cnp}
+spec:
+  tier: Admin
+  priority: 1
+  subject: {namespaces: {}}
+  ingress:
+  - {action: Accept, from: [{namespaces: {}}], protocols: []}`,
+			want: want{errs: [][]string{{"ClusterNetworkPolicy cnp", "spec.ingress[0].protocols", "empty list"}}},
+			check: func(t *testing.T, p *policy.Policy) {
+				if r := p.Rules[policy.Ingress][0]; r.FailClosed == "" || r.AllPorts {
+					t.Errorf("rule = %+v, want an Accept that fails closed", r)
+				}
+			},
+		},
+		{
 			name: "except outside cidr",
 			ref:  "NetworkPolicy x/np",
 			yaml: `
