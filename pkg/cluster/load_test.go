@@ -649,7 +649,7 @@ func TestAddDocumentsRejectsMalformedIdentity(t *testing.T) {
 		{"metadata key in the wrong case", "apiVersion: policy.networking.k8s.io/v1alpha2\nkind: ClusterNetworkPolicy\nmetAdAtA: {nAme: A}\n", "without metadata.name"},
 		{"name that is not a DNS subdomain", "apiVersion: v1\nkind: Pod\nmetadata: {name: a/b, namespace: x}\n", `metadata.name "a/b"`},
 		{"namespace that is not a DNS label", "apiVersion: v1\nkind: Pod\nmetadata: {name: b, namespace: x/a}\n", `metadata.namespace "x/a"`},
-		{"duplicate YAML key", "apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\nmetadata: {name: y}\n", "duplicate"},
+		{"duplicate YAML key", "apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\nmetadata: {name: y}\n", `key "metadata" already set`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New()
