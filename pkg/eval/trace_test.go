@@ -9,19 +9,6 @@ import (
 	"github.com/netpol/netpol/pkg/policy"
 )
 
-func load(t *testing.T, files ...string) *eval.Evaluator {
-	t.Helper()
-	snap, report := cluster.LoadPaths(files, nil)
-	if len(report.Errors) > 0 {
-		t.Fatal(report.Errors)
-	}
-	model := policy.Build(snap)
-	if len(model.Errors) > 0 {
-		t.Fatal(model.Errors)
-	}
-	return eval.New(snap, model)
-}
-
 func loadWith(t *testing.T, extra string) *eval.Evaluator {
 	t.Helper()
 	snap, report := cluster.LoadPaths([]string{testdata + "/base/e2e.yaml"}, nil)
