@@ -3,12 +3,18 @@ GO      ?= go
 BIN     := bin/netpol
 PKGS    := ./...
 
-.PHONY: build test lint bench fuzz clean
+.PHONY: build test lint bench fuzz demo clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/netpol
 
-# The README's test command; .ci/run runs it.
+# The README's main job: a 2-node lab (network namespaces, real nftables)
+# with the example policies; prints the kernel's observed truth table next
+# to the evaluator's and every difference, then tears the lab down. Root.
+demo: build
+	$(BIN) lab probe -f examples/demo --compare
+
+# The README's test command; .ci/run runs it. The kernel tests need root.
 test: lint
 	$(GO) test -count=1 $(PKGS)
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -51,20 +52,9 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d pod(s) left out, without %s: %s\n", len(t.Skipped), what, strings.Join(t.Skipped, ", "))
 			}
-			out := cmd.OutOrStdout()
-			if output == "json" {
-				if err := report.TableJSON(out, t); err != nil {
-					return err
-				}
-				return l.done()
+			if err := writeTable(cmd.OutOrStdout(), t, output); err != nil {
+				return err
 			}
-			if ok, err := writeStructured(out, output, t); ok {
-				if err != nil {
-					return err
-				}
-				return l.done()
-			}
-			report.Table(out, t, terminalStyle(out))
 			return l.done()
 		},
 	}
@@ -75,4 +65,17 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 	f.StringSliceVarP(&namespaces, "namespace", "n", nil, "only pods of these namespaces (default: all)")
 	f.BoolVarP(&allNamespaces, "all-namespaces", "A", false, "pods of every namespace")
 	return cmd
+}
+
+// writeTable prints a truth table (the evaluator's or the kernel's) in the
+// format asked for; the JSON shape is the CLI contract.
+func writeTable(out io.Writer, t *eval.Table, format string) error {
+	if format == "json" {
+		return report.TableJSON(out, t)
+	}
+	if ok, err := writeStructured(out, format, t); ok {
+		return err
+	}
+	report.Table(out, t, terminalStyle(out))
+	return nil
 }

@@ -2,6 +2,7 @@ package eval
 
 import (
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"sort"
 	"strconv"
@@ -20,6 +21,19 @@ type bitset []uint64
 func newBitset(n int) bitset    { return make(bitset, (n+63)/64) }
 func (b bitset) set(i int)      { b[i/64] |= 1 << (uint(i) % 64) }
 func (b bitset) has(i int) bool { return i >= 0 && b[i/64]&(1<<(uint(i)%64)) != 0 }
+
+// members lists the integers in the set, in order.
+func (b bitset) members() []int {
+	var out []int
+	for w, word := range b {
+		for word != 0 {
+			bit := bits.TrailingZeros64(word)
+			out = append(out, w*64+bit)
+			word &= word - 1
+		}
+	}
+	return out
+}
 
 // podInfo is what the evaluator needs of one pod, precomputed.
 type podInfo struct {
@@ -59,9 +73,11 @@ type index struct {
 	pods     []podInfo
 	podByKey map[string]int
 	podByIP  map[netip.Addr]int // pod-network pods only
-	nodes    []nodeInfo
-	nodeByIP map[netip.Addr]int
-	policies []*compiledPolicy // model order
+	// podsByNamespace lists the pod-network pods of each namespace.
+	podsByNamespace map[string][]int
+	nodes           []nodeInfo
+	nodeByIP        map[netip.Addr]int
+	policies        []*compiledPolicy // model order
 	// selecting[tier][dir][pod] lists the policies (indexes into policies,
 	// in evaluation order) that apply to the pod. For the NetworkPolicy
 	// tier only policies that isolate the pod in that direction count.
@@ -69,7 +85,8 @@ type index struct {
 }
 
 func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
-	ix := &index{podByKey: map[string]int{}, podByIP: map[netip.Addr]int{}, nodeByIP: map[netip.Addr]int{}}
+	ix := &index{podByKey: map[string]int{}, podByIP: map[netip.Addr]int{}, nodeByIP: map[netip.Addr]int{},
+		podsByNamespace: map[string][]int{}}
 	nodeByName := map[string]int{}
 	for _, n := range snap.Nodes {
 		ni := nodeInfo{node: n}
@@ -117,6 +134,7 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 		idx := len(ix.pods)
 		ix.podByKey[pi.key] = idx
 		if !pi.hostNetwork {
+			ix.podsByNamespace[p.Namespace] = append(ix.podsByNamespace[p.Namespace], idx)
 			for _, a := range pi.addrs {
 				ix.podByIP[a] = idx
 			}
@@ -172,11 +190,7 @@ func podAddresses(p *corev1.Pod) []netip.Addr {
 
 func (ix *index) compile(pol *policy.Policy) *compiledPolicy {
 	cp := &compiledPolicy{Policy: pol, subjects: newBitset(len(ix.pods))}
-	for i, p := range ix.pods {
-		if !p.hostNetwork && ix.subjectSelects(pol.Subject, i) {
-			cp.subjects.set(i)
-		}
-	}
+	ix.selectPods(pol.Subject, cp.subjects)
 	for _, d := range policy.Directions {
 		for ri := range pol.Rules[d] {
 			r := &pol.Rules[d][ri]
@@ -184,11 +198,7 @@ func (ix *index) compile(pol *policy.Policy) *compiledPolicy {
 			for _, peer := range r.Peers {
 				switch peer.Kind {
 				case policy.PeerPods:
-					for i, p := range ix.pods {
-						if !p.hostNetwork && ix.podPeerSelects(peer, i) {
-							cr.pods.set(i)
-						}
-					}
+					ix.selectPods(policy.Subject{Namespace: peer.Namespace, Namespaces: peer.Namespaces, Pods: peer.Pods}, cr.pods)
 				case policy.PeerNodes:
 					for i, n := range ix.nodes {
 						if peer.Nodes.Matches(labels.Set(n.node.Labels)) {
@@ -207,16 +217,28 @@ func (ix *index) compile(pol *policy.Policy) *compiledPolicy {
 	return cp
 }
 
-func (ix *index) subjectSelects(s policy.Subject, pod int) bool {
-	p := ix.pods[pod]
-	if s.Namespace != "" && p.pod.Namespace != s.Namespace {
-		return false
+// selectPods sets in out the pod-network pods that s selects. Namespaces
+// are matched once each, and only their pods are tested against the pod
+// selector: a NetworkPolicy looks at one namespace, not the cluster.
+func (ix *index) selectPods(s policy.Subject, out bitset) {
+	match := func(pods []int) {
+		if len(pods) == 0 || !s.Namespaces.Matches(ix.pods[pods[0]].nsLabels) {
+			return
+		}
+		everyPod := s.Pods.Empty()
+		for _, i := range pods {
+			if everyPod || s.Pods.Matches(labels.Set(ix.pods[i].pod.Labels)) {
+				out.set(i)
+			}
+		}
 	}
-	return s.Namespaces.Matches(p.nsLabels) && s.Pods.Matches(labels.Set(p.pod.Labels))
-}
-
-func (ix *index) podPeerSelects(peer policy.Peer, pod int) bool {
-	return ix.subjectSelects(policy.Subject{Namespace: peer.Namespace, Namespaces: peer.Namespaces, Pods: peer.Pods}, pod)
+	if s.Namespace != "" {
+		match(ix.podsByNamespace[s.Namespace])
+		return
+	}
+	for _, pods := range ix.podsByNamespace {
+		match(pods)
+	}
 }
 
 // Endpoint is one side of a connection: a pod, or a bare address (an

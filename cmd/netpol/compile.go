@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/netpol/netpol/pkg/compiler"
+)
+
+func newCompileCommand(in *inputFlags) *cobra.Command {
+	var (
+		node  string
+		table string
+		stats bool
+	)
+	cmd := &cobra.Command{
+		Use:   "compile --node NAME",
+		Short: "Print the nftables ruleset the agent programs on a node, in nft syntax",
+		Long: "Print the nftables ruleset (table inet netpol) that enforces the cluster's policies on one node.\n" +
+			"The text is generated without the nft binary; `nft -f` accepts it.",
+		Example: "  netpol compile -f examples/demo --node node-1\n" +
+			"  netpol compile -f cluster.yaml --node node-2 --stats",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if node == "" {
+				return fmt.Errorf("--node is required: the ruleset is per node")
+			}
+			l, err := in.load(cmd.Context(), cmd.InOrStdin(), cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			t, err := compiler.Compile(l.evaluator.Resolved(), compiler.Options{Node: node, Table: table})
+			if err != nil {
+				return err
+			}
+			if stats {
+				n := t.Count()
+				fmt.Fprintf(cmd.ErrOrStderr(), "node %s: %d chains, %d rules, %d sets, %d set elements\n", node, n.Chains, n.Rules, n.Sets, n.Elements)
+			}
+			if err := t.Render(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			return l.done()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&node, "node", "", "the node to compile for (a Node in the cluster state)")
+	f.StringVar(&table, "table", compiler.DefaultTable, "name of the inet table")
+	f.BoolVar(&stats, "stats", false, "print the kernel object counts to stderr")
+	return cmd
+}

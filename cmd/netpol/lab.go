@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/lab"
+)
+
+// labPrefix is what every lab namespace name starts with.
+const labPrefix = "netpol-"
+
+func newLabCommand(in *inputFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "A cluster data plane on this machine: nodes and pods as network namespaces, enforced by the real kernel",
+		Long: "The lab turns a cluster state file into network namespaces (an underlay, one per node, one per pod),\n" +
+			"programs each node's nftables ruleset as the agent would, and runs probe servers in every pod.\n" +
+			"It needs root. Every namespace name starts with \"" + labPrefix + "\".",
+	}
+	cmd.AddCommand(newLabUpCommand(in), newLabProbeCommand(in), newLabStatusCommand(), newLabDownCommand())
+	return cmd
+}
+
+// signalContext is cancelled on SIGINT and SIGTERM, so labs are torn down
+// on every exit path.
+func signalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+}
+
+// startLab brings a lab up from the input and programs every node. Every
+// pod serves the ports of probes (default: every port any pod declares),
+// as upstream's test servers do, so a closed port is never mistaken for a
+// policy denial.
+func startLab(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []eval.Probe) (*loaded, *lab.Lab, *conformance.Enforcer, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil, nil, errors.New("the lab needs root (network namespaces and nftables)")
+	}
+	if len(in.files) == 0 {
+		return nil, nil, nil, errors.New("the lab is built from a state file: give -f PATH")
+	}
+	l, err := in.load(ctx, cmd.InOrStdin(), cmd.ErrOrStderr())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if len(probes) == 0 {
+		if probes, err = tableProbes(l.evaluator.Table(eval.TableOptions{})); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	lb, err := lab.Up(ctx, l.snap, lab.Options{Prefix: prefix, ExtraPorts: probes})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, n := range lb.Notes() {
+		fmt.Fprintln(cmd.ErrOrStderr(), "note:", n)
+	}
+	enf := conformance.NewEnforcer(lb)
+	if _, err := enf.Sync(l.snap); err != nil {
+		enf.Close()
+		return nil, nil, nil, errors.Join(err, lb.Down())
+	}
+	return l, lb, enf, nil
+}
+
+func newLabUpCommand(in *inputFlags) *cobra.Command {
+	var prefix string
+	cmd := &cobra.Command{
+		Use:   "up -f PATH",
+		Short: "Bring a lab up from a state file and keep it until interrupted",
+		Long: "Bring a lab up from a state file, program every node, print where everything is, and keep\n" +
+			"the probe servers running until SIGINT or SIGTERM; then tear everything down.",
+		Example: "  sudo netpol lab up -f examples/demo\n" +
+			"  sudo ip netns exec <pod namespace> curl http://<pod ip>:80  # in another terminal",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			l, lb, enf, err := startLab(ctx, cmd, in, prefix, nil)
+			if err != nil {
+				return err
+			}
+			defer enf.Close()
+			defer lb.Down()
+			writeLabStatus(cmd.OutOrStdout(), lb)
+			fmt.Fprintln(cmd.OutOrStdout(), "lab is up; press Ctrl-C (or `netpol lab down`) to tear it down")
+			<-ctx.Done()
+			if err := lb.Down(); err != nil {
+				return err
+			}
+			return l.done()
+		},
+	}
+	cmd.Flags().StringVar(&prefix, "prefix", "", "namespace name prefix for this lab (default: "+labPrefix+"<random>)")
+	return cmd
+}
+
+func writeLabStatus(w io.Writer, lb *lab.Lab) {
+	fmt.Fprintf(w, "lab %s\n", lb.Prefix())
+	for _, n := range lb.Nodes() {
+		fmt.Fprintf(w, "  node %-20s netns %-28s %v\n", n.Name, n.NetNS, n.Addrs)
+	}
+	for _, p := range lb.Pods() {
+		where := p.NetNS
+		if p.HostNetwork {
+			where = "(host network of " + p.Node + ")"
+		}
+		fmt.Fprintf(w, "  pod  %-20s netns %-28s %v\n", p.Name, where, p.Addrs)
+	}
+}
+
+func newLabProbeCommand(in *inputFlags) *cobra.Command {
+	var (
+		prefix  string
+		ports   []string
+		family  string
+		output  string
+		compare bool
+	)
+	cmd := &cobra.Command{
+		Use:   "probe -f PATH",
+		Short: "Bring a lab up, probe every pod pair on every port, tear it down; print what the kernel did",
+		Long: "Bring a lab up from a state file, program every node, probe the full pods x pods x ports\n" +
+			"matrix with real connections, tear the lab down and print the OBSERVED table, in the same\n" +
+			"shape as `netpol table` (so the two can be diffed). With --compare, print the evaluator's\n" +
+			"table next to it and every difference; the exit status is 1 if there is one.",
+		Example: "  sudo netpol lab probe -f examples/demo -o json\n" +
+			"  sudo netpol lab probe -f examples/demo --compare",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkFormat(output, "table", "json", "yaml"); err != nil {
+				return err
+			}
+			probes, err := eval.ParseProbes(ports)
+			if err != nil {
+				return err
+			}
+			fam, err := eval.ParseFamily(family)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			l, lb, enf, err := startLab(ctx, cmd, in, prefix, probes)
+			if err != nil {
+				return err
+			}
+			observed, notes, probeErr := lb.Probe(ctx, lab.ProbeOptions{Probes: probes, Family: fam, SkipUnsupported: true})
+			enf.Close()
+			if err := errors.Join(probeErr, lb.Down()); err != nil {
+				return err
+			}
+			for _, n := range notes {
+				fmt.Fprintln(cmd.ErrOrStderr(), "note:", n)
+			}
+			out := cmd.OutOrStdout()
+			if !compare {
+				if err := writeTable(out, observed, output); err != nil {
+					return err
+				}
+				return l.done()
+			}
+			// Compare on exactly the probes the kernel answered.
+			answered, err := tableProbes(observed)
+			if err != nil {
+				return err
+			}
+			expected := l.evaluator.Table(eval.TableOptions{Probes: answered, Family: fam})
+			diffs, err := conformance.Compare(expected, observed)
+			if err != nil {
+				return err
+			}
+			if err := writeComparison(out, expected, observed, diffs, output); err != nil {
+				return err
+			}
+			if len(diffs) > 0 {
+				return fmt.Errorf("the kernel disagrees with the evaluator on %d cell(s)", len(diffs))
+			}
+			return l.done()
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&prefix, "prefix", "", "namespace name prefix for this lab (default: "+labPrefix+"<random>)")
+	f.StringSliceVar(&ports, "ports", nil, "probes as protocol/port, comma-separated (default: every port the pods declare)")
+	f.StringVar(&family, "family", "", "address family for dual-stack pods: ipv4 or ipv6 (default: each pod's primary address)")
+	f.StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
+	f.BoolVar(&compare, "compare", false, "also print the evaluator's table and every difference")
+	return cmd
+}
+
+// comparison is the --compare output for json and yaml.
+type comparison struct {
+	Expected    *eval.Table `json:"expected"`
+	Observed    *eval.Table `json:"observed"`
+	Differences []string    `json:"differences"`
+}
+
+func writeComparison(out io.Writer, expected, observed *eval.Table, diffs []conformance.Difference, format string) error {
+	lines := make([]string, len(diffs))
+	for i, d := range diffs {
+		lines[i] = d.String()
+	}
+	if ok, err := writeStructured(out, format, comparison{expected, observed, lines}); ok {
+		return err
+	}
+	fmt.Fprintln(out, "== Evaluator (what policy says) ==")
+	if err := writeTable(out, expected, format); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\n== Kernel (what the lab's packets did) ==")
+	if err := writeTable(out, observed, format); err != nil {
+		return err
+	}
+	if len(diffs) == 0 {
+		fmt.Fprintf(out, "\nno differences: the kernel agrees with the evaluator on all %d cells\n", len(expected.Results))
+		return nil
+	}
+	fmt.Fprintf(out, "\n%d difference(s):\n  %s\n", len(diffs), strings.Join(lines, "\n  "))
+	return nil
+}
+
+func newLabStatusCommand() *cobra.Command {
+	var prefix string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "List the labs on this machine and their network namespaces",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			labs, err := lab.List(prefix)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if len(labs) == 0 {
+				fmt.Fprintln(out, "no labs")
+				return nil
+			}
+			names := make([]string, 0, len(labs))
+			for n := range labs {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				fmt.Fprintf(out, "lab %s: %d namespaces\n", n, len(labs[n]))
+				for _, ns := range labs[n] {
+					fmt.Fprintf(out, "  %s\n", ns)
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&prefix, "prefix", labPrefix, "only labs whose namespaces start with this")
+	return cmd
+}
+
+func newLabDownCommand() *cobra.Command {
+	var (
+		prefix string
+		all    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "down (--prefix PREFIX | --all)",
+		Short: "Remove a lab's network namespaces (--all: every lab's, including leftovers)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case all:
+				prefix = labPrefix
+			case prefix == "":
+				return errors.New("say which lab: --prefix PREFIX (see `netpol lab status`), or --all")
+			case !strings.HasPrefix(prefix, labPrefix):
+				return fmt.Errorf("lab prefixes start with %q", labPrefix)
+			}
+			removed, err := lab.DownAll(prefix)
+			for _, ns := range removed {
+				fmt.Fprintln(cmd.OutOrStdout(), "removed", ns)
+			}
+			if err == nil && len(removed) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "nothing to remove")
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&prefix, "prefix", "", "the lab's namespace prefix")
+	cmd.Flags().BoolVar(&all, "all", false, "remove every lab namespace ("+labPrefix+"*)")
+	return cmd
+}
+
+// tableProbes reads back the probes a table's columns stand for.
+func tableProbes(t *eval.Table) ([]eval.Probe, error) {
+	return eval.ParseProbes(t.Ports)
+}

@@ -1,0 +1,250 @@
+package conformance_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/netpol/netpol/internal/synth"
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/lab"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// benchScale is the cluster: 10,000 pods on 99 nodes (about 100
+// local pods per node), 1,000 NetworkPolicies, 100 Admin/Baseline policies.
+var benchScale = synth.Spec{Namespaces: 100, Pods: 10000, Nodes: 99, NetworkPolicies: 1000, AdminPolicies: 100, Seed: 1}
+
+const benchNode = "node-0"
+
+func synthSnapshot(b testing.TB, spec synth.Spec) *cluster.Snapshot {
+	snap := cluster.New()
+	if r := snap.AddDocuments([]byte(synth.YAML(spec)), "synth", false); len(r.Errors) > 0 {
+		b.Fatal(r.Errors)
+	}
+	return snap
+}
+
+func compileNode(b testing.TB, snap *cluster.Snapshot) *nft.Table {
+	t, err := compiler.Compile(eval.New(snap, policy.Build(snap)).Resolved(), compiler.Options{Node: benchNode})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return t
+}
+
+// nodeOnlyLab is a lab with the benchmark node and no pods: a network
+// namespace to program.
+func nodeOnlyLab(b testing.TB, snap *cluster.Snapshot, pods ...string) *lab.Lab {
+	small := cluster.New()
+	for _, n := range snap.Nodes {
+		if n.Name == benchNode {
+			small.Nodes = append(small.Nodes, n)
+		}
+	}
+	small.Namespaces = snap.Namespaces
+	for _, p := range snap.Pods {
+		for _, want := range pods {
+			if p.Namespace+"/"+p.Name == want {
+				small.Pods = append(small.Pods, p)
+			}
+		}
+	}
+	l, err := lab.Up(context.Background(), small, lab.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Down() })
+	return l
+}
+
+func nodeApplier(b testing.TB, l *lab.Lab) *nft.Applier {
+	a, err := nft.NewApplier(int(l.Node(benchNode).Handle), compiler.DefaultTable)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { a.Close() })
+	return a
+}
+
+// BenchmarkCompileApply is a node's first sync at scale: model, resolution
+// and compile for one node, then the whole table applied as one kernel
+// transaction into an empty namespace.
+func BenchmarkCompileApply(b *testing.B) {
+	requireRoot(b)
+	snap := synthSnapshot(b, benchScale)
+	l := nodeOnlyLab(b, snap)
+	var compileTime, applyTime time.Duration
+	var counts nft.Counts
+	for b.Loop() {
+		b.StopTimer()
+		a := nodeApplier(b, l)
+		if err := a.Delete(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		t := compileNode(b, snap)
+		compiled := time.Now()
+		if _, err := a.Apply(t); err != nil {
+			b.Fatal(err)
+		}
+		compileTime += compiled.Sub(start)
+		applyTime += time.Since(compiled)
+		counts = t.Count()
+	}
+	n := float64(b.N)
+	b.ReportMetric(compileTime.Seconds()*1000/n, "compile-ms/op")
+	b.ReportMetric(applyTime.Seconds()*1000/n, "apply-ms/op")
+	b.ReportMetric(float64(counts.Chains), "chains")
+	b.ReportMetric(float64(counts.Rules), "rules")
+	b.ReportMetric(float64(counts.Sets), "sets")
+	b.ReportMetric(float64(counts.Elements), "elements")
+}
+
+// BenchmarkPodAddRemove is one pod appearing and then going away on a node
+// whose table holds the whole cluster: two incremental transactions per
+// op. The pod lands in a namespace and with labels that policies select,
+// so it joins peer sets, named-port sets and the allow-lists of classes.
+// Run at two cluster sizes: the transaction must not grow with the
+// cluster.
+func BenchmarkPodAddRemove(b *testing.B) {
+	requireRoot(b)
+	for _, spec := range []synth.Spec{
+		{Namespaces: 10, Pods: 1000, Nodes: 9, NetworkPolicies: 100, AdminPolicies: 10, Seed: 1},
+		benchScale,
+	} {
+		b.Run(fmt.Sprintf("pods=%d", spec.Pods), func(b *testing.B) {
+			snap := synthSnapshot(b, spec)
+			l := nodeOnlyLab(b, snap)
+			a := nodeApplier(b, l)
+			base := compileNode(b, snap)
+			if _, err := a.Apply(base); err != nil {
+				b.Fatal(err)
+			}
+			// The new pod is a copy of pod-1 (a remote pod) with a fresh IP.
+			extra := snap.Pods[1].DeepCopy()
+			extra.Name = "bench-extra"
+			extra.Status.PodIP = "10.127.255.1"
+			extra.Status.PodIPs = nil
+			snap.Pods = append(snap.Pods, extra)
+			withPod := compileNode(b, snap)
+			var txTime time.Duration
+			var stats nft.Stats
+			for b.Loop() {
+				start := time.Now()
+				s, err := a.Apply(withPod)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := a.Apply(base); err != nil {
+					b.Fatal(err)
+				}
+				txTime += time.Since(start)
+				stats = s
+			}
+			b.ReportMetric(txTime.Seconds()*1000/float64(b.N)/2, "ms/transaction")
+			b.ReportMetric(float64(stats.ElementsAdded+stats.ElementsDeleted), "elements/transaction")
+			b.ReportMetric(float64(stats.Messages), "messages/transaction")
+		})
+	}
+}
+
+// BenchmarkConnRate is the data-plane cost: TCP connections per second
+// between two pods on the benchmark node, through its forward hook, with
+// the node's full-scale ruleset and with no ruleset, in the same run. Both
+// pods are selected by policies, so each packet goes through dispatch,
+// class chains and set lookups.
+func BenchmarkConnRate(b *testing.B) {
+	requireRoot(b)
+	snap := synthSnapshot(b, benchScale)
+	table := compileNode(b, snap)
+	ev := eval.New(snap, policy.Build(snap))
+	from, to := dispatchedAllowedPair(b, snap, ev, table)
+	l := nodeOnlyLab(b, snap, from, to)
+	a := nodeApplier(b, l)
+	const window = 3 * time.Second
+	probe := eval.Probe{Protocol: "TCP", Port: 80}
+	rate := func() float64 {
+		var n atomic.Int64
+		deadline := time.Now().Add(window)
+		var wg sync.WaitGroup
+		for w := 0; w < 4; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(deadline) {
+					o, err := l.ProbeOne(context.Background(), from, to, probe, eval.FamilyIPv4)
+					if err != nil || !o.Allowed {
+						b.Errorf("%s -> %s: %v %+v", from, to, err, o)
+						return
+					}
+					n.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(n.Load()) / window.Seconds()
+	}
+	var with, without float64
+	for b.Loop() {
+		if err := a.Delete(); err != nil {
+			b.Fatal(err)
+		}
+		without = rate()
+		if _, err := a.Apply(table); err != nil {
+			b.Fatal(err)
+		}
+		with = rate()
+	}
+	b.ReportMetric(without, "conn/s-no-ruleset")
+	b.ReportMetric(with, "conn/s-ruleset")
+	b.ReportMetric(with/without, "ratio")
+}
+
+// dispatchedAllowedPair finds two pods on the benchmark node that policy
+// lets talk on tcp/80 and whose traffic the kernel dispatches into class
+// chains in both directions.
+func dispatchedAllowedPair(b *testing.B, snap *cluster.Snapshot, ev *eval.Evaluator, t *nft.Table) (string, string) {
+	inMap := func(m string, ip string) bool {
+		key := nft.IPv4.AddrBytes(netip.MustParseAddr(ip))
+		for _, e := range t.Sets[m].Elements {
+			if string(e.Key) == string(key) {
+				return true
+			}
+		}
+		return false
+	}
+	var local []string
+	ips := map[string]string{}
+	for _, p := range snap.Pods {
+		if p.Spec.NodeName == benchNode {
+			k := p.Namespace + "/" + p.Name
+			local = append(local, k)
+			ips[k] = p.Status.PodIP
+		}
+	}
+	for _, src := range local {
+		if !inMap("egress-pods4", ips[src]) {
+			continue
+		}
+		for _, dst := range local {
+			if src == dst || !inMap("ingress-pods4", ips[dst]) {
+				continue
+			}
+			v, err := ev.Explain(src, dst, eval.Probe{Protocol: "TCP", Port: 80}, eval.FamilyIPv4)
+			if err == nil && v.Allowed {
+				return src, dst
+			}
+		}
+	}
+	b.Fatal("no allowed pair of dispatched pods on the node")
+	return "", ""
+}

@@ -1,0 +1,210 @@
+package conformance_test
+
+import (
+	"context"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/internal/corpus"
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/lab"
+)
+
+const testdata = "../testdata"
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the real-packet tests need root (network namespaces and nftables); run `sudo make test`")
+	}
+}
+
+// TestCorpusInKernel runs every case of the policy corpus against the real
+// kernel: one lab per base snapshot, re-synced (not rebuilt) from case to
+// case and step to step; after every step with expectations, the probed
+// matrix must equal the evaluator's table cell by cell.
+func TestCorpusInKernel(t *testing.T) {
+	requireRoot(t)
+	cases, err := corpus.LoadDir(testdata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byBase := map[string][]*corpus.Case{}
+	for _, c := range cases {
+		byBase[c.Base] = append(byBase[c.Base], c)
+	}
+	bases := make([]string, 0, len(byBase))
+	for b := range byBase {
+		bases = append(bases, b)
+	}
+	sort.Strings(bases)
+	if ok, why := lab.SCTPSupported(); !ok {
+		t.Logf("SCTP probes are skipped: %s", why)
+	}
+	totals := map[string]*tally{}
+	for _, base := range bases {
+		t.Run(base, func(t *testing.T) {
+			runBase(t, base, byBase[base], totals)
+		})
+	}
+	suites := make([]string, 0, len(totals))
+	for s := range totals {
+		suites = append(suites, s)
+	}
+	sort.Strings(suites)
+	for _, s := range suites {
+		n := totals[s]
+		t.Logf("suite %s: %d cases, %d steps probed, %d cells, %d disagreements", s, n.cases, n.steps, n.cells, n.diffs)
+	}
+}
+
+type tally struct{ cases, steps, cells, diffs int }
+
+func runBase(t *testing.T, base string, cases []*corpus.Case, totals map[string]*tally) {
+	full := baseSnapshot(t, base)
+	ctx := context.Background()
+	start := time.Now()
+	// Upstream's servers answer on every port the cases probe, declared
+	// or not (e.g. conformance probes tcp/8080 on pods declaring only 80).
+	l, err := lab.Up(ctx, full, lab.Options{ExtraPorts: casePorts(t, cases)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Down(); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	enf := conformance.NewEnforcer(l)
+	t.Cleanup(enf.Close)
+	t.Logf("lab for base %s up in %v", base, time.Since(start).Round(time.Millisecond))
+	for _, c := range cases {
+		t.Run(c.Suite+"/"+c.Name, func(t *testing.T) {
+			n := totals[c.Suite]
+			if n == nil {
+				n = &tally{}
+				totals[c.Suite] = n
+			}
+			n.cases++
+			runCase(t, ctx, l, enf, c, n)
+		})
+	}
+}
+
+// baseSnapshot is the whole base, every pod included.
+func baseSnapshot(t *testing.T, base string) *cluster.Snapshot {
+	t.Helper()
+	snap, report := cluster.LoadPaths([]string{testdata + "/base/" + base + ".yaml"}, nil)
+	if len(report.Errors) > 0 {
+		t.Fatal(report.Errors)
+	}
+	return snap
+}
+
+func runCase(t *testing.T, ctx context.Context, l *lab.Lab, enf *conformance.Enforcer, c *corpus.Case, n *tally) {
+	snap, err := c.BaseSnapshot(testdata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	family, err := c.AddressFamily()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range c.Steps {
+		if err := c.ApplyStep(snap, i); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Update(ctx, snap); err != nil {
+			t.Fatalf("step %d: lab update: %v", i, err)
+		}
+		rep, err := enf.Sync(snap)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if len(st.Expect) == 0 {
+			continue
+		}
+		n.steps++
+		// One probe round per step, over every port the step's
+		// expectations name: denied cells cost a timeout, so rounds count.
+		var probes []eval.Probe
+		seen := map[eval.Probe]bool{}
+		for _, x := range st.Expect {
+			ps, err := eval.ParseProbes(x.Ports)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range supported(ps) {
+				if !seen[p] {
+					seen[p] = true
+					probes = append(probes, p)
+				}
+			}
+		}
+		if len(probes) == 0 {
+			continue
+		}
+		want := eval.New(snap, rep.Model).Table(eval.TableOptions{Probes: probes, Family: family})
+		got, _, err := l.Probe(ctx, lab.ProbeOptions{Probes: probes, Family: family, Timeout: probeTimeout, RetryTimeout: retryTimeout})
+		if err != nil {
+			t.Fatalf("step %d: probe: %v", i, err)
+		}
+		diffs, err := conformance.Compare(want, got)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		n.cells += len(want.Results)
+		n.diffs += len(diffs)
+		for _, d := range diffs {
+			t.Errorf("step %d %q: %s", i, st.Name, d)
+		}
+	}
+}
+
+// supported drops SCTP probes when the kernel has no SCTP.
+func supported(probes []eval.Probe) []eval.Probe {
+	if ok, _ := lab.SCTPSupported(); ok {
+		return probes
+	}
+	var out []eval.Probe
+	for _, p := range probes {
+		if p.Protocol != "SCTP" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// casePorts is every probe the cases of a base use.
+func casePorts(t *testing.T, cases []*corpus.Case) []eval.Probe {
+	seen := map[eval.Probe]bool{}
+	var out []eval.Probe
+	for _, c := range cases {
+		for _, st := range c.Steps {
+			for _, x := range st.Expect {
+				probes, err := eval.ParseProbes(x.Ports)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range supported(probes) {
+					if !seen[p] {
+						seen[p] = true
+						out = append(out, p)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// A denied cell costs probeTimeout plus retryTimeout (it is retried once
+// before it counts as denied); an allowed one answers in microseconds.
+const (
+	probeTimeout = 250 * time.Millisecond
+	retryTimeout = time.Second
+)

@@ -1,0 +1,168 @@
+package conformance_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/lab"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// restartPolicies give the e2e base a mix of allowed and denied cells in
+// every tier.
+const restartPolicies = `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: ingress-from-y, namespace: x}
+spec:
+  podSelector: {}
+  ingress:
+  - from:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: "y"}}
+---
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: z-denies-b}
+spec:
+  tier: Admin
+  priority: 10
+  subject:
+    namespaces: {matchLabels: {kubernetes.io/metadata.name: "z"}}
+  egress:
+  - action: Deny
+    to:
+    - pods:
+        namespaceSelector: {}
+        podSelector: {matchLabels: {pod: b}}
+`
+
+// TestRestartAdoptsWithoutFlip restarts the appliers (new netlink
+// connections, no cache: they read the live tables back) again and again
+// while the full matrix is probed without retries; every round must equal
+// the evaluator's table, and each restart must send nothing to the kernel.
+// Then a restarted applier applies a policy change from its read-back.
+func TestRestartAdoptsWithoutFlip(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	snap := baseSnapshot(t, "e2e")
+	if r := snap.AddDocuments([]byte(restartPolicies), "restart policies", false); len(r.Errors) > 0 {
+		t.Fatal(r.Errors)
+	}
+	probes := []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 81}}
+	l, err := lab.Up(ctx, snap, lab.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Down() })
+	enf := conformance.NewEnforcer(l)
+	if _, err := enf.Sync(snap); err != nil {
+		t.Fatal(err)
+	}
+	want := eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: probes})
+	denied := 0
+	for _, r := range want.Results {
+		if !r.Allowed {
+			denied++
+		}
+	}
+	if denied == 0 || denied == len(want.Results) {
+		t.Fatalf("the policies should allow some cells and deny others; %d of %d denied", denied, len(want.Results))
+	}
+
+	var (
+		mu       sync.Mutex
+		rounds   int
+		problems []string
+	)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// No retry: a cell that drops even once during a restart shows.
+			got, _, err := l.Probe(ctx, lab.ProbeOptions{Probes: probes, Timeout: 500 * time.Millisecond, NoRetry: true})
+			mu.Lock()
+			rounds++
+			if err != nil {
+				problems = append(problems, err.Error())
+			} else if diffs, err := conformance.Compare(want, got); err != nil || len(diffs) > 0 {
+				problems = append(problems, fmtDiffs(err, diffs))
+			}
+			mu.Unlock()
+		}
+	}()
+
+	const restarts = 20
+	for i := 0; i < restarts; i++ {
+		enf.Close()
+		enf = conformance.NewEnforcer(l)
+		rep, err := enf.Sync(snap)
+		if err != nil {
+			t.Fatalf("restart %d: %v", i, err)
+		}
+		for node, ns := range rep.Nodes {
+			if ns.Stats.Messages != 0 {
+				t.Errorf("restart %d: node %s: adopting an up-to-date table sent %d netlink messages, want 0 (%+v)", i, node, ns.Stats.Messages, ns.Stats)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Let the probes run across the last restart for a while.
+	time.Sleep(time.Second)
+	close(stop)
+	<-done
+	enf.Close()
+	mu.Lock()
+	t.Logf("%d restarts while %d full-matrix probe rounds ran (%d cells each, %d denied)", restarts, rounds, len(want.Results), denied)
+	if rounds < 3 {
+		t.Errorf("only %d probe rounds ran during the restarts", rounds)
+	}
+	for _, p := range problems {
+		t.Errorf("a probe round disagreed with the evaluator: %s", p)
+	}
+	mu.Unlock()
+
+	// A restarted applier diffs a changed state against what it reads back.
+	snap.Delete(cluster.ObjectKey{Kind: cluster.KindNetworkPolicy, Namespace: "x", Name: "ingress-from-y"})
+	enf = conformance.NewEnforcer(l)
+	defer enf.Close()
+	rep, err := enf.Sync(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for node, ns := range rep.Nodes {
+		if ns.Stats.ChainsRewritten+ns.Stats.ChainsAdded > 2 || ns.Stats.SetsAdded > 0 {
+			t.Errorf("node %s: removing one NetworkPolicy rewrote too much: %+v", node, ns.Stats)
+		}
+	}
+	want = eval.New(snap, rep.Model).Table(eval.TableOptions{Probes: probes})
+	got, _, err := l.Probe(ctx, lab.ProbeOptions{Probes: probes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffs, err := conformance.Compare(want, got)
+	if err != nil || len(diffs) > 0 {
+		t.Errorf("after the change: %s", fmtDiffs(err, diffs))
+	}
+}
+
+func fmtDiffs(err error, diffs []conformance.Difference) string {
+	s := ""
+	if err != nil {
+		s = err.Error() + "; "
+	}
+	for _, d := range diffs {
+		s += d.String() + "; "
+	}
+	return s
+}

@@ -1,0 +1,143 @@
+package compiler_test
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/netpol/netpol/internal/corpus"
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+const testdata = "../../testdata"
+
+// goldenCases are representative snapshots: a corpus case's state after
+// all its steps (or the demo), compiled for one node.
+var goldenCases = []struct {
+	name, suite, kase, node string
+}{
+	{"demo-node-1", "", "", "node-1"},
+	{"demo-node-2", "", "", "node-2"},
+	{"e2e-ingress-named-port", "e2e", "ingress-named-port", "node-1"},
+	{"e2e-egress-named-port", "e2e", "egress-named-port", "node-2"},
+	{"e2e-cidr-and-except-overlap", "e2e", "cidr-and-except-overlap", "node-2"},
+	{"e2e-ingress-and-egress-together", "e2e", "ingress-and-egress-together", "node-2"},
+	{"conformance-admin-node-peers", "conformance", "cnp-admin-tier-egress-node-peers", "node-1"},
+	{"netpol-pass-both-tiers", "netpol", "pass-both-tiers", "node-1"},
+	{"netpol-ipv6-ipblock-except", "netpol", "ipv6-ipblock-except", "node-1"},
+	{"netpol-unknown-peer-fails-closed", "netpol", "unknown-peer-fails-closed", "node-1"},
+}
+
+func goldenSnapshot(t *testing.T, suite, name string) *cluster.Snapshot {
+	t.Helper()
+	if suite == "" {
+		snap, report := cluster.LoadPaths([]string{"../../examples/demo"}, nil)
+		if len(report.Errors) > 0 {
+			t.Fatal(report.Errors)
+		}
+		return snap
+	}
+	cases, err := corpus.LoadDir(testdata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		if c.Suite != suite || c.Name != name {
+			continue
+		}
+		snap, err := c.BaseSnapshot(testdata)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range c.Steps {
+			if err := c.ApplyStep(snap, i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return snap
+	}
+	t.Fatalf("no case %s/%s", suite, name)
+	return nil
+}
+
+func compileText(t *testing.T, snap *cluster.Snapshot, node string) []byte {
+	t.Helper()
+	table, err := compiler.Compile(eval.New(snap, policy.Build(snap)).Resolved(), compiler.Options{Node: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := table.Render(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestGolden compares `netpol compile` output with testdata/golden/compile
+// (go test ./pkg/compiler -run TestGolden -update rewrites them), and has
+// nft itself check that each file is a valid ruleset.
+func TestGolden(t *testing.T) {
+	nftBin, nftErr := exec.LookPath("nft")
+	for _, gc := range goldenCases {
+		t.Run(gc.name, func(t *testing.T) {
+			got := compileText(t, goldenSnapshot(t, gc.suite, gc.kase), gc.node)
+			path := filepath.Join(testdata, "golden", "compile", gc.name+".nft")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("compile output differs from %s (run with -update after checking the change):\n%s", path, lineDiff(string(want), string(got)))
+			}
+			if nftErr != nil {
+				t.Fatalf("the nft binary is needed to check the golden file (Debian package nftables): %v", nftErr)
+			}
+			// -c only checks: nothing is committed to the kernel.
+			out, err := exec.Command(nftBin, "-c", "-f", path).CombinedOutput()
+			if err != nil {
+				t.Errorf("nft -c -f %s: %v\n%s", path, err, out)
+			}
+		})
+	}
+}
+
+// lineDiff lists the lines only in want (-) and only in got (+).
+func lineDiff(want, got string) string {
+	in := func(s string) map[string]int {
+		m := map[string]int{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l]++
+		}
+		return m
+	}
+	w, g := in(want), in(got)
+	var b strings.Builder
+	for _, l := range strings.Split(want, "\n") {
+		if g[l] == 0 {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	for _, l := range strings.Split(got, "\n") {
+		if w[l] == 0 {
+			b.WriteString("+ " + l + "\n")
+		}
+	}
+	return b.String()
+}

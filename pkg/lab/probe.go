@@ -1,0 +1,282 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/netpol/netpol/pkg/eval"
+)
+
+// ProbeOptions choose what Probe dials.
+type ProbeOptions struct {
+	// Probes are the ports; empty means the union of the declared
+	// container ports of the table's pods, as the evaluator does.
+	Probes     []eval.Probe
+	Family     eval.Family
+	Namespaces []string
+	// Timeout bounds one attempt (default 500ms).
+	Timeout time.Duration
+	// Failed cells are probed once more with RetryTimeout (default 4 x
+	// Timeout) unless NoRetry: a lost first packet must not read as a
+	// denial.
+	RetryTimeout time.Duration
+	NoRetry      bool
+	// Parallel is how many probes run at once (default 128).
+	Parallel int
+	// SkipUnsupported drops SCTP probes, with a note, when the kernel has
+	// no SCTP; otherwise they are an error.
+	SkipUnsupported bool
+}
+
+func (o *ProbeOptions) defaults() {
+	if o.Timeout <= 0 {
+		o.Timeout = 500 * time.Millisecond
+	}
+	if o.RetryTimeout <= 0 {
+		o.RetryTimeout = 4 * o.Timeout
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 128
+	}
+}
+
+// Observation is what one probe saw.
+type Observation struct {
+	From, To string // namespace/name
+	// FromAddr and ToAddr are the addresses used (invalid when the probe
+	// could not be sent).
+	FromAddr, ToAddr netip.Addr
+	Probe            eval.Probe
+	// Allowed: a reply came.
+	Allowed bool
+	// Result is ResultOK, ResultTimeout, ResultRefused, ResultUnreachable,
+	// ResultRejected, ResultNoAddress, ResultNotInLab, or "error: ..." when
+	// the lab failed to make the probe (Probe then returns an error).
+	Result string
+	// Reply is what the server answered: its pod's namespace/name.
+	Reply string
+}
+
+// Probe dials every (from, to, probe) cell of the table the evaluator would
+// make for the same options, self pairs included, from the source pod's
+// namespace (a host-network pod's node's) bound to the source's address of
+// the destination's family, and returns the observed table: same pods,
+// ports and cell order as eval's, Allowed meaning a reply came. The notes
+// say what was left out or looked wrong (a reply from another pod).
+func (l *Lab) Probe(ctx context.Context, opts ProbeOptions) (*eval.Table, []string, error) {
+	opts.defaults()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.down {
+		return nil, nil, fmt.Errorf("lab %s is down", l.prefix)
+	}
+	var notes []string
+	tableOpts := eval.TableOptions{Probes: opts.Probes, Namespaces: opts.Namespaces, Family: opts.Family}
+	t := l.eval.Table(tableOpts)
+	probes := make([]eval.Probe, 0, len(t.Ports))
+	for _, s := range t.Ports {
+		p, err := eval.ParseProbe(s)
+		if err != nil {
+			return nil, nil, fmt.Errorf("lab %s: reading the evaluator's port %q: %w", l.prefix, s, err)
+		}
+		probes = append(probes, p)
+	}
+	if ok, why := SCTPSupported(); !ok && slices.ContainsFunc(probes, isSCTP) {
+		if !opts.SkipUnsupported {
+			return nil, nil, fmt.Errorf("lab %s: cannot probe %s: %s (set SkipUnsupported to drop SCTP probes)",
+				l.prefix, probes[slices.IndexFunc(probes, isSCTP)], why)
+		}
+		probes = slices.DeleteFunc(probes, isSCTP)
+		notes = append(notes, "SCTP probes dropped: "+why)
+		tableOpts.Probes = probes
+		t = l.eval.Table(tableOpts)
+		if len(probes) == 0 { // an empty list would mean "declared ports" again
+			t.Ports, t.Results = nil, []eval.Result{}
+		}
+	}
+	for _, key := range t.Pods {
+		if why, left := l.plan.left[key]; left {
+			notes = append(notes, fmt.Sprintf("pod %s is not in the lab (%s): its cells read not allowed", key, why))
+		}
+	}
+
+	obs := make([]Observation, len(t.Results))
+	all := make([]int, len(t.Results))
+	for i := range all {
+		all[i] = i
+	}
+	l.observeCells(ctx, t, all, obs, opts.Family, opts.Timeout, opts.Parallel)
+	if !opts.NoRetry {
+		var failed []int
+		for i, o := range obs {
+			if retryable(o.Result) {
+				failed = append(failed, i)
+			}
+		}
+		l.observeCells(ctx, t, failed, obs, opts.Family, opts.RetryTimeout, opts.Parallel)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("lab %s: probing: %w", l.prefix, err)
+	}
+	if err := probeErrors(obs); err != nil {
+		return nil, nil, fmt.Errorf("lab %s: %w", l.prefix, err)
+	}
+	for i, o := range obs {
+		t.Results[i].Allowed = o.Allowed
+		if o.Allowed && o.Reply != o.To {
+			notes = append(notes, fmt.Sprintf("%s -> %s %s: the reply came from %q", o.From, o.To, o.Probe, o.Reply))
+		}
+	}
+	sort.Strings(notes)
+	return t, notes, nil
+}
+
+// probeErrors reports cells the lab failed to probe: reading them as "not
+// allowed" would hide a broken lab behind a plausible table.
+func probeErrors(obs []Observation) error {
+	var failed []string
+	for _, o := range obs {
+		if strings.HasPrefix(o.Result, resultErrorPrefix) {
+			failed = append(failed, fmt.Sprintf("%s -> %s %s: %s", o.From, o.To, o.Probe, o.Result))
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	if len(failed) > 5 {
+		failed = append(failed[:5], fmt.Sprintf("and %d more", len(failed)-5))
+	}
+	return fmt.Errorf("could not probe %d cell(s): %s", len(failed), strings.Join(failed, "; "))
+}
+
+// observeCells probes the given cells of t, parallel at a time, into obs.
+func (l *Lab) observeCells(ctx context.Context, t *eval.Table, cells []int, obs []Observation, family eval.Family, timeout time.Duration, parallel int) {
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(parallel, len(cells)) {
+		wg.Go(func() {
+			for i := range work {
+				r := t.Results[i]
+				obs[i] = l.observe(ctx, r.From, r.To, eval.Probe{Protocol: r.Protocol, Port: r.Port}, family, timeout)
+			}
+		})
+	}
+	for _, i := range cells {
+		if ctx.Err() != nil {
+			break
+		}
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
+func isSCTP(p eval.Probe) bool { return p.Protocol == corev1.ProtocolSCTP }
+
+// retryable: a result that a lost packet or a slow first contact could
+// explain. A missing address or pod will not change.
+func retryable(result string) bool {
+	return result != ResultOK && result != ResultNoAddress && result != ResultNotInLab
+}
+
+// ProbeOne probes one cell, as Probe does (default timeouts, one retry),
+// and reports what came back.
+func (l *Lab) ProbeOne(ctx context.Context, from, to string, probe eval.Probe, family eval.Family) (Observation, error) {
+	var opts ProbeOptions
+	opts.defaults()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.down {
+		return Observation{}, fmt.Errorf("lab %s is down", l.prefix)
+	}
+	for _, key := range []string{from, to} {
+		if l.pods[key] != nil {
+			continue
+		}
+		if why, left := l.plan.left[key]; left {
+			return Observation{}, fmt.Errorf("pod %s is not in lab %s: %s", key, l.prefix, why)
+		}
+		return Observation{}, fmt.Errorf("pod %s is not in lab %s's snapshot (or has finished)", key, l.prefix)
+	}
+	if ok, why := SCTPSupported(); !ok && isSCTP(probe) {
+		return Observation{}, fmt.Errorf("cannot probe %s: %s", probe, why)
+	}
+	if _, ok := pick(l.pods[to].plan.addrs, family); !ok {
+		return Observation{}, fmt.Errorf("pod %s has no %s address", to, familyName(family))
+	}
+	o := l.observe(ctx, from, to, probe, family, opts.Timeout)
+	if retryable(o.Result) {
+		o = l.observe(ctx, from, to, probe, family, opts.RetryTimeout)
+	}
+	if err := ctx.Err(); err != nil {
+		return o, err
+	}
+	return o, probeErrors([]Observation{o})
+}
+
+// observe runs one probe; the caller holds l.mu.
+func (l *Lab) observe(ctx context.Context, from, to string, probe eval.Probe, family eval.Family, timeout time.Duration) Observation {
+	o := Observation{From: from, To: to, Probe: probe}
+	src, dst := l.pods[from], l.pods[to]
+	if src == nil || dst == nil {
+		o.Result = ResultNotInLab
+		return o
+	}
+	// As the evaluator: the destination's address of the family, and the
+	// source's address of the destination's family.
+	dstAddr, ok := pick(dst.plan.addrs, family)
+	if !ok {
+		o.Result = ResultNoAddress
+		return o
+	}
+	srcAddr, ok := pick(src.plan.addrs, evalFamily(dstAddr))
+	if !ok {
+		o.Result = ResultNoAddress
+		return o
+	}
+	o.FromAddr, o.ToAddr = srcAddr, dstAddr
+	ns := src.node.ns
+	if src.ns != nil {
+		ns = src.ns
+	}
+	reply, err := exchange(ctx, ns.handle, srcAddr, dstAddr, probe, timeout)
+	if err != nil {
+		o.Result = classify(err)
+		return o
+	}
+	o.Allowed, o.Result, o.Reply = true, ResultOK, reply
+	return o
+}
+
+// pick is eval.Family's choice among a pod's addresses: the first of the
+// family, or the first (primary) one.
+func pick(addrs []netip.Addr, f eval.Family) (netip.Addr, bool) {
+	for _, a := range addrs {
+		if f == eval.FamilyPrimary || (f == eval.FamilyIPv4) == a.Is4() {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func evalFamily(a netip.Addr) eval.Family {
+	if a.Is4() {
+		return eval.FamilyIPv4
+	}
+	return eval.FamilyIPv6
+}
+
+func familyName(f eval.Family) string {
+	if f == eval.FamilyPrimary {
+		return "IP"
+	}
+	return string(f)
+}

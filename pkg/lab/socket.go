@@ -1,0 +1,205 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/netpol/netpol/pkg/eval"
+)
+
+// maxReply bounds what a probe reads: replies are a pod's namespace/name.
+const maxReply = 512
+
+// socketKind maps a probe protocol to socket(2) arguments. SCTP uses the
+// one-to-one (SOCK_STREAM) style, which behaves like TCP for connect,
+// accept, read and write.
+func socketKind(p corev1.Protocol) (sotype, proto int, err error) {
+	switch p {
+	case corev1.ProtocolTCP:
+		return unix.SOCK_STREAM, unix.IPPROTO_TCP, nil
+	case corev1.ProtocolUDP:
+		return unix.SOCK_DGRAM, unix.IPPROTO_UDP, nil
+	case corev1.ProtocolSCTP:
+		return unix.SOCK_STREAM, unix.IPPROTO_SCTP, nil
+	}
+	return 0, 0, fmt.Errorf("unknown protocol %q", p)
+}
+
+// boundSocket makes a socket inside the namespace h, bound to addr:port
+// (port 0: any), and hands it over as an *os.File for net.File*. Only
+// socket(2) needs the thread to be in h: the socket then stays there, so
+// binding, connecting and I/O happen on any thread.
+func boundSocket(h netns.NsHandle, addr netip.Addr, port int, protocol corev1.Protocol, reuse bool) (*os.File, error) {
+	sotype, proto, err := socketKind(protocol)
+	if err != nil {
+		return nil, err
+	}
+	f := familyOf(addr)
+	fd := -1
+	if err := inNetNS(h, func() error {
+		var err error
+		fd, err = unix.Socket(f.af, sotype|unix.SOCK_CLOEXEC, proto)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("socket(%s, %s): %w", f.name, protocol, err)
+	}
+	setup := func() error {
+		if reuse {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+				return fmt.Errorf("SO_REUSEADDR: %w", err)
+			}
+		}
+		if f.v6only {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1); err != nil {
+				return fmt.Errorf("IPV6_V6ONLY: %w", err)
+			}
+		}
+		if err := unix.Bind(fd, sockaddr(addr, port)); err != nil {
+			return fmt.Errorf("bind %s: %w", netip.AddrPortFrom(addr, uint16(port)), err)
+		}
+		return nil
+	}
+	if err := setup(); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "lab-socket"), nil
+}
+
+// exchange is one probe: from src (inside namespace h) to dst on the probe's
+// protocol and port. TCP and SCTP connect and read what the server writes
+// before closing; UDP sends a datagram and reads the answer. It returns
+// the reply, or the error that classify names.
+func exchange(ctx context.Context, h netns.NsHandle, src, dst netip.Addr, probe eval.Probe, timeout time.Duration) (string, error) {
+	file, err := boundSocket(h, src, 0, probe.Protocol, false)
+	if err != nil {
+		return "", err
+	}
+	conn, err := net.FileConn(file) // a non-blocking duplicate in Go's poller
+	file.Close()
+	if err != nil {
+		return "", fmt.Errorf("wrapping socket: %w", err)
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+
+	if err := connect(conn, sockaddr(dst, int(probe.Port))); err != nil {
+		return "", err
+	}
+	if probe.Protocol == corev1.ProtocolUDP {
+		if _, err := conn.Write([]byte("probe")); err != nil {
+			return "", err
+		}
+		buf := make([]byte, maxReply)
+		n, err := conn.Read(buf)
+		if err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	reply, err := io.ReadAll(io.LimitReader(conn, maxReply))
+	if err != nil && len(reply) == 0 {
+		return "", err
+	}
+	return string(reply), nil
+}
+
+// connect starts a non-blocking connect and waits for it under the
+// connection's deadline, as net.Dialer does internally.
+func connect(conn net.Conn, sa unix.Sockaddr) error {
+	rc, err := conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return err
+	}
+	var connErr error
+	if err := rc.Control(func(fd uintptr) { connErr = unix.Connect(int(fd), sa) }); err != nil {
+		return err
+	}
+	switch {
+	case connErr == nil, errors.Is(connErr, unix.EISCONN):
+		return nil
+	case !errors.Is(connErr, unix.EINPROGRESS):
+		return connErr
+	}
+	err = rc.Write(func(fd uintptr) bool {
+		soErr, gerr := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+		if gerr != nil {
+			connErr = gerr
+			return true
+		}
+		switch e := syscall.Errno(soErr); e {
+		case 0:
+			// The poller can wake us before the handshake is done (an
+			// unconnected socket polls writable): connected only once
+			// there is a peer.
+			if _, perr := unix.Getpeername(int(fd)); perr != nil {
+				return false
+			}
+			connErr = nil
+			return true
+		case unix.EINPROGRESS, unix.EALREADY, unix.EINTR:
+			return false
+		default:
+			connErr = e
+			return true
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return connErr
+}
+
+// Results of a probe, as Observation.Result.
+const (
+	ResultOK          = "ok"
+	ResultTimeout     = "timeout"
+	ResultRefused     = "refused"
+	ResultUnreachable = "unreachable"
+	// ResultRejected: a rule on the way out of the source refused to send
+	// (EPERM), as a drop in an output hook does.
+	ResultRejected = "rejected"
+	// ResultNoAddress: the source has no address of the destination's
+	// family (the evaluator says not allowed).
+	ResultNoAddress = "no-address"
+	// ResultNotInLab: the evaluator lists the pod but the lab could not
+	// build it (see Lab.Notes).
+	ResultNotInLab = "not-in-lab"
+)
+
+// resultErrorPrefix starts the Result of a probe the lab failed to make
+// (no socket, ...): a lab problem, never a policy answer.
+const resultErrorPrefix = "error: "
+
+// classify names a failed exchange.
+func classify(err error) string {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return ResultTimeout
+	case errors.Is(err, unix.ECONNREFUSED):
+		return ResultRefused
+	case errors.Is(err, unix.EHOSTUNREACH), errors.Is(err, unix.ENETUNREACH),
+		errors.Is(err, unix.EHOSTDOWN), errors.Is(err, unix.ENETDOWN):
+		return ResultUnreachable
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		return ResultRejected
+	}
+	return resultErrorPrefix + err.Error()
+}

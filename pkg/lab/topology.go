@@ -1,0 +1,366 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/eval"
+)
+
+// Interface names (at most 15 characters; indexes never repeat in a lab).
+const (
+	bridgeName = "br0"
+	uplinkName = "uplink" // a node's leg into the underlay
+	podIfName  = "eth0"
+)
+
+func underlayPortName(node int) string { return fmt.Sprintf("n%d", node) }
+func podLinkName(pod int) string       { return fmt.Sprintf("p%d", pod) }
+
+// labRouteProtocol marks the routes the lab manages on node uplinks, so
+// that reconciling never touches kernel-made routes.
+const labRouteProtocol netlink.RouteProtocol = 108
+
+// testHookAddPod, when set, runs while a pod-network pod is half made.
+var testHookAddPod func(key string) error
+
+func (l *Lab) createUnderlay() error {
+	ns, err := createNamespace(l.prefix+"-underlay", commonSysctls)
+	if err != nil {
+		return err
+	}
+	l.underlay = ns
+	off := false
+	// No multicast snooping: IPv6 neighbour discovery must always flood.
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: bridgeName}, MulticastSnooping: &off}
+	if err := ns.nl.LinkAdd(br); err != nil {
+		return fmt.Errorf("underlay: creating bridge %s: %w", bridgeName, err)
+	}
+	if err := ns.linkUp(bridgeName); err != nil {
+		return err
+	}
+	link, err := ns.nl.LinkByName(bridgeName)
+	if err != nil {
+		return fmt.Errorf("underlay: finding bridge %s: %w", bridgeName, err)
+	}
+	l.bridge = link.Attrs().Index
+	return nil
+}
+
+// apply makes the lab match the plan: remove what went or changed, add
+// nodes, reconcile every node's addresses and routes, add pods. Each node
+// and pod is added whole or not at all, so a failed apply can be retried.
+func (l *Lab) apply(ctx context.Context, p *plan, snap *cluster.Snapshot) error {
+	wantPod := map[string]*podPlan{}
+	for _, pp := range p.pods {
+		wantPod[pp.key] = pp
+	}
+	for key, lp := range l.pods {
+		if pp := wantPod[key]; pp == nil || !pp.same(lp.plan) {
+			if err := l.removePod(lp); err != nil {
+				return err
+			}
+		}
+	}
+	for name, ln := range l.nodes {
+		if p.node(name) == nil {
+			if err := l.removeNode(ln); err != nil {
+				return err
+			}
+		}
+	}
+	for _, np := range p.nodes {
+		if ln := l.nodes[np.name]; ln != nil {
+			ln.plan = np
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := l.addNode(np); err != nil {
+			return err
+		}
+	}
+	for _, np := range p.nodes {
+		if err := l.reconcileNode(l.nodes[np.name], p); err != nil {
+			return err
+		}
+	}
+	for _, pp := range p.pods {
+		if l.pods[pp.key] != nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := l.addPod(pp); err != nil {
+			return err
+		}
+	}
+	l.plan = p
+	l.eval = eval.New(snap, emptyModel)
+	return nil
+}
+
+func (l *Lab) addNode(np *nodePlan) (err error) {
+	index := l.nextNode
+	l.nextNode++
+	ns, err := createNamespace(fmt.Sprintf("%s-n-%d", l.prefix, index), nodeSysctls)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", np.name, err)
+	}
+	port := underlayPortName(index)
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("node %s: %w", np.name, err)
+			// Deleting one end of a veth deletes both, at once.
+			if link, lerr := l.underlay.nl.LinkByName(port); lerr == nil {
+				l.underlay.nl.LinkDel(link)
+			}
+			err = errors.Join(err, ns.delete())
+		}
+	}()
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: port, MasterIndex: l.bridge},
+		PeerName:      uplinkName,
+		PeerNamespace: netlink.NsFd(int(ns.handle)),
+	}
+	if err := l.underlay.nl.LinkAdd(veth); err != nil {
+		return fmt.Errorf("creating veth %s (underlay) - %s (%s): %w", port, uplinkName, ns.name, err)
+	}
+	if err := l.underlay.linkUp(port); err != nil {
+		return err
+	}
+	if err := ns.linkUp(uplinkName); err != nil {
+		return err
+	}
+	uplink, err := ns.nl.LinkByName(uplinkName)
+	if err != nil {
+		return fmt.Errorf("%s: finding %s: %w", ns.name, uplinkName, err)
+	}
+	l.nodes[np.name] = &labNode{plan: np, index: index, ns: ns, uplink: uplink.Attrs().Index}
+	return nil
+}
+
+func (l *Lab) removeNode(ln *labNode) error {
+	delete(l.nodes, ln.plan.name)
+	var errs []error
+	if link, err := l.underlay.nl.LinkByName(underlayPortName(ln.index)); err == nil {
+		errs = append(errs, l.underlay.nl.LinkDel(link))
+	}
+	errs = append(errs, ln.ns.delete())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("removing node %s: %w", ln.plan.name, err)
+	}
+	return nil
+}
+
+// reconcileNode gives the node's uplink exactly the plan's addresses and
+// lab routes, leaving kernel-made ones (link-local, ...) alone.
+func (l *Lab) reconcileNode(ln *labNode, p *plan) error {
+	nl, name := ln.ns.nl, ln.plan.name
+	link, err := nl.LinkByIndex(ln.uplink)
+	if err != nil {
+		return fmt.Errorf("node %s: finding %s: %w", name, uplinkName, err)
+	}
+	wantAddr := map[netip.Addr]bool{}
+	for _, a := range ln.plan.addrs {
+		wantAddr[a] = true
+	}
+	have, err := nl.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("node %s: listing addresses: %w", name, err)
+	}
+	for _, a := range have {
+		addr := addrFromNet(a.IP)
+		if addr.IsLinkLocalUnicast() {
+			continue
+		}
+		if !wantAddr[addr] {
+			if err := nl.AddrDel(link, &a); err != nil {
+				return fmt.Errorf("node %s: removing address %s: %w", name, addr, err)
+			}
+		}
+		delete(wantAddr, addr)
+	}
+	for _, a := range ln.plan.addrs {
+		if wantAddr[a] {
+			if err := addAddr(nl, link, hostPrefix(a)); err != nil {
+				return fmt.Errorf("node %s: %w", name, err)
+			}
+		}
+	}
+
+	type routeKey struct {
+		dst netip.Prefix
+		via netip.Addr
+	}
+	wantRoute := map[routeKey]bool{}
+	routes := p.routesFor(ln.plan)
+	for _, r := range routes {
+		wantRoute[routeKey{r.dst, r.via}] = true
+	}
+	haveRoutes, err := nl.RouteListFiltered(netlink.FAMILY_ALL,
+		&netlink.Route{LinkIndex: ln.uplink, Protocol: labRouteProtocol}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		return fmt.Errorf("node %s: listing routes: %w", name, err)
+	}
+	for _, r := range haveRoutes {
+		k := routeKey{prefixFromNet(r.Dst), addrFromNet(r.Gw)}
+		if !wantRoute[k] {
+			if err := nl.RouteDel(&r); err != nil {
+				return fmt.Errorf("node %s: removing route %s via %s: %w", name, k.dst, k.via, err)
+			}
+		}
+		delete(wantRoute, k)
+	}
+	for _, r := range routes {
+		if !wantRoute[routeKey{r.dst, r.via}] {
+			continue
+		}
+		nr := &netlink.Route{LinkIndex: ln.uplink, Dst: ipNet(r.dst), Protocol: labRouteProtocol}
+		if r.via.IsValid() {
+			nr.Gw, nr.Flags = r.via.AsSlice(), int(netlink.FLAG_ONLINK)
+		} else {
+			nr.Scope = netlink.SCOPE_LINK
+		}
+		if err := nl.RouteAdd(nr); err != nil {
+			return fmt.Errorf("node %s: adding route %s via %v on %s: %w", name, r.dst, r.via, uplinkName, err)
+		}
+	}
+	return nil
+}
+
+func addAddr(nl *netlink.Handle, link netlink.Link, p netip.Prefix) error {
+	// NODAD: no tentative phase, usable at once.
+	a := &netlink.Addr{IPNet: ipNet(p), Flags: unix.IFA_F_NODAD}
+	if err := nl.AddrAdd(link, a); err != nil {
+		return fmt.Errorf("adding address %s to %s: %w", p, link.Attrs().Name, err)
+	}
+	return nil
+}
+
+func (l *Lab) addPod(pp *podPlan) (err error) {
+	ln := l.nodes[pp.node]
+	lp := &labPod{plan: pp, node: ln}
+	if pp.hostNetwork {
+		lp.servers, err = startServers(ln.ns.handle, pp.key, pp.addrs, pp.serves)
+		if err != nil {
+			return fmt.Errorf("host-network pod %s on node %s (%s): %w", pp.key, pp.node, ln.ns.name, err)
+		}
+		l.pods[pp.key] = lp
+		return nil
+	}
+	index := l.nextPod
+	l.nextPod++
+	lp.ns, err = createNamespace(fmt.Sprintf("%s-p-%d", l.prefix, index), commonSysctls)
+	if err != nil {
+		return fmt.Errorf("pod %s: %w", pp.key, err)
+	}
+	lp.nodeLink = podLinkName(index)
+	defer func() {
+		if err != nil {
+			err = errors.Join(fmt.Errorf("pod %s on node %s (%s): %w", pp.key, pp.node, lp.ns.name, err), l.removePod(lp))
+		}
+	}()
+	if err := l.wirePod(lp); err != nil {
+		return err
+	}
+	if testHookAddPod != nil {
+		if err := testHookAddPod(pp.key); err != nil {
+			return err
+		}
+	}
+	lp.servers, err = startServers(lp.ns.handle, pp.key, pp.addrs, pp.serves)
+	if err != nil {
+		return err
+	}
+	l.pods[pp.key] = lp
+	return nil
+}
+
+// wirePod connects a pod namespace to its node: a veth, the pod's
+// addresses and default routes on eth0, the gateway addresses and a host
+// route per pod address on the node side.
+func (l *Lab) wirePod(lp *labPod) error {
+	node, pod := lp.node.ns, lp.ns
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: lp.nodeLink},
+		PeerName:      podIfName,
+		PeerNamespace: netlink.NsFd(int(pod.handle)),
+	}
+	if err := node.nl.LinkAdd(veth); err != nil {
+		return fmt.Errorf("creating veth %s (%s) - %s: %w", lp.nodeLink, node.name, podIfName, err)
+	}
+	if err := node.linkUp(lp.nodeLink); err != nil {
+		return err
+	}
+	if err := pod.linkUp(podIfName); err != nil {
+		return err
+	}
+	nodeLink, err := node.nl.LinkByName(lp.nodeLink)
+	if err != nil {
+		return fmt.Errorf("%s: finding %s: %w", node.name, lp.nodeLink, err)
+	}
+	eth0, err := pod.nl.LinkByName(podIfName)
+	if err != nil {
+		return fmt.Errorf("finding %s: %w", podIfName, err)
+	}
+	var families []*ipFamily
+	for _, a := range lp.plan.addrs {
+		if f := familyOf(a); !slices.Contains(families, f) {
+			families = append(families, f)
+		}
+	}
+	for _, f := range families {
+		if err := addAddr(node.nl, nodeLink, f.gateway); err != nil {
+			return fmt.Errorf("%s: %w", node.name, err)
+		}
+	}
+	for _, a := range lp.plan.addrs {
+		if err := addAddr(pod.nl, eth0, hostPrefix(a)); err != nil {
+			return err
+		}
+		hostRoute := &netlink.Route{LinkIndex: nodeLink.Attrs().Index, Dst: ipNet(hostPrefix(a)),
+			Scope: netlink.SCOPE_LINK, Protocol: labRouteProtocol}
+		if err := node.nl.RouteAdd(hostRoute); err != nil {
+			return fmt.Errorf("%s: adding route %s dev %s: %w", node.name, a, lp.nodeLink, err)
+		}
+	}
+	for _, f := range families {
+		def := &netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: ipNet(f.defaultDst),
+			Gw: f.gateway.Addr().AsSlice(), Flags: int(netlink.FLAG_ONLINK), Protocol: labRouteProtocol}
+		if err := pod.nl.RouteAdd(def); err != nil {
+			return fmt.Errorf("adding %s default route via %s: %w", f.name, f.gateway.Addr(), err)
+		}
+	}
+	return nil
+}
+
+// removePod stops the pod's servers and, for a pod-network pod, deletes
+// its veth (at once, so that its addresses can be reused right away) and
+// namespace.
+func (l *Lab) removePod(lp *labPod) error {
+	if l.pods[lp.plan.key] == lp {
+		delete(l.pods, lp.plan.key)
+	}
+	errs := []error{stopServers(lp.servers)}
+	lp.servers = nil
+	if lp.ns != nil {
+		if link, err := lp.node.ns.nl.LinkByName(lp.nodeLink); err == nil {
+			errs = append(errs, lp.node.ns.nl.LinkDel(link))
+		}
+		errs = append(errs, lp.ns.delete())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("removing pod %s: %w", lp.plan.key, err)
+	}
+	return nil
+}

@@ -1,0 +1,409 @@
+package nft
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// sockBuf is the netlink socket buffer size: the default (~208 KiB) is too
+// small for a batch of 10k ranges (docs/nft-notes.md section 5).
+const sockBuf = 4 << 20
+
+// ErrClosed is returned by an Applier after Close.
+var ErrClosed = errors.New("nft: applier closed")
+
+// Applier makes one inet table in one network namespace match a desired
+// Table, one kernel transaction per Apply. It is safe for concurrent use
+// (calls are serialised).
+type Applier struct {
+	mu     sync.Mutex
+	table  string
+	nsFd   int // our own copy of the namespace fd, -1 for the current one
+	conn   *nftables.Conn
+	closed bool
+	// cache is what the last successful Apply left in the kernel; nil means
+	// unknown, and the next Apply reads the kernel first.
+	cache *Table
+}
+
+// NewApplier returns an Applier for the inet table in the network namespace
+// netnsFd (< 0: the current namespace). The fd is duplicated; the caller
+// may close its own.
+func NewApplier(netnsFd int, table string) (*Applier, error) {
+	if table == "" {
+		return nil, errors.New("nft: empty table name")
+	}
+	fd, err := dupNetNS(netnsFd)
+	if err != nil {
+		return nil, err
+	}
+	a := &Applier{table: table, nsFd: fd}
+	if err := a.ensureConn(); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Apply makes the kernel table match desired and returns what changed. It
+// diffs against what the last successful Apply left (or, on first use and
+// after a failure, against the kernel's table read back), sends nothing
+// when nothing differs, and otherwise sends the plan as one transaction.
+// The kernel rejects a bad transaction as a whole, so on error it is
+// unchanged; the cache is dropped either way.
+//
+// Rules carry their ID as comment. desired.Name, if set, must be the
+// Applier's table.
+func (a *Applier) Apply(desired *Table) (Stats, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if desired == nil {
+		desired = NewTable(a.table)
+	}
+	plan, err := a.plan(desired)
+	if err != nil {
+		a.cache = nil
+		return Stats{}, err
+	}
+	if !plan.Empty() {
+		if err := a.send(plan); err != nil {
+			a.cache = nil
+			return Stats{}, err
+		}
+	}
+	a.commit(plan, desired)
+	return plan.Stats, nil
+}
+
+// Plan returns what Apply(desired) would send now, without sending it.
+func (a *Applier) Plan(desired *Table) (*Plan, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if desired == nil {
+		desired = NewTable(a.table)
+	}
+	return a.plan(desired)
+}
+
+func (a *Applier) plan(desired *Table) (*Plan, error) {
+	if a.closed {
+		return nil, ErrClosed
+	}
+	if desired.Name != "" && desired.Name != a.table {
+		return nil, fmt.Errorf("nft: desired table %q, applier manages %q", desired.Name, a.table)
+	}
+	current := a.cache
+	if current == nil {
+		if err := a.ensureConn(); err != nil {
+			return nil, err
+		}
+		cur, err := readTable(a.conn, a.nsFd, a.table)
+		if err != nil {
+			return nil, err
+		}
+		// The kernel state is the cache from now on; a nil (absent)
+		// table makes the plan add it.
+		if cur != nil {
+			for _, s := range cur.Sets {
+				s.index = newSetIndex(s, false)
+				s.Elements = s.index.elems
+			}
+			a.cache = cur
+		}
+		current = cur
+	}
+	named := *desired
+	named.Name = a.table
+	p := Diff(current, &named)
+	if err := validate(desired, p); err != nil {
+		return nil, fmt.Errorf("table %s: %w", a.table, err)
+	}
+	return p, nil
+}
+
+// Read returns the kernel's table as it is now, nil if absent. Chains have
+// their base Hook and rules that carry only an ID (their comment; Text and
+// ID-less Exprs aside); sets have their spec and canonical Elements.
+func (a *Applier) Read() (*Table, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.ensureConn(); err != nil {
+		return nil, err
+	}
+	return readTable(a.conn, a.nsFd, a.table)
+}
+
+// Delete removes the table if it is there.
+func (a *Applier) Delete() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.ensureConn(); err != nil {
+		return err
+	}
+	a.cache = nil
+	a.conn.DelTable(&nftables.Table{Name: a.table, Family: nftables.TableFamilyINet})
+	if err := a.conn.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("delete table %s: %w", a.table, err)
+	}
+	return nil
+}
+
+// Close releases the netlink socket and the namespace fd.
+func (a *Applier) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil
+	}
+	a.closed = true
+	var err error
+	if a.conn != nil {
+		err = a.conn.CloseLasting()
+		a.conn = nil
+	}
+	if a.nsFd >= 0 {
+		if cerr := unix.Close(a.nsFd); err == nil {
+			err = cerr
+		}
+		a.nsFd = -1
+	}
+	return err
+}
+
+func (a *Applier) ensureConn() error {
+	if a.closed {
+		return ErrClosed
+	}
+	if a.conn != nil {
+		return nil
+	}
+	conn, err := newConn(a.nsFd, true)
+	if err != nil {
+		return fmt.Errorf("nft: netlink connection: %w", err)
+	}
+	a.conn = conn
+	return nil
+}
+
+// send queues the plan and flushes it as one batch.
+func (a *Applier) send(p *Plan) error {
+	if err := a.ensureConn(); err != nil {
+		return err
+	}
+	if err := queue(a.conn, a.table, p); err != nil {
+		// Drop the half-queued batch with its socket.
+		a.conn.CloseLasting()
+		a.conn = nil
+		return fmt.Errorf("table %s: %w", a.table, err)
+	}
+	if err := a.conn.Flush(); err != nil {
+		// A fresh socket for the next call: no stale acks can be left.
+		a.conn.CloseLasting()
+		a.conn = nil
+		return fmt.Errorf("table %s: transaction of %d messages failed: %w", a.table, len(p.Ops), err)
+	}
+	return nil
+}
+
+// queue puts the plan's operations into the connection's batch.
+func queue(conn *nftables.Conn, table string, p *Plan) error {
+	kt := &nftables.Table{Name: table, Family: nftables.TableFamilyINet}
+	added := map[string]*nftables.Set{} // sets created in this batch
+	kset := func(s *Set) *nftables.Set {
+		if ks := added[s.Name]; ks != nil {
+			return ks
+		}
+		return &nftables.Set{Table: kt, Name: s.Name} // found by name
+	}
+	for _, op := range p.Ops {
+		switch op.Kind {
+		case OpAddTable:
+			conn.AddTable(kt)
+		case OpAddChain:
+			conn.AddChain(kernelChain(kt, op.Chain))
+		case OpFlushChain:
+			conn.FlushChain(&nftables.Chain{Name: op.Chain.Name, Table: kt})
+		case OpDeleteChain:
+			conn.DelChain(&nftables.Chain{Name: op.Chain.Name, Table: kt})
+		case OpAddRule:
+			conn.AddRule(&nftables.Rule{
+				Table:    kt,
+				Chain:    &nftables.Chain{Name: op.Chain.Name, Table: kt},
+				Exprs:    op.Rule.Exprs,
+				UserData: userdata.AppendString(nil, userdata.TypeComment, op.Rule.ID()),
+			})
+		case OpAddSet:
+			ks := kernelSet(kt, op.Set)
+			if err := conn.AddSet(ks, nil); err != nil {
+				return fmt.Errorf("add set %s: %w", op.Set.Name, err)
+			}
+			added[op.Set.Name] = ks
+		case OpDeleteSet:
+			conn.DelSet(&nftables.Set{Table: kt, Name: op.Set.Name})
+			delete(added, op.Set.Name)
+		case OpAddElements:
+			if err := conn.SetAddElements(kset(op.Set), kernelElements(op.Set, op.Elements, false)); err != nil {
+				return fmt.Errorf("add elements to set %s: %w", op.Set.Name, err)
+			}
+		case OpDeleteElements:
+			if err := conn.SetDeleteElements(kset(op.Set), kernelElements(op.Set, op.Elements, true)); err != nil {
+				return fmt.Errorf("delete elements of set %s: %w", op.Set.Name, err)
+			}
+		default:
+			return fmt.Errorf("unknown plan operation %d", op.Kind)
+		}
+	}
+	return nil
+}
+
+// commit makes the cache what the kernel holds after the plan: the cached
+// sets' indexes are updated by the plan's element operations (no copy of
+// unchanged elements), new or recreated sets and changed chains are copied
+// from desired.
+func (a *Applier) commit(p *Plan, desired *Table) {
+	if a.cache == nil {
+		a.cache = snapshot(desired, a.table)
+		for name, s := range a.cache.Sets {
+			s.fingerprint = p.fingerprints[name]
+		}
+		return
+	}
+	fresh := map[string]bool{} // sets and chains (re)created or rewritten
+	for _, op := range p.Ops {
+		switch {
+		case op.Kind == OpAddSet:
+			fresh["set "+op.Set.Name] = true
+		case op.Chain != nil:
+			fresh["chain "+op.Chain.Name] = true
+		}
+	}
+	var buf []byte
+	for _, op := range p.Ops {
+		if op.Kind != OpAddElements && op.Kind != OpDeleteElements || fresh["set "+op.Set.Name] {
+			continue
+		}
+		cs := a.cache.Sets[op.Set.Name]
+		for _, e := range op.Elements {
+			if op.Kind == OpAddElements {
+				buf = cs.index.add(e, buf)
+			} else {
+				buf = cs.index.remove(e, buf)
+			}
+		}
+		cs.Elements = cs.index.elems
+	}
+	next := NewTable(a.table)
+	for name, ds := range desired.Sets {
+		if cs := a.cache.Sets[name]; cs != nil && cs.index != nil && !fresh["set "+name] {
+			next.Sets[name] = cs
+		} else {
+			next.Sets[name] = snapshotSet(ds)
+		}
+		next.Sets[name].fingerprint = p.fingerprints[name]
+	}
+	for name, dc := range desired.Chains {
+		if cc := a.cache.Chains[name]; cc != nil && !fresh["chain "+name] {
+			next.Chains[name] = cc
+		} else {
+			next.Chains[name] = snapshotChain(dc)
+		}
+	}
+	a.cache = next
+}
+
+// snapshot copies the desired table as the cache, sharing nothing with the
+// caller.
+func snapshot(t *Table, name string) *Table {
+	c := NewTable(name)
+	for n, ch := range t.Chains {
+		c.Chains[n] = snapshotChain(ch)
+	}
+	for n, s := range t.Sets {
+		c.Sets[n] = snapshotSet(s)
+	}
+	return c
+}
+
+// snapshotChain keeps the hook and the rule IDs, all a diff needs.
+func snapshotChain(ch *Chain) *Chain {
+	cc := &Chain{Name: ch.Name, Rules: make([]*Rule, len(ch.Rules))}
+	if ch.Base != nil {
+		h := *ch.Base
+		cc.Base = &h
+	}
+	for i, r := range ch.Rules {
+		cc.Rules[i] = &Rule{id: r.ID()}
+	}
+	return cc
+}
+
+// snapshotSet copies the spec and indexes canonical copies of the elements.
+func snapshotSet(s *Set) *Set {
+	cs := &Set{Name: s.Name, Fields: append([]FieldType(nil), s.Fields...), Interval: s.Interval, Verdict: s.Verdict}
+	cs.index = newSetIndex(s, true)
+	cs.Elements = cs.index.elems
+	return cs
+}
+
+// newConn opens a library connection in the namespace fd (< 0: current)
+// with big socket buffers.
+func newConn(nsFd int, lasting bool) (*nftables.Conn, error) {
+	opts := []nftables.ConnOption{nftables.WithSockOptions(bigBuffers)}
+	if lasting {
+		opts = append(opts, nftables.AsLasting())
+	}
+	if nsFd >= 0 {
+		opts = append(opts, nftables.WithNetNSFd(nsFd))
+	}
+	return nftables.New(opts...)
+}
+
+func dialNetfilter(nsFd int) (*netlink.Conn, error) {
+	cfg := &netlink.Config{}
+	if nsFd >= 0 {
+		cfg.NetNS = nsFd
+	}
+	nl, err := netlink.Dial(unix.NETLINK_NETFILTER, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("nft: netlink connection: %w", err)
+	}
+	return nl, nil
+}
+
+// bigBuffers sets the socket buffers; as root it goes past the
+// net.core.[rw]mem_max cap, which is only 208 KiB on a default kernel.
+func bigBuffers(c *netlink.Conn) error {
+	if err := c.SetWriteBuffer(sockBuf); err != nil {
+		return err
+	}
+	if err := c.SetReadBuffer(sockBuf); err != nil {
+		return err
+	}
+	if rc, err := c.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			// Fails without CAP_NET_ADMIN; the capped size stays.
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sockBuf)
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, sockBuf)
+		})
+	}
+	return nil
+}
+
+// dupNetNS duplicates a namespace fd to one >= 3 (the netlink library takes
+// fd 0 for "current namespace"); -1 stays -1.
+func dupNetNS(fd int) (int, error) {
+	if fd < 0 {
+		return -1, nil
+	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return -1, fmt.Errorf("nft: duplicate netns fd %d: %w", fd, err)
+	}
+	return dup, nil
+}

@@ -1,0 +1,99 @@
+package nft
+
+import (
+	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
+)
+
+// Mappings between this package's names and the library's values.
+var (
+	chainTypes = map[string]nftables.ChainType{
+		"filter": nftables.ChainTypeFilter,
+		"nat":    nftables.ChainTypeNAT,
+		"route":  nftables.ChainTypeRoute,
+	}
+	hookNums = map[string]nftables.ChainHook{
+		"prerouting":  unix.NF_INET_PRE_ROUTING,
+		"input":       unix.NF_INET_LOCAL_IN,
+		"forward":     unix.NF_INET_FORWARD,
+		"output":      unix.NF_INET_LOCAL_OUT,
+		"postrouting": unix.NF_INET_POST_ROUTING,
+	}
+	policies = map[string]nftables.ChainPolicy{
+		"accept": nftables.ChainPolicyAccept,
+		"drop":   nftables.ChainPolicyDrop,
+	}
+	fieldTypes = map[FieldType]nftables.SetDatatype{
+		FieldIPv4:  nftables.TypeIPAddr,
+		FieldIPv6:  nftables.TypeIP6Addr,
+		FieldProto: nftables.TypeInetProto,
+		FieldPort:  nftables.TypeInetService,
+	}
+)
+
+// kernelChain is the library form of a chain (without rules).
+func kernelChain(t *nftables.Table, c *Chain) *nftables.Chain {
+	kc := &nftables.Chain{Name: c.Name, Table: t}
+	if c.Base != nil {
+		h := normalHook(c.Base)
+		hook := hookNums[h.Hook]
+		prio := nftables.ChainPriority(h.Priority)
+		policy := policies[h.Policy]
+		kc.Type, kc.Hooknum, kc.Priority, kc.Policy = chainTypes[h.Type], &hook, &prio, &policy
+	}
+	return kc
+}
+
+// hookFromKernel is the Hook of a read-back base chain, nil for a regular
+// chain. Unknown values keep a recognisable name so they compare unequal.
+func hookFromKernel(kc *nftables.Chain) *Hook {
+	if kc.Hooknum == nil {
+		return nil
+	}
+	h := &Hook{Type: string(kc.Type), Hook: "unknown", Policy: "accept"}
+	for name, num := range hookNums {
+		if num == *kc.Hooknum {
+			h.Hook = name
+		}
+	}
+	if kc.Priority != nil {
+		h.Priority = int(*kc.Priority)
+	}
+	if kc.Policy != nil && *kc.Policy == nftables.ChainPolicyDrop {
+		h.Policy = "drop"
+	}
+	return h
+}
+
+// kernelSet is the library form of a set (without elements).
+func kernelSet(t *nftables.Table, s *Set) *nftables.Set {
+	ks := &nftables.Set{Table: t, Name: s.Name, Interval: s.Interval, Concatenation: s.Concat()}
+	if s.Concat() {
+		types := make([]nftables.SetDatatype, len(s.Fields))
+		for i, f := range s.Fields {
+			types[i] = fieldTypes[f]
+		}
+		ks.KeyType = nftables.MustConcatSetType(types...)
+	} else {
+		ks.KeyType = fieldTypes[s.Fields[0]]
+	}
+	if s.Verdict {
+		ks.IsMap, ks.DataType = true, nftables.TypeVerdict
+	}
+	return ks
+}
+
+// setFlags are the kernel flags of a set with this spec.
+func setFlags(s *Set) uint32 {
+	var f uint32
+	if s.Interval {
+		f |= unix.NFT_SET_INTERVAL
+	}
+	if s.Verdict {
+		f |= unix.NFT_SET_MAP
+	}
+	if s.Concat() {
+		f |= nftables.NFT_SET_CONCAT
+	}
+	return f
+}

@@ -1,0 +1,131 @@
+package nft
+
+import (
+	"fmt"
+	"strings"
+)
+
+// OpKind is what one plan operation does. Each operation is one netlink
+// message in the batch.
+type OpKind int
+
+const (
+	OpAddTable OpKind = iota
+	OpAddChain        // a new chain, or an existing base chain's new policy
+	OpFlushChain
+	OpDeleteChain
+	OpAddRule // appends Rule to Chain
+	OpAddSet  // the set without elements; OpAddElements follow
+	OpDeleteSet
+	OpAddElements
+	OpDeleteElements
+)
+
+// Op is one operation of a Plan.
+type Op struct {
+	Kind     OpKind
+	Chain    *Chain    // chain operations and OpAddRule
+	Rule     *Rule     // OpAddRule
+	Set      *Set      // set and element operations (the spec; not its Elements)
+	Elements []Element // OpAddElements, OpDeleteElements: one message worth
+}
+
+// Stats counts what a plan changes. Elements count Element values (one
+// range is one element), not kernel elements.
+type Stats struct {
+	SetsAdded, SetsDeleted int
+	// ChainsRewritten are existing chains changed in place: rules
+	// replaced (flush + add) and/or base chain policy updated.
+	ChainsAdded, ChainsRewritten, ChainsDeleted int
+	RulesWritten                                int
+	ElementsAdded, ElementsDeleted              int
+	// Messages is the number of netlink messages in the batch.
+	Messages int
+}
+
+// Plan is the ordered list of operations that turns one table state into
+// another; Applier sends it as one transaction.
+type Plan struct {
+	Table string
+	Ops   []Op
+	Stats Stats
+	// fingerprints of the desired sets' elements, for the cache.
+	fingerprints map[string]uint64
+}
+
+// Empty reports whether the plan changes nothing.
+func (p *Plan) Empty() bool { return len(p.Ops) == 0 }
+
+func (p *Plan) add(op Op) {
+	p.Ops = append(p.Ops, op)
+	p.Stats.Messages++
+}
+
+// String renders the plan one operation per line in nft syntax.
+func (p *Plan) String() string {
+	var b strings.Builder
+	for _, op := range p.Ops {
+		b.WriteString(p.opText(op))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func (p *Plan) opText(op Op) string {
+	where := "inet " + p.Table
+	switch op.Kind {
+	case OpAddTable:
+		return "add table " + where
+	case OpAddChain:
+		s := fmt.Sprintf("add chain %s %s", where, op.Chain.Name)
+		if h := op.Chain.Base; h != nil {
+			h := normalHook(h)
+			s += fmt.Sprintf(" { type %s hook %s priority %s; policy %s; }", h.Type, h.Hook, priorityText(h.Priority), h.Policy)
+		}
+		return s
+	case OpFlushChain:
+		return fmt.Sprintf("flush chain %s %s", where, op.Chain.Name)
+	case OpDeleteChain:
+		return fmt.Sprintf("delete chain %s %s", where, op.Chain.Name)
+	case OpAddRule:
+		text := op.Rule.Text
+		if text == "" {
+			text = "# rule " + op.Rule.ID()
+		}
+		return fmt.Sprintf("add rule %s %s %s", where, op.Chain.Name, text)
+	case OpAddSet:
+		types := make([]string, len(op.Set.Fields))
+		for i, f := range op.Set.Fields {
+			types[i] = f.String()
+		}
+		kind, typ := "set", strings.Join(types, " . ")
+		if op.Set.Verdict {
+			kind, typ = "map", typ+" : verdict"
+		}
+		flags := ""
+		if op.Set.Interval {
+			flags = " flags interval;"
+		}
+		return fmt.Sprintf("add %s %s %s { type %s;%s }", kind, where, op.Set.Name, typ, flags)
+	case OpDeleteSet:
+		kind := "set"
+		if op.Set.Verdict {
+			kind = "map"
+		}
+		return fmt.Sprintf("delete %s %s %s", kind, where, op.Set.Name)
+	case OpAddElements, OpDeleteElements:
+		verb := "add"
+		if op.Kind == OpDeleteElements {
+			verb = "delete"
+		}
+		texts := make([]string, len(op.Elements))
+		for i, e := range op.Elements {
+			if op.Kind == OpDeleteElements {
+				e.Verdict = nil // a delete names the key only
+			}
+			texts[i] = op.Set.ElementText(e)
+		}
+		return fmt.Sprintf("%s element %s %s { %s }", verb, where, op.Set.Name, strings.Join(texts, ", "))
+	}
+	return fmt.Sprintf("# unknown op %d", op.Kind)
+}

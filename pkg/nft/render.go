@@ -1,0 +1,206 @@
+package nft
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+)
+
+// Render writes the table in nft syntax (`nft -f` reads it back).
+func (t *Table) Render(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "table inet %s {\n", t.Name)
+	for _, name := range t.SetNames() {
+		renderSet(&b, t.Sets[name])
+	}
+	for _, name := range t.ChainNames() {
+		c := t.Chains[name]
+		fmt.Fprintf(&b, "\tchain %s {\n", c.Name)
+		if h := c.Base; h != nil {
+			fmt.Fprintf(&b, "\t\ttype %s hook %s priority %s; policy %s;\n", h.Type, h.Hook, priorityText(h.Priority), h.Policy)
+		}
+		for _, r := range c.Rules {
+			if r.Comment != "" {
+				fmt.Fprintf(&b, "\t\t# %s\n", strings.ReplaceAll(r.Comment, "\n", " "))
+			}
+			fmt.Fprintf(&b, "\t\t%s\n", r.Text)
+		}
+		b.WriteString("\t}\n")
+	}
+	b.WriteString("}\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func priorityText(p int) string {
+	switch {
+	case p == 0:
+		return "filter"
+	case p > 0:
+		return fmt.Sprintf("filter + %d", p)
+	}
+	return fmt.Sprintf("filter - %d", -p)
+}
+
+func renderSet(b *strings.Builder, s *Set) {
+	kind := "set"
+	if s.Verdict {
+		kind = "map"
+	}
+	types := make([]string, len(s.Fields))
+	for i, f := range s.Fields {
+		types[i] = f.String()
+	}
+	fmt.Fprintf(b, "\t%s %s {\n\t\ttype %s", kind, s.Name, strings.Join(types, " . "))
+	if s.Verdict {
+		b.WriteString(" : verdict")
+	}
+	b.WriteString("\n")
+	if s.Interval {
+		b.WriteString("\t\tflags interval\n")
+	}
+	if len(s.Elements) > 0 {
+		b.WriteString("\t\telements = {")
+		for i, e := range s.Elements {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			b.WriteString("\n\t\t\t")
+			b.WriteString(s.ElementText(e))
+		}
+		b.WriteString(" }\n")
+	}
+	b.WriteString("\t}\n")
+}
+
+func (f FieldType) String() string {
+	switch f {
+	case FieldIPv4:
+		return "ipv4_addr"
+	case FieldIPv6:
+		return "ipv6_addr"
+	case FieldProto:
+		return "inet_proto"
+	}
+	return "inet_service"
+}
+
+// Len is the width of the field's value in bytes (unpadded).
+func (f FieldType) Len() int {
+	switch f {
+	case FieldIPv4:
+		return 4
+	case FieldIPv6:
+		return 16
+	case FieldProto:
+		return 1
+	}
+	return 2
+}
+
+// fields splits a key into its field values.
+func (s *Set) fields(key []byte) [][]byte {
+	out := make([][]byte, 0, len(s.Fields))
+	off := 0
+	for _, f := range s.Fields {
+		n := f.Len()
+		if off+n > len(key) {
+			return nil
+		}
+		out = append(out, key[off:off+n])
+		off += n
+		if s.Concat() {
+			off = (off + 3) &^ 3
+		}
+	}
+	return out
+}
+
+// ElementText renders one element as nft writes it: ranges as lo-hi (or
+// a CIDR when the range is one), concatenations joined by " . ".
+func (s *Set) ElementText(e Element) string {
+	lo := s.fields(e.Key)
+	hi := lo
+	if e.KeyEnd != nil {
+		hi = s.fields(e.KeyEnd)
+	}
+	parts := make([]string, len(s.Fields))
+	for i, f := range s.Fields {
+		if lo == nil || hi == nil {
+			parts[i] = fmt.Sprintf("<bad key %x>", e.Key)
+			continue
+		}
+		parts[i] = fieldRangeText(f, lo[i], hi[i])
+	}
+	text := strings.Join(parts, " . ")
+	if e.Verdict != nil {
+		text += " : " + e.Verdict.String()
+	}
+	return text
+}
+
+func fieldRangeText(f FieldType, lo, hi []byte) string {
+	switch f {
+	case FieldIPv4, FieldIPv6:
+		a, _ := netip.AddrFromSlice(lo)
+		z, _ := netip.AddrFromSlice(hi)
+		if a == z {
+			return a.String()
+		}
+		if p, ok := RangePrefix(a, z); ok {
+			return p.String()
+		}
+		return a.String() + "-" + z.String()
+	case FieldProto:
+		if lo[0] == hi[0] {
+			return protoName(lo[0])
+		}
+		return fmt.Sprintf("%d-%d", lo[0], hi[0])
+	}
+	l, h := int(lo[0])<<8|int(lo[1]), int(hi[0])<<8|int(hi[1])
+	if l == h {
+		return fmt.Sprint(l)
+	}
+	return fmt.Sprintf("%d-%d", l, h)
+}
+
+func protoName(p byte) string {
+	switch p {
+	case 6:
+		return "tcp"
+	case 17:
+		return "udp"
+	case 132:
+		return "sctp"
+	case 1:
+		return "icmp"
+	case 58:
+		return "ipv6-icmp"
+	}
+	return fmt.Sprint(p)
+}
+
+// RangePrefix returns the prefix that covers exactly lo..hi, if there is one.
+func RangePrefix(lo, hi netip.Addr) (netip.Prefix, bool) {
+	for bits := 0; bits <= lo.BitLen(); bits++ {
+		p := netip.PrefixFrom(lo, bits).Masked()
+		if p.Addr() != lo {
+			continue
+		}
+		if lastAddr(p) == hi {
+			return p, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+// lastAddr is the highest address of a prefix.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}

@@ -1,0 +1,204 @@
+package nft
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// Family is what differs between IPv4 and IPv6 in a rule or key: one code
+// path builds both from this description.
+type Family struct {
+	Name      string // nft payload protocol: "ip" or "ip6"
+	NFProto   byte
+	AddrLen   uint32
+	SrcOffset uint32 // offset of the source address in the network header
+	DstOffset uint32
+	Field     FieldType
+	Suffix    string // "4" or "6", for object names
+}
+
+var (
+	IPv4 = &Family{Name: "ip", NFProto: unix.NFPROTO_IPV4, AddrLen: 4, SrcOffset: 12, DstOffset: 16, Field: FieldIPv4, Suffix: "4"}
+	IPv6 = &Family{Name: "ip6", NFProto: unix.NFPROTO_IPV6, AddrLen: 16, SrcOffset: 8, DstOffset: 24, Field: FieldIPv6, Suffix: "6"}
+	// Families lists both, IPv4 first.
+	Families = []*Family{IPv4, IPv6}
+)
+
+// FamilyOf returns the family of an address.
+func FamilyOf(a netip.Addr) *Family {
+	if a.Unmap().Is4() {
+		return IPv4
+	}
+	return IPv6
+}
+
+// AddrBytes is the key bytes of an address in family f.
+func (f *Family) AddrBytes(a netip.Addr) []byte {
+	if f == IPv4 {
+		b := a.Unmap().As4()
+		return b[:]
+	}
+	b := a.As16()
+	return b[:]
+}
+
+// Side picks the source or destination address of a packet.
+type Side int
+
+const (
+	Src Side = iota
+	Dst
+)
+
+func (s Side) String() string {
+	if s == Src {
+		return "saddr"
+	}
+	return "daddr"
+}
+
+// Key concatenates field values into a set key; in a concatenation each
+// field is padded to 4 bytes, as the kernel expects.
+func Key(fields ...[]byte) []byte {
+	if len(fields) == 1 {
+		return append([]byte(nil), fields[0]...)
+	}
+	var k []byte
+	for _, f := range fields {
+		k = append(k, f...)
+		for len(k)%4 != 0 {
+			k = append(k, 0)
+		}
+	}
+	return k
+}
+
+// ProtoBytes is the key bytes of an IP protocol number.
+func ProtoBytes(p uint8) []byte { return []byte{p} }
+
+// PortBytes is the key bytes of a transport port.
+func PortBytes(p uint16) []byte { return []byte{byte(p >> 8), byte(p)} }
+
+// Builder builds one rule's expressions and its nft text together.
+type Builder struct {
+	exprs []expr.Any
+	words []string
+	fam   *Family // the family already matched (meta nfproto), if any
+}
+
+// NewRule starts a rule.
+func NewRule() *Builder { return &Builder{} }
+
+// family matches the address family once per rule: an inet table needs it
+// before any ip/ip6 payload. nft adds it implicitly, so it has no text.
+func (b *Builder) family(f *Family) {
+	if b.fam == f {
+		return
+	}
+	if b.fam != nil {
+		panic("nft: one rule cannot match two address families")
+	}
+	b.fam = f
+	b.exprs = append(b.exprs,
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{f.NFProto}})
+}
+
+// CtEstablishedRelated matches replies and related packets of tracked
+// connections.
+func (b *Builder) CtEstablishedRelated() *Builder {
+	b.exprs = append(b.exprs,
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}})
+	b.words = append(b.words, "ct state established,related")
+	return b
+}
+
+// ICMPv6NeighborDiscovery matches router and neighbour solicitations and
+// advertisements and redirects (types 133-137).
+func (b *Builder) ICMPv6NeighborDiscovery() *Builder {
+	b.family(IPv6)
+	b.exprs = append(b.exprs,
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{137}})
+	b.words = append(b.words, "icmpv6 type 133-137")
+	return b
+}
+
+func (b *Builder) addr(f *Family, side Side, reg uint32) {
+	off := f.SrcOffset
+	if side == Dst {
+		off = f.DstOffset
+	}
+	b.exprs = append(b.exprs, &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: f.AddrLen})
+}
+
+// l4ProtoPort loads `meta l4proto . th dport` into the 32-bit registers
+// starting at reg.
+func (b *Builder) l4ProtoPort(reg uint32) {
+	b.exprs = append(b.exprs,
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg},
+		&expr.Payload{DestRegister: reg + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+}
+
+func (b *Builder) lookup(set string) {
+	b.exprs = append(b.exprs, &expr.Lookup{SourceRegister: 1, SetName: set})
+}
+
+// AddrInSet matches `ip saddr @set` (or daddr, or ip6).
+func (b *Builder) AddrInSet(f *Family, side Side, set string) *Builder {
+	b.family(f)
+	b.addr(f, side, 1)
+	b.lookup(set)
+	b.words = append(b.words, fmt.Sprintf("%s %s @%s", f.Name, side, set))
+	return b
+}
+
+// L4ProtoPortInSet matches `meta l4proto . th dport @set`.
+func (b *Builder) L4ProtoPortInSet(set string) *Builder {
+	b.l4ProtoPort(8) // 32-bit registers 8 and 9 are the start of register 1
+	b.lookup(set)
+	b.words = append(b.words, fmt.Sprintf("meta l4proto . th dport @%s", set))
+	return b
+}
+
+// AddrL4ProtoPortInSet matches `ip saddr . meta l4proto . th dport @set`.
+func (b *Builder) AddrL4ProtoPortInSet(f *Family, side Side, set string) *Builder {
+	b.family(f)
+	b.addr(f, side, 1)
+	// The address fills AddrLen/4 32-bit registers from 8.
+	b.l4ProtoPort(8 + f.AddrLen/4)
+	b.lookup(set)
+	b.words = append(b.words, fmt.Sprintf("%s %s . meta l4proto . th dport @%s", f.Name, side, set))
+	return b
+}
+
+// Vmap ends the rule with `ip saddr vmap @map`.
+func (b *Builder) Vmap(f *Family, side Side, vmap string) *Rule {
+	b.family(f)
+	b.addr(f, side, 1)
+	b.exprs = append(b.exprs, &expr.Lookup{SourceRegister: 1, SetName: vmap, IsDestRegSet: true, DestRegister: 0})
+	b.words = append(b.words, fmt.Sprintf("%s %s vmap @%s", f.Name, side, vmap))
+	return b.rule()
+}
+
+// Verdict ends the rule with a verdict.
+func (b *Builder) Verdict(v Verdict) *Rule {
+	b.exprs = append(b.exprs, v.expr())
+	b.words = append(b.words, v.String())
+	return b.rule()
+}
+
+func (b *Builder) rule() *Rule {
+	return &Rule{Exprs: b.exprs, Text: strings.Join(b.words, " ")}
+}

@@ -1,0 +1,227 @@
+// Package nft describes the desired state of one nftables table (chains,
+// rules, sets, maps and their elements), renders it as nft syntax without
+// the nft binary, and applies it to the kernel over netlink as one atomic
+// transaction that carries only the difference from what the kernel holds.
+//
+// Callers (the policy compiler, later the service proxy) build a *Table;
+// Applier.Apply makes the kernel match it.
+package nft
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"sort"
+
+	"github.com/google/nftables/expr"
+)
+
+// Table is the desired (or read-back) content of one inet table.
+type Table struct {
+	Name   string
+	Chains map[string]*Chain
+	Sets   map[string]*Set
+}
+
+// NewTable returns an empty table.
+func NewTable(name string) *Table {
+	return &Table{Name: name, Chains: map[string]*Chain{}, Sets: map[string]*Set{}}
+}
+
+// AddChain adds (or returns the existing) chain with that name.
+func (t *Table) AddChain(c *Chain) *Chain {
+	if old, ok := t.Chains[c.Name]; ok {
+		return old
+	}
+	t.Chains[c.Name] = c
+	return c
+}
+
+// AddSet adds (or returns the existing) set with that name.
+func (t *Table) AddSet(s *Set) *Set {
+	if old, ok := t.Sets[s.Name]; ok {
+		return old
+	}
+	t.Sets[s.Name] = s
+	return s
+}
+
+// ChainNames returns the chain names, base chains first, then by name.
+func (t *Table) ChainNames() []string {
+	names := make([]string, 0, len(t.Chains))
+	for n := range t.Chains {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		bi, bj := t.Chains[names[i]].Base != nil, t.Chains[names[j]].Base != nil
+		if bi != bj {
+			return bi
+		}
+		return names[i] < names[j]
+	})
+	return names
+}
+
+// SetNames returns the set names in order.
+func (t *Table) SetNames() []string {
+	names := make([]string, 0, len(t.Sets))
+	for n := range t.Sets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Counts are the kernel objects of a table.
+type Counts struct {
+	Chains, Rules, Sets, Elements int
+}
+
+// Count returns how many objects the table holds.
+func (t *Table) Count() Counts {
+	c := Counts{Chains: len(t.Chains), Sets: len(t.Sets)}
+	for _, ch := range t.Chains {
+		c.Rules += len(ch.Rules)
+	}
+	for _, s := range t.Sets {
+		c.Elements += len(s.Elements)
+	}
+	return c
+}
+
+// Hook makes a chain a base chain.
+type Hook struct {
+	Type     string // "filter" or "nat"
+	Hook     string // "prerouting", "input", "forward", "output", "postrouting"
+	Priority int    // 0 is "filter"
+	Policy   string // "accept" or "drop"
+}
+
+// Chain is an ordered list of rules.
+type Chain struct {
+	Name  string
+	Base  *Hook // nil for a regular chain
+	Rules []*Rule
+}
+
+// Rule is one rule: its expressions and their nft text. The text fully
+// determines the expressions (both come from one Builder), so the text's
+// hash identifies the rule in the kernel (it is stored as the rule comment).
+type Rule struct {
+	Exprs []expr.Any
+	Text  string
+	// Comment says, for people, where the rule comes from. Render prints
+	// it as a "#" line above the rule; it is not sent to the kernel and
+	// is not part of the rule's identity.
+	Comment string
+
+	// id is the ID of a rule known by its ID only: read back from the
+	// kernel (its comment) or kept in the Applier's cache. Text is empty.
+	id string
+}
+
+// ID is the hash the rule carries in the kernel as its comment. A rule read
+// back from the kernel (Text empty) returns the comment it carries there.
+func (r *Rule) ID() string {
+	if r.Text == "" && r.id != "" {
+		return r.id
+	}
+	sum := sha256.Sum256([]byte(r.Text))
+	return hex.EncodeToString(sum[:8])
+}
+
+// FieldType is the type of one field of a set key.
+type FieldType int
+
+const (
+	FieldIPv4  FieldType = iota // ipv4_addr, 4 bytes
+	FieldIPv6                   // ipv6_addr, 16 bytes
+	FieldProto                  // inet_proto, 1 byte (padded to 4 in a concatenation)
+	FieldPort                   // inet_service, 2 bytes (padded to 4 in a concatenation)
+)
+
+// Set is a named set, or a verdict map when Verdict is set.
+type Set struct {
+	Name string
+	// Fields is the key type; more than one field is a concatenation.
+	Fields []FieldType
+	// Interval sets hold ranges (Element.KeyEnd).
+	Interval bool
+	// Verdict makes the set a verdict map (Element.Verdict).
+	Verdict  bool
+	Elements []Element
+
+	// mismatch, on a read-back set, says why the kernel set cannot be
+	// updated in place (foreign flags or types, malformed intervals);
+	// Diff then deletes and re-adds it.
+	mismatch string
+	// index is kept on the Applier's cached sets only (see setIndex).
+	index *setIndex
+	// fingerprint, on a cached set, is that of the desired elements last
+	// applied (0: unknown); see elementsFingerprint.
+	fingerprint uint64
+}
+
+// Concat reports whether the key is a concatenation.
+func (s *Set) Concat() bool { return len(s.Fields) > 1 }
+
+// Element is one set element (or map entry). Key and KeyEnd hold the field
+// values in network order, each field padded to 4 bytes when the key is a
+// concatenation. KeyEnd, for interval sets, is the inclusive upper bound;
+// nil means the single value Key.
+//
+// Canonical form (what Read returns, and what Diff compares after
+// normalising desired elements the same way): in an interval set KeyEnd is
+// nil when the element is a single value (Key == KeyEnd) and set otherwise;
+// in other sets KeyEnd is always nil. A range is one Element, whether the
+// kernel stores it as a start/end pair (plain interval sets) or as one
+// element with a key end (concatenations).
+type Element struct {
+	Key     []byte
+	KeyEnd  []byte
+	Verdict *Verdict
+}
+
+// VerdictKind is what a verdict does.
+type VerdictKind int
+
+const (
+	Accept VerdictKind = iota
+	Drop
+	Return
+	Jump
+	Goto
+)
+
+// Verdict ends rule evaluation or moves to another chain.
+type Verdict struct {
+	Kind  VerdictKind
+	Chain string // Jump and Goto
+}
+
+func (v Verdict) String() string {
+	switch v.Kind {
+	case Accept:
+		return "accept"
+	case Drop:
+		return "drop"
+	case Return:
+		return "return"
+	case Jump:
+		return "jump " + v.Chain
+	}
+	return "goto " + v.Chain
+}
+
+func (v Verdict) expr() *expr.Verdict {
+	switch v.Kind {
+	case Accept:
+		return &expr.Verdict{Kind: expr.VerdictAccept}
+	case Drop:
+		return &expr.Verdict{Kind: expr.VerdictDrop}
+	case Return:
+		return &expr.Verdict{Kind: expr.VerdictReturn}
+	case Jump:
+		return &expr.Verdict{Kind: expr.VerdictJump, Chain: v.Chain}
+	}
+	return &expr.Verdict{Kind: expr.VerdictGoto, Chain: v.Chain}
+}
