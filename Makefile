@@ -24,8 +24,11 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
 # Benchmarks and scale harnesses; results go to docs/benchmarks.md by hand.
+# The kernel ones (pkg/nft, conformance) need root.
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 ./pkg/eval
+	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 ./pkg/eval ./pkg/compiler
+	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./pkg/nft
+	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./conformance
 	hack/bench-cli.sh
 
 # A short run of every fuzz target.

@@ -18,16 +18,14 @@ import (
 	"github.com/netpol/netpol/pkg/policy"
 )
 
-// benchScale is the cluster: 10,000 pods on 99 nodes (about 100
-// local pods per node), 1,000 NetworkPolicies, 100 Admin/Baseline policies.
-var benchScale = synth.Spec{Namespaces: 100, Pods: 10000, Nodes: 99, NetworkPolicies: 1000, AdminPolicies: 100, Seed: 1}
+var benchScale = synth.NodeScale
 
 const benchNode = "node-0"
 
 func synthSnapshot(b testing.TB, spec synth.Spec) *cluster.Snapshot {
-	snap := cluster.New()
-	if r := snap.AddDocuments([]byte(synth.YAML(spec)), "synth", false); len(r.Errors) > 0 {
-		b.Fatal(r.Errors)
+	snap, err := synth.Snapshot(spec)
+	if err != nil {
+		b.Fatal(err)
 	}
 	return snap
 }
@@ -76,37 +74,47 @@ func nodeApplier(b testing.TB, l *lab.Lab) *nft.Applier {
 
 // BenchmarkCompileApply is a node's first sync at scale: model, resolution
 // and compile for one node, then the whole table applied as one kernel
-// transaction into an empty namespace.
+// transaction into an empty namespace. The baseline is the same pods with
+// no policies, in the same run.
 func BenchmarkCompileApply(b *testing.B) {
 	requireRoot(b)
-	snap := synthSnapshot(b, benchScale)
-	l := nodeOnlyLab(b, snap)
-	var compileTime, applyTime time.Duration
-	var counts nft.Counts
-	for b.Loop() {
-		b.StopTimer()
-		a := nodeApplier(b, l)
-		if err := a.Delete(); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		start := time.Now()
-		t := compileNode(b, snap)
-		compiled := time.Now()
-		if _, err := a.Apply(t); err != nil {
-			b.Fatal(err)
-		}
-		compileTime += compiled.Sub(start)
-		applyTime += time.Since(compiled)
-		counts = t.Count()
+	noPolicies := benchScale
+	noPolicies.NetworkPolicies, noPolicies.AdminPolicies = 0, 0
+	for _, c := range []struct {
+		name string
+		spec synth.Spec
+	}{{"policies", benchScale}, {"baseline-no-policies", noPolicies}} {
+		b.Run(c.name, func(b *testing.B) {
+			snap := synthSnapshot(b, c.spec)
+			l := nodeOnlyLab(b, snap)
+			var compileTime, applyTime time.Duration
+			var counts nft.Counts
+			for b.Loop() {
+				b.StopTimer()
+				a := nodeApplier(b, l)
+				if err := a.Delete(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				t := compileNode(b, snap)
+				compiled := time.Now()
+				if _, err := a.Apply(t); err != nil {
+					b.Fatal(err)
+				}
+				compileTime += compiled.Sub(start)
+				applyTime += time.Since(compiled)
+				counts = t.Count()
+			}
+			n := float64(b.N)
+			b.ReportMetric(compileTime.Seconds()*1000/n, "compile-ms/op")
+			b.ReportMetric(applyTime.Seconds()*1000/n, "apply-ms/op")
+			b.ReportMetric(float64(counts.Chains), "chains")
+			b.ReportMetric(float64(counts.Rules), "rules")
+			b.ReportMetric(float64(counts.Sets), "sets")
+			b.ReportMetric(float64(counts.Elements), "elements")
+		})
 	}
-	n := float64(b.N)
-	b.ReportMetric(compileTime.Seconds()*1000/n, "compile-ms/op")
-	b.ReportMetric(applyTime.Seconds()*1000/n, "apply-ms/op")
-	b.ReportMetric(float64(counts.Chains), "chains")
-	b.ReportMetric(float64(counts.Rules), "rules")
-	b.ReportMetric(float64(counts.Sets), "sets")
-	b.ReportMetric(float64(counts.Elements), "elements")
 }
 
 // BenchmarkPodAddRemove is one pod appearing and then going away on a node

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/netpol/netpol/pkg/cluster"
 )
 
 // Spec sizes the cluster.
@@ -18,6 +20,20 @@ type Spec struct {
 	NetworkPolicies int // spread evenly over the namespaces
 	AdminPolicies   int // half Admin tier (ANP and CNP), half Baseline (CNP, plus the BANP)
 	Seed            uint64
+}
+
+// NodeScale is the kernel data plane's benchmark cluster: 10,000 pods on
+// 99 nodes (about 100 local pods per node, spread over the namespaces),
+// 1,000 NetworkPolicies, 100 Admin/Baseline policies.
+var NodeScale = Spec{Namespaces: 100, Pods: 10000, Nodes: 99, NetworkPolicies: 1000, AdminPolicies: 100, Seed: 1}
+
+// Snapshot loads the cluster as the CLI would read its YAML.
+func Snapshot(s Spec) (*cluster.Snapshot, error) {
+	snap := cluster.New()
+	if r := snap.AddDocuments([]byte(YAML(s)), "synth", false); len(r.Errors) > 0 {
+		return nil, fmt.Errorf("synthetic cluster: %v", r.Errors)
+	}
+	return snap, nil
 }
 
 // YAML renders the cluster as one multi-document YAML stream, as

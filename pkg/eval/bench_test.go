@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/netpol/netpol/internal/synth"
-	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -15,9 +14,9 @@ import (
 var scale = synth.Spec{Namespaces: 50, Pods: 1000, Nodes: 10, NetworkPolicies: 500, AdminPolicies: 50, Seed: 1}
 
 func benchTable(b *testing.B, spec synth.Spec) {
-	snap := cluster.New()
-	if r := snap.AddDocuments([]byte(synth.YAML(spec)), "synth", false); len(r.Errors) > 0 {
-		b.Fatal(r.Errors)
+	snap, err := synth.Snapshot(spec)
+	if err != nil {
+		b.Fatal(err)
 	}
 	probes := []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}}
 	b.ResetTimer()

@@ -39,6 +39,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/netpol/netpol/pkg/cluster"
@@ -272,3 +273,20 @@ func (l *Lab) Notes() []string {
 // emptyModel is no policy at all: the evaluator's table over it has the
 // pods, ports and cell order of any table for the same snapshot.
 var emptyModel = &policy.Model{}
+
+// FlushConntrack forgets every connection the node namespaces track, so
+// the next probes are all new connections. Without it a UDP probe whose
+// random source port happens to repeat one of an earlier probe (allowed,
+// before a policy change) would pass as "established": right for a real
+// flow, wrong for a matrix that asks what policy allows now.
+func (l *Lab) FlushConntrack() error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var errs []error
+	for name, n := range l.nodes {
+		if err := n.ns.nl.ConntrackTableFlush(netlink.ConntrackTable); err != nil {
+			errs = append(errs, fmt.Errorf("node %s: flushing conntrack: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
