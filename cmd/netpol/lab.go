@@ -139,14 +139,7 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 			"  sudo netpol lab probe -f examples/demo --compare",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(output, "table", "json", "yaml"); err != nil {
-				return err
-			}
-			probes, err := eval.ParseProbes(ports)
-			if err != nil {
-				return err
-			}
-			fam, err := eval.ParseFamily(family)
+			probes, fam, err := parseTableFlags(output, ports, family)
 			if err != nil {
 				return err
 			}

@@ -26,14 +26,7 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 			"  netpol table -n prod -o json | jq '.results[] | select(.allowed == false)'",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(output, "table", "json", "yaml"); err != nil {
-				return err
-			}
-			probes, err := eval.ParseProbes(ports)
-			if err != nil {
-				return err
-			}
-			fam, err := eval.ParseFamily(family)
+			probes, fam, err := parseTableFlags(output, ports, family)
 			if err != nil {
 				return err
 			}
@@ -78,4 +71,17 @@ func writeTable(out io.Writer, t *eval.Table, format string) error {
 	}
 	report.Table(out, t, terminalStyle(out))
 	return nil
+}
+
+// parseTableFlags checks the flags every truth-table command shares.
+func parseTableFlags(output string, ports []string, family string) ([]eval.Probe, eval.Family, error) {
+	if err := checkFormat(output, "table", "json", "yaml"); err != nil {
+		return nil, "", err
+	}
+	probes, err := eval.ParseProbes(ports)
+	if err != nil {
+		return nil, "", err
+	}
+	fam, err := eval.ParseFamily(family)
+	return probes, fam, err
 }

@@ -211,13 +211,7 @@ func namespacesWithPrefix(prefix string) ([]string, error) {
 // returns the names removed. It is `lab down --all`: for leftovers of labs
 // whose process died before Down.
 func DownAll(prefix string) ([]string, error) {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	if err := checkPrefix(prefix); err != nil {
-		return nil, err
-	}
-	names, err := namespacesWithPrefix(prefix)
+	names, err := labNamespaces(prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -240,13 +234,7 @@ var labNamespace = regexp.MustCompile(`^(.+)-(underlay|n-[0-9]+|p-[0-9]+)$`)
 // when empty): lab prefix -> its namespace names, sorted. A matching name
 // that is not shaped like a lab namespace is listed under itself.
 func List(prefix string) (map[string][]string, error) {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	if err := checkPrefix(prefix); err != nil {
-		return nil, err
-	}
-	names, err := namespacesWithPrefix(prefix)
+	names, err := labNamespaces(prefix)
 	if err != nil {
 		return nil, err
 	}
@@ -259,4 +247,16 @@ func List(prefix string) (map[string][]string, error) {
 		labs[lab] = append(labs[lab], name)
 	}
 	return labs, nil
+}
+
+// labNamespaces lists the namespaces whose names start with prefix
+// (DefaultPrefix when empty), after checking the prefix.
+func labNamespaces(prefix string) ([]string, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := checkPrefix(prefix); err != nil {
+		return nil, err
+	}
+	return namespacesWithPrefix(prefix)
 }
