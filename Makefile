@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/netpol
 PKGS    := ./...
 
-.PHONY: build test lint bench fuzz demo clean
+.PHONY: build test lint bench fuzz demo clean e2e e2e-deps
 
 build:
 	$(GO) build -o $(BIN) ./cmd/netpol
@@ -19,9 +19,22 @@ test: lint
 	$(GO) test -count=1 $(PKGS)
 
 lint:
-	$(GO) vet $(PKGS)
+	$(GO) vet -tags e2e $(PKGS)
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+
+# End-to-end tests against a real etcd + kube-apiserver (internal/testenv;
+# docs/e2e.md). e2e-deps installs etcd (Debian's etcd-server) and builds
+# kube-apiserver from source into _output/tools/<version>/ unless it is
+# there or in the machine's cache (4-6 min the first time on 2 cores).
+E2E_DIRS := $(wildcard internal/testenv test/e2e)
+
+e2e-deps:
+	hack/install-etcd.sh
+	hack/build-kube-apiserver.sh
+
+e2e: e2e-deps build
+	$(GO) test -count=1 -tags e2e -timeout 30m $(addprefix ./,$(addsuffix /...,$(E2E_DIRS)))
 
 # Benchmarks and scale harnesses; results go to docs/benchmarks.md by hand.
 # The kernel ones (pkg/nft, conformance) need root.
@@ -29,6 +42,8 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 ./pkg/eval ./pkg/compiler
 	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./pkg/nft
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./conformance
+	$(MAKE) e2e-deps
+	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -count 1 -v ./test/e2e
 	hack/bench-cli.sh
 
 # A short run of every fuzz target.

@@ -30,6 +30,6 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	in.register(root)
-	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in))
+	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in), newAgentCommand(in), newModelCommand())
 	return root
 }

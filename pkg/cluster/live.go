@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -79,13 +80,7 @@ func LoadFromClients(ctx context.Context, kube kubernetes.Interface, policies ve
 		return nil, nil, fmt.Errorf("listing namespaces: %w", err)
 	}
 	for i := range nsList.Items {
-		o := &nsList.Items[i]
-		if o.Labels == nil {
-			o.Labels = map[string]string{}
-		}
-		if _, ok := o.Labels[namespaceNameLabel]; !ok {
-			o.Labels[namespaceNameLabel] = o.Name // the API server sets it; a fake may not
-		}
+		o := WithNamespaceNameLabel(&nsList.Items[i])
 		s.Namespaces = append(s.Namespaces, o)
 		s.recordLive(KindNamespace, "", o.Name, "v1")
 	}
@@ -295,4 +290,28 @@ func usableREST(rc rest.Interface) bool {
 		return false
 	}
 	return true
+}
+
+// AddAPIObject adds one object read from the API server as JSON (e.g. a
+// policy from an informer's cache) through the same strict decoder as
+// files, so unknown fields are recorded and fail closed in pkg/policy.
+func (s *Snapshot) AddAPIObject(data []byte) *Report {
+	report := newReport()
+	s.addObject(data, Source{}, false, report)
+	return report
+}
+
+// WithNamespaceNameLabel returns ns with the kubernetes.io/metadata.name
+// label the API server sets on every namespace (a copy when it lacks it;
+// some fakes and old servers do not set it).
+func WithNamespaceNameLabel(ns *corev1.Namespace) *corev1.Namespace {
+	if ns.Labels[namespaceNameLabel] == ns.Name {
+		return ns
+	}
+	ns = ns.DeepCopy()
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	ns.Labels[namespaceNameLabel] = ns.Name
+	return ns
 }

@@ -31,7 +31,7 @@ const (
 // out (or, for a bad rule, the rule fails closed) with an error naming the
 // object and field; the rest still builds.
 func Build(snap *cluster.Snapshot) *Model {
-	b := &builder{snap: snap, model: &Model{}}
+	b := &builder{snap: snap, model: &Model{ObjectWarnings: map[cluster.ObjectKey][]string{}}}
 	for _, np := range snap.NetworkPolicies {
 		b.add(b.networkPolicy(np))
 	}
@@ -81,6 +81,7 @@ func (b *builder) add(p *Policy) {
 
 // objectErrors collects the problems of one object.
 type objectErrors struct {
+	key    cluster.ObjectKey
 	ref    string
 	errs   []error
 	reject bool
@@ -90,7 +91,7 @@ type objectErrors struct {
 }
 
 func (b *builder) newObject(key cluster.ObjectKey) *objectErrors {
-	o := &objectErrors{ref: key.String(), unknownEntries: map[string]bool{}}
+	o := &objectErrors{key: key, ref: key.String(), unknownEntries: map[string]bool{}}
 	for _, field := range b.snap.UnknownFields[key] {
 		if m := entryField.FindString(field); m != "" {
 			o.unknownEntries[m] = true
@@ -100,16 +101,25 @@ func (b *builder) newObject(key cluster.ObjectKey) *objectErrors {
 }
 
 func (o *objectErrors) fieldf(field, format string, args ...any) {
-	o.errs = append(o.errs, fmt.Errorf("%s: %s: %s", o.ref, field, fmt.Sprintf(format, args...)))
+	o.errs = append(o.errs, &ObjectError{Object: o.key, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
 // rejectf records a problem that makes the whole object unusable.
 func (o *objectErrors) rejectf(field, format string, args ...any) {
 	o.reject = true
-	o.fieldf(field, format+" (policy not loaded)", args...)
+	o.errs = append(o.errs, &ObjectError{Object: o.key, Field: field, Message: fmt.Sprintf(format, args...) + " (policy not loaded)", Rejected: true})
 }
 
 func (b *builder) finish(p *Policy, o *objectErrors) *Policy {
+	if o.reject {
+		// Every problem of a rejected object says so.
+		for _, err := range o.errs {
+			if oe, ok := err.(*ObjectError); ok && !oe.Rejected {
+				oe.Rejected = true
+				oe.Message += " (policy not loaded)"
+			}
+		}
+	}
 	b.model.Errors = append(b.model.Errors, o.errs...)
 	if o.reject {
 		return nil
@@ -144,6 +154,7 @@ func (b *builder) applyUnknownFields(key cluster.ObjectKey, p *Policy, o *object
 		r := &p.Rules[dir][idx]
 		msg := fmt.Sprintf("%s: %s: unknown field; the rule fails closed", o.ref, field)
 		b.model.Warnings = append(b.model.Warnings, msg)
+		b.model.ObjectWarnings[key] = append(b.model.ObjectWarnings[key], msg)
 		if r.FailClosed == "" {
 			r.FailClosed = "unknown field " + field
 		}

@@ -12,6 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/netpol/netpol/pkg/cluster"
 )
 
 // Tier is a precedence level; lower tiers decide first.
@@ -228,7 +230,22 @@ type Model struct {
 	// Errors name the object and field; the object was rejected, or the
 	// rule named fails closed, as each error says.
 	Errors []error
+	// ObjectWarnings are the Warnings by object.
+	ObjectWarnings map[cluster.ObjectKey][]string
 	// Warnings are entries that fail closed by design (e.g. fields from a
 	// newer API version).
 	Warnings []string
+}
+
+// ObjectError is a problem in one object's field. Rejected says the object
+// was not loaded; otherwise the rule named by Field fails closed.
+type ObjectError struct {
+	Object   cluster.ObjectKey
+	Field    string
+	Message  string
+	Rejected bool
+}
+
+func (e *ObjectError) Error() string {
+	return fmt.Sprintf("%s: %s: %s", e.Object, e.Field, e.Message)
 }

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/netpol/netpol/pkg/agent"
+)
+
+func newAgentCommand(in *inputFlags) *cobra.Command {
+	opts := agent.Options{}
+	var (
+		cleanup   bool
+		logFormat string
+		logLevel  string
+	)
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node agent: watch the API server, program this node's nftables",
+		Long: "Run the node agent (a DaemonSet on every node): watch Pods, Namespaces, Nodes, NetworkPolicies and\n" +
+			"the policy.networking.k8s.io APIs the server serves, and after every burst of changes apply the\n" +
+			"difference to this node's nftables table in one transaction. If the agent stops or the API server\n" +
+			"is unreachable, the kernel keeps enforcing the last programmed state; a restart adopts it.",
+		Example: "  netpol agent --node-name \"$NODE_NAME\" --metrics-bind-address :9753 --health-bind-address :9754\n" +
+			"  netpol agent --cleanup   # remove the table and exit",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			logger, err := newLogger(cmd, logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			opts.Logger = logger
+			opts.Kubeconfig = in.kubeconfig
+			if cleanup {
+				if err := agent.Cleanup(opts); err != nil {
+					return err
+				}
+				logger.Info("removed the nftables table", "table", opts.Table)
+				return nil
+			}
+			a, err := agent.New(opts)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			return a.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.NodeName, "node-name", agent.Hostname(), "the Node this agent programs (default: NODE_NAME, else the host name)")
+	f.StringVar(&opts.NetNS, "netns", "", "program this network namespace (a name under /run/netns or a path) instead of the agent's own; for the lab")
+	f.StringVar(&opts.Table, "table", "", "nftables table name (default netpol)")
+	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":9753", "Prometheus metrics listen address (empty: off)")
+	f.StringVar(&opts.HealthAddr, "health-bind-address", ":9754", "/healthz, /readyz and /debug/model listen address (empty: off)")
+	f.DurationVar(&opts.MinSyncInterval, "min-sync-interval", 0, "least time between two syncs; changes in between are coalesced (default 100ms)")
+	f.DurationVar(&opts.ResyncPeriod, "resync-period", 0, "re-sync with no change this often (default 5m)")
+	f.StringVar(&opts.StatusNamespace, "status-namespace", "", "namespace of the Lease that elects the one agent writing policy status (default: POD_NAMESPACE, else netpol-system)")
+	f.BoolVar(&opts.NoStatus, "no-status", false, "do not write policy status")
+	f.BoolVar(&cleanup, "cleanup", false, "remove everything the agent programmed and exit")
+	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	// --kubeconfig is the root command's; without it the agent uses the
+	// in-cluster config.
+	return cmd
+}
+
+// newLogger makes the slog logger and routes client-go's klog output to it.
+func newLogger(cmd *cobra.Command, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	hopts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler
+	switch format {
+	case "text":
+		h = slog.NewTextHandler(cmd.ErrOrStderr(), hopts)
+	case "json":
+		h = slog.NewJSONHandler(cmd.ErrOrStderr(), hopts)
+	default:
+		return nil, fmt.Errorf("--log-format %q: text or json", format)
+	}
+	logger := slog.New(h)
+	klog.SetSlogLogger(logger)
+	return logger, nil
+}

@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+func TestDiffLines(t *testing.T) {
+	tests := []struct {
+		prev, next, want []string
+	}{
+		{nil, []string{"a", "b"}, []string{"+ a", "+ b"}},
+		{[]string{"a", "b"}, []string{"b", "c"}, []string{"- a", "+ c"}},
+		{[]string{"a"}, []string{"a"}, nil},
+	}
+	for _, tt := range tests {
+		if got := DiffLines(tt.prev, tt.next); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("DiffLines(%v, %v) = %v, want %v", tt.prev, tt.next, got, tt.want)
+		}
+	}
+}
+
+func TestModelViewLines(t *testing.T) {
+	tb := nft.NewTable("netpol")
+	tb.AddChain(&nft.Chain{Name: "forward", Rules: []*nft.Rule{nft.NewRule().CtEstablishedRelated().Verdict(nft.Verdict{Kind: nft.Accept})}})
+	tb.AddSet(&nft.Set{Name: "peers4", Fields: []nft.FieldType{nft.FieldIPv4}, Elements: []nft.Element{{Key: []byte{10, 0, 0, 1}}}})
+	got := newModelView("node-1", 3, tb).Lines()
+	want := []string{"chain forward [0] ct state established,related accept", "set peers4 10.0.0.1"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Lines() = %q, want %q", got, want)
+	}
+}
+
+func TestDesiredStatus(t *testing.T) {
+	key := func(name string) cluster.ObjectKey {
+		return cluster.ObjectKey{Kind: cluster.KindClusterPolicy, Name: name}
+	}
+	obj := func(name string) policyObject {
+		u := &unstructured.Unstructured{}
+		u.SetName(name)
+		return policyObject{gvr: gvrCNPv1beta1, obj: u}
+	}
+	model := &policy.Model{
+		Errors: []error{
+			&policy.ObjectError{Object: key("rejected"), Field: "spec.subject", Message: "bad (policy not loaded)", Rejected: true},
+			&policy.ObjectError{Object: key("partial"), Field: "spec.ingress[0].from[0]", Message: "invalid CIDR"},
+			errors.New("a problem of no object"),
+		},
+		ObjectWarnings: map[cluster.ObjectKey][]string{key("warned"): {"unknown field; the rule fails closed"}},
+	}
+	objs := map[cluster.ObjectKey]policyObject{key("ok"): obj("ok"), key("rejected"): obj("rejected"), key("partial"): obj("partial"), key("warned"): obj("warned")}
+	want := map[string][2]string{"ok": {"True", "Valid"}, "rejected": {"False", "Invalid"}, "partial": {"True", "RulesFailClosed"}, "warned": {"True", "RulesFailClosed"}}
+	got := desiredStatus(objs, model)
+	if len(got) != len(want) {
+		t.Fatalf("got %d statuses, want %d", len(got), len(want))
+	}
+	for _, st := range got {
+		w := want[st.obj.GetName()]
+		if string(st.status) != w[0] || st.reason != w[1] {
+			t.Errorf("%s: %s/%s, want %s/%s (%s)", st.obj.GetName(), st.status, st.reason, w[0], w[1], st.msg)
+		}
+		if current(st) {
+			t.Errorf("%s: an object without conditions counts as current", st.obj.GetName())
+		}
+	}
+}
+
+func TestHealth(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name                      string
+		ready                     bool
+		pendingSince, lastSuccess time.Time
+		healthy                   bool
+	}{
+		{"starting", false, now.Add(-time.Hour), time.Time{}, true},
+		{"up to date", true, time.Time{}, now.Add(-time.Second), true},
+		{"a change waits a little", true, now.Add(-5 * time.Second), now.Add(-time.Second), true},
+		{"a change waits too long", true, now.Add(-2 * time.Minute), now.Add(-time.Second), false},
+		{"no successful sync for too long", true, time.Time{}, now.Add(-10 * time.Minute), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &Agent{opts: Options{}}
+			a.opts.defaults()
+			a.ready.Store(tt.ready)
+			a.pendingSince, a.lastSuccess = tt.pendingSince, tt.lastSuccess
+			if err := a.health(); (err == nil) != tt.healthy {
+				t.Errorf("health() = %v, want healthy=%v", err, tt.healthy)
+			}
+		})
+	}
+}

@@ -1,0 +1,58 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/netpol/netpol/pkg/nft"
+)
+
+// metrics are the agent's Prometheus metrics, in their own registry.
+type metrics struct {
+	registry *prometheus.Registry
+	// syncDuration: snapshot + compile + kernel transaction.
+	syncDuration prometheus.Histogram
+	// programmingLatency: from the first event of a change to the commit of
+	// the transaction that carries it.
+	programmingLatency prometheus.Histogram
+	syncs              *prometheus.CounterVec // result=success|error|unchanged
+	events             *prometheus.CounterVec // resource
+	kernelObjects      *prometheus.GaugeVec   // kind=chains|rules|sets|elements
+	transactionSize    prometheus.Histogram   // netlink messages per transaction
+	lastSuccess        prometheus.Gauge
+	policyErrors       prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "netpol_sync_duration_seconds",
+			Help: "Time of one sync: snapshot, compile and the kernel transaction.", Buckets: buckets}),
+		programmingLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "netpol_programming_latency_seconds",
+			Help: "Time from an object change seen by the agent to the commit of the kernel transaction that carries it.", Buckets: buckets}),
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "netpol_syncs_total",
+			Help: "Syncs by result: success (a transaction was committed), unchanged (nothing to send), error."}, []string{"result"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "netpol_informer_events_total",
+			Help: "Informer events (add, update, delete) by resource."}, []string{"resource"}),
+		kernelObjects: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "netpol_kernel_objects",
+			Help: "Objects in the node's nftables table after the last successful sync."}, []string{"kind"}),
+		transactionSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "netpol_transaction_messages",
+			Help: "Netlink messages per kernel transaction.", Buckets: prometheus.ExponentialBuckets(1, 4, 10)}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "netpol_last_successful_sync_timestamp_seconds",
+			Help: "Unix time of the last successful sync."}),
+		policyErrors: prometheus.NewGauge(prometheus.GaugeOpts{Name: "netpol_policy_errors",
+			Help: "Problems found in the cluster's policies at the last sync (rejected objects, rules failing closed)."}),
+	}
+	m.registry.MustRegister(m.syncDuration, m.programmingLatency, m.syncs, m.events, m.kernelObjects,
+		m.transactionSize, m.lastSuccess, m.policyErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) setCounts(c nft.Counts) {
+	m.kernelObjects.WithLabelValues("chains").Set(float64(c.Chains))
+	m.kernelObjects.WithLabelValues("rules").Set(float64(c.Rules))
+	m.kernelObjects.WithLabelValues("sets").Set(float64(c.Sets))
+	m.kernelObjects.WithLabelValues("elements").Set(float64(c.Elements))
+}

@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/netpol/netpol/pkg/nft"
+)
+
+// ModelView is the node's compiled model as /debug/model serves it: every
+// chain's rules and every set's elements as nft text.
+type ModelView struct {
+	Node string `json:"node"`
+	// Generation counts the agent's successful syncs.
+	Generation int64               `json:"generation"`
+	Table      string              `json:"table"`
+	Chains     map[string][]string `json:"chains"`
+	Sets       map[string][]string `json:"sets"`
+}
+
+func newModelView(node string, gen int64, t *nft.Table) *ModelView {
+	m := &ModelView{Node: node, Generation: gen, Table: t.Name, Chains: map[string][]string{}, Sets: map[string][]string{}}
+	for name, c := range t.Chains {
+		rules := make([]string, len(c.Rules))
+		for i, r := range c.Rules {
+			rules[i] = r.Text
+		}
+		m.Chains[name] = rules
+	}
+	for name, s := range t.Sets {
+		elems := make([]string, len(s.Elements))
+		for i, e := range s.Elements {
+			elems[i] = s.ElementText(e)
+		}
+		m.Sets[name] = elems
+	}
+	return m
+}
+
+// Lines flattens the model into sorted lines, one per rule and element,
+// for a line diff ("netpol model watch").
+func (m *ModelView) Lines() []string {
+	var out []string
+	for name, rules := range m.Chains {
+		for i, r := range rules {
+			out = append(out, fmt.Sprintf("chain %s [%d] %s", name, i, r))
+		}
+	}
+	for name, elems := range m.Sets {
+		for _, e := range elems {
+			out = append(out, fmt.Sprintf("set %s %s", name, e))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// DiffLines returns the lines of next missing from prev ("+ ...") and the
+// lines of prev missing from next ("- ..."), in order.
+func DiffLines(prev, next []string) []string {
+	in := func(lines []string) map[string]bool {
+		m := make(map[string]bool, len(lines))
+		for _, l := range lines {
+			m[l] = true
+		}
+		return m
+	}
+	p, n := in(prev), in(next)
+	var out []string
+	for _, l := range prev {
+		if !n[l] {
+			out = append(out, "- "+l)
+		}
+	}
+	for _, l := range next {
+		if !p[l] {
+			out = append(out, "+ "+l)
+		}
+	}
+	return out
+}

@@ -1,0 +1,287 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/netpol/netpol/pkg/cluster"
+)
+
+// Policy API resources, read where discovery says they are served:
+// ClusterNetworkPolicy v1beta1, else v1alpha2; AdminNetworkPolicy and
+// BaselineAdminNetworkPolicy v1alpha1.
+var (
+	gvrCNPv1beta1  = schema.GroupVersionResource{Group: "policy.networking.k8s.io", Version: "v1beta1", Resource: "clusternetworkpolicies"}
+	gvrCNPv1alpha2 = schema.GroupVersionResource{Group: "policy.networking.k8s.io", Version: "v1alpha2", Resource: "clusternetworkpolicies"}
+	gvrANP         = schema.GroupVersionResource{Group: "policy.networking.k8s.io", Version: "v1alpha1", Resource: "adminnetworkpolicies"}
+	gvrBANP        = schema.GroupVersionResource{Group: "policy.networking.k8s.io", Version: "v1alpha1", Resource: "baselineadminnetworkpolicies"}
+	gvrCRD         = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+)
+
+// sources watches everything the snapshot is made of: typed informers for
+// the core kinds, dynamic informers for the policy CRDs (their objects go
+// through the same strict decoder as files, so unknown fields fail closed),
+// and the CRDs themselves, to start or stop policy informers when a policy
+// CRD appears or goes.
+type sources struct {
+	kube       kubernetes.Interface
+	dyn        dynamic.Interface
+	disc       discovery.DiscoveryInterface
+	log        *slog.Logger
+	onChange   func(resource string)
+	core       informers.SharedInformerFactory
+	crds       dynamicinformer.DynamicSharedInformerFactory
+	listers    coreListers
+	policyMu   sync.RWMutex
+	policies   *policyInformers
+	rediscover chan struct{}
+}
+
+type coreListers struct {
+	pods, namespaces, nodes, services, endpointSlices, networkPolicies cache.GenericLister
+}
+
+// policyInformers are the dynamic informers of one set of served policy
+// resources.
+type policyInformers struct {
+	gvrs    []schema.GroupVersionResource
+	factory dynamicinformer.DynamicSharedInformerFactory
+	stop    chan struct{}
+}
+
+func newSources(kube kubernetes.Interface, dyn dynamic.Interface, log *slog.Logger, onChange func(string)) *sources {
+	s := &sources{kube: kube, dyn: dyn, disc: kube.Discovery(), log: log, onChange: onChange,
+		core: informers.NewSharedInformerFactory(kube, 0), rediscover: make(chan struct{}, 1)}
+	watch := func(resource string, inf cache.SharedIndexInformer) cache.GenericLister {
+		inf.AddEventHandler(s.handler(resource))
+		return cache.NewGenericLister(inf.GetIndexer(), schema.GroupResource{Resource: resource})
+	}
+	s.listers = coreListers{
+		pods:            watch("pods", s.core.Core().V1().Pods().Informer()),
+		namespaces:      watch("namespaces", s.core.Core().V1().Namespaces().Informer()),
+		nodes:           watch("nodes", s.core.Core().V1().Nodes().Informer()),
+		services:        watch("services", s.core.Core().V1().Services().Informer()),
+		endpointSlices:  watch("endpointslices", s.core.Discovery().V1().EndpointSlices().Informer()),
+		networkPolicies: watch("networkpolicies", s.core.Networking().V1().NetworkPolicies().Informer()),
+	}
+	s.crds = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, metav1.NamespaceAll, nil)
+	s.crds.ForResource(gvrCRD).Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.crdChanged(obj) },
+		UpdateFunc: func(_, obj any) { s.crdChanged(obj) },
+		DeleteFunc: func(obj any) { s.crdChanged(obj) },
+	})
+	return s
+}
+
+func (s *sources) handler(resource string) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.onChange(resource) },
+		UpdateFunc: func(any, any) { s.onChange(resource) },
+		DeleteFunc: func(any) { s.onChange(resource) },
+	}
+}
+
+// crdChanged asks for a new discovery when a policy CRD changes.
+func (s *sources) crdChanged(obj any) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if group, _, _ := unstructured.NestedString(u.Object, "spec", "group"); group != gvrANP.Group {
+			return
+		}
+	}
+	select {
+	case s.rediscover <- struct{}{}:
+	default:
+	}
+}
+
+// start runs the informers and waits for their caches; the CRD watch may
+// be forbidden or absent, in which case discovery is re-checked
+// periodically instead.
+func (s *sources) start(ctx context.Context) error {
+	s.core.Start(ctx.Done())
+	for typ, ok := range s.core.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("the %v cache did not sync", typ)
+		}
+	}
+	s.crds.Start(ctx.Done())
+	if err := s.discoverPolicies(ctx); err != nil {
+		return err
+	}
+	go s.rediscoverLoop(ctx)
+	return nil
+}
+
+func (s *sources) rediscoverLoop(ctx context.Context) {
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.stopPolicies()
+			return
+		case <-s.rediscover:
+		case <-tick.C:
+		}
+		if err := s.discoverPolicies(ctx); err != nil {
+			s.log.Warn("re-discovering the policy APIs", "err", err)
+		}
+	}
+}
+
+// discoverPolicies finds the served policy resources and, when they
+// differ from those watched, starts informers for the new set (and waits
+// for their caches) before retiring the old ones.
+func (s *sources) discoverPolicies(ctx context.Context) error {
+	var gvrs []schema.GroupVersionResource
+	servedBy := map[string]map[string]bool{}
+	served := func(gvr schema.GroupVersionResource) (bool, error) {
+		gv := gvr.GroupVersion().String()
+		if servedBy[gv] == nil {
+			servedBy[gv] = map[string]bool{}
+			list, err := s.disc.ServerResourcesForGroupVersion(gv)
+			if err != nil && !isNotFound(err) {
+				return false, fmt.Errorf("discovering %s: %w", gv, err)
+			}
+			if list != nil {
+				for _, r := range list.APIResources {
+					servedBy[gv][r.Name] = true
+				}
+			}
+		}
+		return servedBy[gv][gvr.Resource], nil
+	}
+	for _, choice := range [][]schema.GroupVersionResource{{gvrCNPv1beta1, gvrCNPv1alpha2}, {gvrANP}, {gvrBANP}} {
+		for _, gvr := range choice {
+			ok, err := served(gvr)
+			if err != nil {
+				return err
+			}
+			if ok {
+				gvrs = append(gvrs, gvr)
+				break
+			}
+		}
+	}
+	s.policyMu.RLock()
+	same := s.policies != nil && fmt.Sprint(s.policies.gvrs) == fmt.Sprint(gvrs)
+	s.policyMu.RUnlock()
+	if same {
+		return nil
+	}
+	p := &policyInformers{gvrs: gvrs, stop: make(chan struct{}),
+		factory: dynamicinformer.NewFilteredDynamicSharedInformerFactory(s.dyn, 0, metav1.NamespaceAll, nil)}
+	for _, gvr := range gvrs {
+		p.factory.ForResource(gvr).Informer().AddEventHandler(s.handler(gvr.Resource))
+	}
+	p.factory.Start(p.stop)
+	for gvr, ok := range p.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			close(p.stop)
+			return fmt.Errorf("the %s cache did not sync", gvr)
+		}
+	}
+	s.log.Info("watching policy APIs", "resources", fmt.Sprint(gvrs))
+	s.policyMu.Lock()
+	old := s.policies
+	s.policies = p
+	s.policyMu.Unlock()
+	if old != nil {
+		close(old.stop)
+	}
+	s.onChange("policy-apis")
+	return nil
+}
+
+func (s *sources) stopPolicies() {
+	s.policyMu.Lock()
+	defer s.policyMu.Unlock()
+	if s.policies != nil {
+		close(s.policies.stop)
+		s.policies = nil
+	}
+}
+
+func isNotFound(err error) bool {
+	return err != nil && (meta.IsNoMatchError(err) || apierrors.IsNotFound(err))
+}
+
+// policyKinds maps the policy resources to their snapshot kinds.
+var policyKinds = map[string]string{
+	gvrCNPv1beta1.Resource: cluster.KindClusterPolicy,
+	gvrANP.Resource:        cluster.KindAdminPolicy,
+	gvrBANP.Resource:       cluster.KindBaselinePolicy,
+}
+
+// snapshot builds the cluster snapshot from the caches, and returns the
+// policy objects as the API server holds them (for their status). Objects
+// are shared with the caches and must not be changed.
+func (s *sources) snapshot() (*cluster.Snapshot, map[cluster.ObjectKey]policyObject, *cluster.Report, error) {
+	snap := cluster.New()
+	report := &cluster.Report{}
+	each := func(l cache.GenericLister, add func(any)) error {
+		objs, err := l.List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			add(o)
+		}
+		return nil
+	}
+	err := errors.Join(
+		each(s.listers.namespaces, func(o any) {
+			snap.Namespaces = append(snap.Namespaces, cluster.WithNamespaceNameLabel(o.(*corev1.Namespace)))
+		}),
+		each(s.listers.nodes, func(o any) { snap.Nodes = append(snap.Nodes, o.(*corev1.Node)) }),
+		each(s.listers.pods, func(o any) { snap.Pods = append(snap.Pods, o.(*corev1.Pod)) }),
+		each(s.listers.services, func(o any) { snap.Services = append(snap.Services, o.(*corev1.Service)) }),
+		each(s.listers.endpointSlices, func(o any) { snap.EndpointSlices = append(snap.EndpointSlices, o.(*discoveryv1.EndpointSlice)) }),
+		each(s.listers.networkPolicies, func(o any) { snap.NetworkPolicies = append(snap.NetworkPolicies, o.(*networkingv1.NetworkPolicy)) }),
+	)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	policies := map[cluster.ObjectKey]policyObject{}
+	s.policyMu.RLock()
+	defer s.policyMu.RUnlock()
+	if s.policies == nil {
+		return snap, policies, report, nil
+	}
+	for _, gvr := range s.policies.gvrs {
+		objs, err := s.policies.factory.ForResource(gvr).Lister().List(labels.Everything())
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		for _, o := range objs {
+			u := o.(*unstructured.Unstructured)
+			data, err := u.MarshalJSON()
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			report.Errors = append(report.Errors, snap.AddAPIObject(data).Errors...)
+			policies[cluster.ObjectKey{Kind: policyKinds[gvr.Resource], Name: u.GetName()}] = policyObject{gvr: gvr, obj: u}
+		}
+	}
+	return snap, policies, report, nil
+}

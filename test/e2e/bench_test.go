@@ -1,0 +1,153 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// BenchmarkPodBurst creates 1,000 pods (API objects, as a deployment
+// scale-up would; 2,000 writes with their status) as fast as the API
+// server takes them, while a policy makes every one of them a peer, and
+// measures: how many kernel transactions each agent made, the time from
+// the first write to both kernels matching the final state, and each
+// agent's resident memory.
+func BenchmarkPodBurst(b *testing.B) {
+	const pods = 1000
+	for b.Loop() {
+		w := newWorld(b, "e2e")
+		w.converged("policy", w.apply(`
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: from-y, namespace: x}
+spec:
+  podSelector: {}
+  ingress:
+  - from:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: "y"}}
+`))
+		before := map[string]float64{}
+		for name, a := range w.agent {
+			before[name] = a.metric(b, `netpol_syncs_total{result="success"}`)
+		}
+		cfg := rest.CopyConfig(w.env.Config)
+		cfg.QPS, cfg.Burst = 2000, 2000
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		work := make(chan int)
+		for g := 0; g < 16; g++ {
+			wg.Go(func() {
+				for i := range work {
+					if err := createRunningPod(w, client, i); err != nil {
+						b.Error(err)
+					}
+				}
+			})
+		}
+		for i := 0; i < pods; i++ {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+		written := time.Since(start)
+		// The burst pods are API objects only (the lab has no namespaces
+		// for them), so the check is the kernels, not a probed matrix.
+		total := w.kernelLatency(start)
+		var tx []string
+		var rss []string
+		for name, a := range w.agent {
+			n := a.metric(b, `netpol_syncs_total{result="success"}`) - before[name]
+			tx = append(tx, fmt.Sprintf("%s %v", name, n))
+			b.ReportMetric(n, "transactions-"+name)
+			kb := vmRSS(a.cmd.Process.Pid)
+			rss = append(rss, fmt.Sprintf("%s %d MB", name, kb/1024))
+			b.ReportMetric(float64(kb)/1024, "rss-MB-"+name)
+		}
+		b.ReportMetric(written.Seconds(), "s-writes")
+		b.ReportMetric(total.Seconds(), "s-converged")
+		b.Logf("%d pods: writes took %v, converged %v after the first write; transactions: %s; agent RSS: %s",
+			pods, written.Round(time.Millisecond), total.Round(time.Millisecond), strings.Join(tx, ", "), strings.Join(rss, ", "))
+	}
+}
+
+func createRunningPod(w *world, client kubernetes.Interface, i int) error {
+	ns := []string{"y", "z"}[i%2]
+	node := []string{"node-1", "node-2"}[i%2]
+	ip := fmt.Sprintf("10.244.%d.%d", 100+i/250, i%250+1)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("burst-%d", i), Namespace: ns, Labels: map[string]string{"app": "burst"}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	created, err := client.CoreV1().Pods(ns).Create(w.ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
+	_, err = client.CoreV1().Pods(ns).UpdateStatus(w.ctx, created, metav1.UpdateOptions{})
+	return err
+}
+
+// vmRSS is a process's resident set size in KiB.
+func vmRSS(pid int) int {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	return 0
+}
+
+// BenchmarkPolicyLatency measures the programming latency of single policy
+// changes: from the API write to the kernels holding the new state (polled
+// every millisecond), over 30 changes a quarter of a second apart. (Changes
+// closer together than the agent's --min-sync-interval, 100ms, are
+// coalesced and wait for the next sync by design.)
+func BenchmarkPolicyLatency(b *testing.B) {
+	const changes = 30
+	for b.Loop() {
+		w := newWorld(b, "e2e")
+		var lat []time.Duration
+		for i := 0; i < changes; i++ {
+			var written time.Time
+			if i%2 == 0 {
+				written = w.apply(fmt.Sprintf(`
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: latency, namespace: x}
+spec:
+  podSelector: {matchLabels: {pod: a}}
+  ingress:
+  - from:
+    - podSelector: {}
+    ports:
+    - {protocol: TCP, port: %d}
+`, 8000+i))
+			} else {
+				written = w.delete(gvrNetworkPolicy, "x", "latency")
+			}
+			lat = append(lat, w.kernelLatency(written))
+			time.Sleep(250 * time.Millisecond)
+		}
+		p50, p99 := percentile(lat, 0.5), percentile(lat, 0.99)
+		b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+		b.Logf("programming latency over %d single-policy changes: p50 %v, p99 %v", changes, p50, p99)
+	}
+}

@@ -1,0 +1,436 @@
+//go:build e2e
+
+// Package e2e runs netpol agents against a real kube-apiserver and etcd
+// (internal/testenv) while the lab plays kubelet: it creates the Node and
+// Pod objects, patches their status as it builds the namespaces, and runs
+// one `netpol agent` process per lab node, programming that node's
+// network namespace. After each change the kernel must converge to what
+// the compiler makes of the live cluster, and the probed matrix must equal
+// the evaluator's table.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/internal/testenv"
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/lab"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+const repo = "../.."
+
+// netpolBin is the agent binary, built once by TestMain.
+var netpolBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "netpol-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	netpolBin = filepath.Join(dir, "netpol")
+	build := exec.Command("go", "build", "-o", netpolBin, "./cmd/netpol")
+	build.Dir = repo
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building netpol:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func requireRoot(t testing.TB) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the e2e tests need root (network namespaces, nftables)")
+	}
+}
+
+// cluster is one test's world: the API server, the lab, the agents.
+type world struct {
+	t     testing.TB
+	ctx   context.Context
+	env   *testenv.Env
+	lab   *lab.Lab
+	kcfg  string // the agents' kubeconfig (deploy/'s service account)
+	agent map[string]*agentProc
+	// convergence records, per change, the time from the API write to the
+	// kernel of every node matching the compiled live state.
+	convergence []time.Duration
+}
+
+// newWorld starts the API server with deploy/ applied (CRDs, namespace,
+// RBAC; the DaemonSet server-side dry-run), publishes the base cluster as
+// a kubelet would, brings the lab up and starts one agent per node with
+// the agent's service account.
+func newWorld(t testing.TB, base string) *world {
+	requireRoot(t)
+	ctx := context.Background()
+	env := testenv.Start(t, testenv.Options{})
+	crds, err := filepath.Glob(filepath.Join(repo, "deploy", "crds", "*.yaml"))
+	if err != nil || len(crds) == 0 {
+		t.Fatalf("no CRDs under deploy/crds: %v", err)
+	}
+	if err := env.InstallCRDs(ctx, crds...); err != nil {
+		t.Fatal(err)
+	}
+	resources, err := testenv.KustomizationResources(filepath.Join(repo, "deploy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var real []string
+	for _, r := range resources {
+		if !strings.Contains(r, "crds") && !strings.Contains(r, "daemonset") {
+			real = append(real, r)
+		}
+	}
+	if err := env.ApplyFiles(ctx, false, real...); err != nil {
+		t.Fatal(err)
+	}
+	kcfg, _, err := env.ServiceAccountConfig(ctx, "netpol-system", "netpol-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, report := cluster.LoadPaths([]string{filepath.Join(repo, "testdata", "base", base+".yaml")}, nil)
+	if len(report.Errors) > 0 {
+		t.Fatal(report.Errors)
+	}
+	w := &world{t: t, ctx: ctx, env: env, kcfg: kcfg, agent: map[string]*agentProc{}}
+	for _, ns := range snap.Namespaces {
+		w.create(ns.DeepCopy())
+	}
+	for _, n := range snap.Nodes {
+		w.publishNode(n)
+	}
+	w.lab, err = lab.Up(ctx, snap, lab.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.lab.Down() })
+	for _, p := range snap.Pods {
+		w.publishPod(p)
+	}
+	for _, n := range w.lab.Nodes() {
+		w.startAgent(n)
+	}
+	w.converged("initial state", time.Now())
+	return w
+}
+
+func (w *world) create(obj interface{ GetName() string }) {
+	var err error
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		o.ResourceVersion = ""
+		_, err = w.env.Client.CoreV1().Namespaces().Create(w.ctx, o, metav1.CreateOptions{})
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		w.t.Fatalf("creating %s: %v", obj.GetName(), err)
+	}
+}
+
+// publishNode creates the Node and sets its status addresses, as kubelet.
+func (w *world) publishNode(n *corev1.Node) {
+	n = n.DeepCopy()
+	n.ResourceVersion = ""
+	created, err := w.env.Client.CoreV1().Nodes().Create(w.ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		w.t.Fatalf("creating node %s: %v", n.Name, err)
+	}
+	created.Status = n.Status
+	if _, err := w.env.Client.CoreV1().Nodes().UpdateStatus(w.ctx, created, metav1.UpdateOptions{}); err != nil {
+		w.t.Fatalf("node %s status: %v", n.Name, err)
+	}
+}
+
+// publishPod creates the Pod and, once the lab has its namespace, reports
+// it Running with its addresses, as kubelet.
+func (w *world) publishPod(p *corev1.Pod) {
+	p = p.DeepCopy()
+	p.ResourceVersion = ""
+	status := p.Status
+	created, err := w.env.Client.CoreV1().Pods(p.Namespace).Create(w.ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		w.t.Fatalf("creating pod %s/%s: %v", p.Namespace, p.Name, err)
+	}
+	created.Status = status
+	if _, err := w.env.Client.CoreV1().Pods(p.Namespace).UpdateStatus(w.ctx, created, metav1.UpdateOptions{}); err != nil {
+		w.t.Fatalf("pod %s/%s status: %v", p.Namespace, p.Name, err)
+	}
+}
+
+// agentProc is one `netpol agent` process programming one lab node.
+type agentProc struct {
+	node    *lab.Node
+	cmd     *exec.Cmd
+	health  string
+	metrics string
+	log     string
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startAgent starts (or restarts) the agent of a lab node and waits until
+// it is ready. The process runs in the host namespace, where the API
+// server listens on loopback, and programs the node's namespace (--netns).
+func (w *world) startAgent(n *lab.Node) *agentProc {
+	a := &agentProc{node: n, health: freeAddr(w.t), metrics: freeAddr(w.t)}
+	if old := w.agent[n.Name]; old != nil {
+		a.health, a.metrics = old.health, old.metrics
+	}
+	logf, err := os.CreateTemp("", "netpol-agent-"+n.Name+"-*.log")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	a.log = logf.Name()
+	a.cmd = exec.Command(netpolBin, "agent", "--kubeconfig", w.kcfg, "--node-name", n.Name, "--netns", n.NetNS,
+		"--health-bind-address", a.health, "--metrics-bind-address", a.metrics,
+		"--log-format", "json")
+	a.cmd.Stdout, a.cmd.Stderr = logf, logf
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := a.cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	logf.Close()
+	w.agent[n.Name] = a
+	w.t.Cleanup(func() {
+		a.kill()
+		if w.t.Failed() {
+			data, _ := os.ReadFile(a.log)
+			w.t.Logf("agent %s log:\n%s", n.Name, tail(string(data), 20))
+		}
+		os.Remove(a.log)
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for !a.ready() {
+		if time.Now().After(deadline) {
+			data, _ := os.ReadFile(a.log)
+			w.t.Fatalf("agent %s not ready after 60s:\n%s", n.Name, tail(string(data), 20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return a
+}
+
+func (a *agentProc) ready() bool {
+	resp, err := http.Get("http://" + a.health + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// kill stops the agent with SIGKILL (no chance to clean anything up).
+func (a *agentProc) kill() {
+	if a.cmd.Process != nil {
+		syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
+		a.cmd.Wait()
+	}
+}
+
+// metric reads one sample (name with labels, as exposed) from /metrics.
+func (a *agentProc) metric(t testing.TB, sample string) float64 {
+	resp, err := http.Get("http://" + a.metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(line, sample+" ") {
+			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, sample)), 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// expected compiles what every node must hold for the live cluster state.
+func (w *world) expected() (*cluster.Snapshot, *policy.Model, map[string]*nft.Table) {
+	snap, _, err := cluster.LoadLive(w.ctx, cluster.LiveOptions{Kubeconfig: w.env.Kubeconfig})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	model := policy.Build(snap)
+	resolved := eval.New(snap, model).Resolved()
+	tables := map[string]*nft.Table{}
+	for _, n := range w.lab.Nodes() {
+		t, err := compiler.Compile(resolved, compiler.Options{Node: n.Name})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		tables[n.Name] = t
+	}
+	return snap, model, tables
+}
+
+// converged waits until every node's kernel table equals the compiled
+// live state, records the time since the change was written, then probes
+// the full matrix and compares it with the evaluator's table.
+func (w *world) converged(change string, written time.Time) {
+	w.t.Helper()
+	snap, model, _ := w.expected()
+	took := w.kernelLatency(written)
+	w.convergence = append(w.convergence, took)
+	w.t.Logf("%s: converged in %v", change, took.Round(time.Millisecond))
+	w.matrixMatches(change, snap, model)
+}
+
+// kernelLatency returns the time from written until every node's kernel
+// table first equalled what the compiler makes of the live cluster. A
+// poller reads the kernels every millisecond from the start, keeping each
+// new state with when it was first seen, so the time it takes to compute
+// the expected state does not count.
+func (w *world) kernelLatency(written time.Time) time.Duration {
+	w.t.Helper()
+	type state struct {
+		at     time.Time
+		tables map[string]*nft.Table
+	}
+	var (
+		mu     sync.Mutex
+		states []state
+	)
+	done := make(chan struct{})
+	defer close(done)
+	read := func() map[string]*nft.Table {
+		out := map[string]*nft.Table{}
+		for _, n := range w.lab.Nodes() {
+			t, _ := nft.Read(int(n.Handle), compiler.DefaultTable)
+			out[n.Name] = t
+		}
+		return out
+	}
+	same := func(a, b map[string]*nft.Table) bool {
+		for name, t := range b {
+			if a[name] == nil || t == nil || !nft.Diff(a[name], t).Empty() {
+				return false
+			}
+		}
+		return true
+	}
+	go func() {
+		var last map[string]*nft.Table
+		for {
+			at := time.Now()
+			cur := read()
+			if last == nil || !same(last, cur) {
+				mu.Lock()
+				states = append(states, state{at, cur})
+				mu.Unlock()
+				last = cur
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	_, _, want := w.expected()
+	deadline := written.Add(30 * time.Second)
+	for {
+		mu.Lock()
+		for _, st := range states {
+			if same(st.tables, want) {
+				mu.Unlock()
+				return max(st.at.Sub(written), 0)
+			}
+		}
+		mu.Unlock()
+		if time.Now().After(deadline) {
+			w.t.Fatalf("the nodes' kernels did not converge within 30s of the change")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+var probes = []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "TCP", Port: 81}, {Protocol: "UDP", Port: 80}, {Protocol: "UDP", Port: 81}}
+
+// matrixMatches probes every pod pair (new connections only) and compares
+// with the evaluator.
+func (w *world) matrixMatches(what string, snap *cluster.Snapshot, model *policy.Model) {
+	w.t.Helper()
+	if err := w.lab.FlushConntrack(); err != nil {
+		w.t.Fatal(err)
+	}
+	want := eval.New(snap, model).Table(eval.TableOptions{Probes: probes, Family: eval.FamilyIPv4})
+	got, _, err := w.lab.Probe(w.ctx, lab.ProbeOptions{Probes: probes, Family: eval.FamilyIPv4, Timeout: 250 * time.Millisecond, RetryTimeout: time.Second})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	diffs, err := conformance.Compare(want, got)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, d := range diffs {
+		w.t.Errorf("%s: %s", what, d)
+	}
+}
+
+// apply writes manifests (server-side apply) and returns when.
+func (w *world) apply(manifests string) time.Time {
+	w.t.Helper()
+	written := time.Now()
+	if err := w.env.ApplyYAML(w.ctx, false, manifests); err != nil {
+		w.t.Fatal(err)
+	}
+	return written
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(s)-1) + 0.5)
+	return s[i]
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
