@@ -27,13 +27,14 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/netpol/netpol/internal/testenv"
+	"github.com/netpol/netpol/pkg/cluster"
 )
 
 var (
-	gvrCNPv1beta1  = schema.GroupVersionResource{Group: "policy.networking.k8s.io", Version: "v1beta1", Resource: "clusternetworkpolicies"}
-	gvrCNPv1alpha2 = schema.GroupVersionResource{Group: "policy.networking.k8s.io", Version: "v1alpha2", Resource: "clusternetworkpolicies"}
-	gvrANP         = schema.GroupVersionResource{Group: "policy.networking.k8s.io", Version: "v1alpha1", Resource: "adminnetworkpolicies"}
-	gvrBANP        = schema.GroupVersionResource{Group: "policy.networking.k8s.io", Version: "v1alpha1", Resource: "baselineadminnetworkpolicies"}
+	gvrCNPv1beta1  = cluster.GVRClusterPolicyV1beta1
+	gvrCNPv1alpha2 = cluster.GVRClusterPolicyV1alpha2
+	gvrANP         = cluster.GVRAdminPolicy
+	gvrBANP        = cluster.GVRBaselinePolicy
 	gvrCRD         = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 )
 

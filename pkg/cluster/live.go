@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -34,6 +35,16 @@ const (
 	resourceCNP  = "clusternetworkpolicies"
 	resourceANP  = "adminnetworkpolicies"
 	resourceBANP = "baselineadminnetworkpolicies"
+)
+
+// The policy API resources netpol reads, for dynamic clients and
+// informers: ClusterNetworkPolicy v1beta1 (else v1alpha2),
+// AdminNetworkPolicy and BaselineAdminNetworkPolicy v1alpha1.
+var (
+	GVRClusterPolicyV1beta1  = schema.GroupVersionResource{Group: policyGroup, Version: "v1beta1", Resource: resourceCNP}
+	GVRClusterPolicyV1alpha2 = schema.GroupVersionResource{Group: policyGroup, Version: "v1alpha2", Resource: resourceCNP}
+	GVRAdminPolicy           = schema.GroupVersionResource{Group: policyGroup, Version: "v1alpha1", Resource: resourceANP}
+	GVRBaselinePolicy        = schema.GroupVersionResource{Group: policyGroup, Version: "v1alpha1", Resource: resourceBANP}
 )
 
 // LoadLive reads a snapshot from the API server that opts (and the usual

@@ -186,7 +186,7 @@ func (w *world) delete(gvr schema.GroupVersionResource, namespace, name string) 
 
 var (
 	gvrNetworkPolicy = schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}
-	gvrCNP           = schema.GroupVersionResource{Group: "policy.networking.k8s.io", Version: "v1beta1", Resource: "clusternetworkpolicies"}
+	gvrCNP           = cluster.GVRClusterPolicyV1beta1
 )
 
 // addPod creates a pod like the base's (serving 80 and 81 on TCP and UDP),
@@ -223,13 +223,8 @@ func (w *world) deletePod(namespace, name string) time.Time {
 	return written
 }
 
-// TestAgentKilled kills one agent with SIGKILL while the matrix is probed:
-// nothing changes while it is down (the kernel keeps the last state); the
-// restarted agent adopts the table without sending anything, and then
-// follows a change.
-func TestAgentKilled(t *testing.T) {
-	w := newWorld(t, "e2e")
-	w.converged("isolate x", w.apply(`
+// isolateX lets pods of x take connections only from x.
+const isolateX = `
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: from-x-only, namespace: x}
@@ -238,7 +233,15 @@ spec:
   ingress:
   - from:
     - podSelector: {}
-`))
+`
+
+// TestAgentKilled kills one agent with SIGKILL while the matrix is probed:
+// nothing changes while it is down (the kernel keeps the last state); the
+// restarted agent adopts the table without sending anything, and then
+// follows a change.
+func TestAgentKilled(t *testing.T) {
+	w := newWorld(t, "e2e")
+	w.converged("isolate x", w.apply(isolateX))
 	node := w.lab.Node("node-2")
 	w.agent[node.Name].kill()
 	snap, model, _ := w.expected()
@@ -268,16 +271,7 @@ spec:
 // the agents stay healthy; changes made after it returns are applied.
 func TestAPIServerDown(t *testing.T) {
 	w := newWorld(t, "e2e")
-	w.converged("isolate x", w.apply(`
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: from-x-only, namespace: x}
-spec:
-  podSelector: {}
-  ingress:
-  - from:
-    - podSelector: {}
-`))
+	w.converged("isolate x", w.apply(isolateX))
 	snap, model, _ := w.expected()
 	w.env.StopAPIServer()
 	stop := w.probeContinuously(snap, model, 3)

@@ -87,15 +87,16 @@ type world struct {
 // a kubelet would, brings the lab up and starts one agent per node with
 // the agent's service account.
 func newWorld(t testing.TB, base string) *world {
+	return newWorldWith(t, base, true)
+}
+
+// newWorldWith is newWorld, installing the policy CRDs first or not.
+func newWorldWith(t testing.TB, base string, withCRDs bool) *world {
 	requireRoot(t)
 	ctx := context.Background()
 	env := testenv.Start(t, testenv.Options{})
-	crds, err := filepath.Glob(filepath.Join(repo, "deploy", "crds", "*.yaml"))
-	if err != nil || len(crds) == 0 {
-		t.Fatalf("no CRDs under deploy/crds: %v", err)
-	}
-	if err := env.InstallCRDs(ctx, crds...); err != nil {
-		t.Fatal(err)
+	if withCRDs {
+		installCRDs(t, env)
 	}
 	resources, err := testenv.KustomizationResources(filepath.Join(repo, "deploy"))
 	if err != nil {
@@ -138,6 +139,16 @@ func newWorld(t testing.TB, base string) *world {
 	}
 	w.converged("initial state", time.Now())
 	return w
+}
+
+func installCRDs(t testing.TB, env *testenv.Env) {
+	crds, err := filepath.Glob(filepath.Join(repo, "deploy", "crds", "*.yaml"))
+	if err != nil || len(crds) == 0 {
+		t.Fatalf("no CRDs under deploy/crds: %v", err)
+	}
+	if err := env.InstallCRDs(context.Background(), crds...); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (w *world) create(obj interface{ GetName() string }) {
