@@ -1,0 +1,527 @@
+package proxy
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/netpol/netpol/pkg/cluster"
+)
+
+// Build computes the service model of node from the Services,
+// EndpointSlices and Nodes of snap. It never fails: problems in the input
+// are reported in Model.Errors and the rest is still built.
+func Build(snap *cluster.Snapshot, node string, opts Options) *Model {
+	b := &builder{m: &Model{Node: node}, node: node}
+	if snap == nil {
+		snap = &cluster.Snapshot{}
+	}
+	b.nodeInfo(snap.Nodes, opts)
+	b.parseSlices(snap.EndpointSlices)
+	for _, svc := range snap.Services {
+		if svc != nil {
+			b.service(svc)
+		}
+	}
+	slices.SortFunc(b.m.Services, func(x, y *ServicePort) int {
+		return cmp.Or(
+			cmp.Compare(x.Namespace, y.Namespace),
+			cmp.Compare(x.Name, y.Name),
+			cmp.Compare(x.PortName, y.PortName),
+			cmp.Compare(x.Protocol, y.Protocol),
+			cmp.Compare(x.Family, y.Family), // "IPv4" < "IPv6"
+		)
+	})
+	slices.SortFunc(b.m.HealthChecks, func(x, y HealthCheck) int {
+		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
+	})
+	return b.m
+}
+
+type builder struct {
+	m      *Model
+	node   string
+	slices map[svcKey][]*parsedSlice
+}
+
+type svcKey struct{ namespace, name string }
+
+// portKey matches an EndpointSlice port to a Service port.
+type portKey struct {
+	name     string
+	protocol corev1.Protocol
+}
+
+type parsedSlice struct {
+	name      string
+	family    corev1.IPFamily
+	ports     []slicePort
+	endpoints []Endpoint // Port unset
+}
+
+type slicePort struct {
+	key  portKey
+	port int32
+}
+
+func (b *builder) errorf(obj cluster.ObjectKey, field, format string, args ...any) {
+	b.m.Errors = append(b.m.Errors, &FieldError{Object: obj, Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// nodeInfo sets the model's zone and NodePort addresses.
+func (b *builder) nodeInfo(nodes []*corev1.Node, opts Options) {
+	var node *corev1.Node
+	for _, n := range nodes {
+		if n != nil && n.Name == b.node && b.node != "" {
+			node = n
+			break
+		}
+	}
+	if node != nil {
+		b.m.Zone = node.Labels[corev1.LabelTopologyZone]
+	}
+	if opts.NodePortAddresses != nil {
+		b.m.NodePortAddresses = slices.Clone(opts.NodePortAddresses)
+		return
+	}
+	if node == nil {
+		return
+	}
+	obj := cluster.ObjectKey{Kind: cluster.KindNode, Name: node.Name}
+	for i, a := range node.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			b.errorf(obj, fmt.Sprintf("status.addresses[%d].address", i), "invalid IP %q", a.Address)
+			continue
+		}
+		if !slices.Contains(b.m.NodePortAddresses, ip) {
+			b.m.NodePortAddresses = append(b.m.NodePortAddresses, ip)
+		}
+	}
+}
+
+// parseSlices validates every EndpointSlice once and groups them by
+// Service, sorted by slice name (for a deterministic de-duplication).
+func (b *builder) parseSlices(all []*discoveryv1.EndpointSlice) {
+	b.slices = map[svcKey][]*parsedSlice{}
+	for _, es := range all {
+		if es == nil {
+			continue
+		}
+		obj := cluster.ObjectKey{Kind: cluster.KindEndpointSlice, Namespace: es.Namespace, Name: es.Name}
+		svcName := es.Labels[discoveryv1.LabelServiceName]
+		if svcName == "" {
+			b.errorf(obj, "metadata.labels["+discoveryv1.LabelServiceName+"]", "missing: the slice belongs to no Service")
+			continue
+		}
+		ps := &parsedSlice{name: es.Name}
+		switch es.AddressType {
+		case discoveryv1.AddressTypeIPv4:
+			ps.family = corev1.IPv4Protocol
+		case discoveryv1.AddressTypeIPv6:
+			ps.family = corev1.IPv6Protocol
+		case discoveryv1.AddressTypeFQDN:
+			continue // not proxied
+		default:
+			b.errorf(obj, "addressType", "unsupported address type %q", es.AddressType)
+			continue
+		}
+		for j, p := range es.Ports {
+			field := "ports[" + itoa(j) + "]"
+			if p.Name == nil {
+				// kube-proxy ignores such ports; unnamed is name: "".
+				b.errorf(obj, field+".name", "unset (use \"\" for an unnamed port)")
+				continue
+			}
+			if p.Port == nil || *p.Port <= 0 || *p.Port > 65535 {
+				b.errorf(obj, field+".port", "missing or out of range")
+				continue
+			}
+			proto := corev1.ProtocolTCP // the API server's default
+			if p.Protocol != nil {
+				proto = *p.Protocol
+			}
+			if !validProtocol(proto) {
+				b.errorf(obj, field+".protocol", "unsupported protocol %q", proto)
+				continue
+			}
+			ps.ports = append(ps.ports, slicePort{key: portKey{*p.Name, proto}, port: *p.Port})
+		}
+		for k, e := range es.Endpoints {
+			field := "endpoints[" + itoa(k) + "]"
+			if len(e.Addresses) == 0 {
+				b.errorf(obj, field+".addresses", "empty")
+				continue
+			}
+			// Only the first address is used, as in kube-proxy.
+			ip, err := netip.ParseAddr(e.Addresses[0])
+			if err != nil || ip.Zone() != "" {
+				b.errorf(obj, field+".addresses[0]", "invalid IP %q", e.Addresses[0])
+				continue
+			}
+			ip = ip.Unmap()
+			if familyOf(ip) != ps.family {
+				b.errorf(obj, field+".addresses[0]", "%s is not of address type %s", ip, es.AddressType)
+				continue
+			}
+			ep := Endpoint{
+				Address:     ip,
+				Ready:       e.Conditions.Ready == nil || *e.Conditions.Ready,
+				Serving:     e.Conditions.Serving == nil || *e.Conditions.Serving,
+				Terminating: e.Conditions.Terminating != nil && *e.Conditions.Terminating,
+			}
+			if e.NodeName != nil {
+				ep.NodeName = *e.NodeName
+				ep.Local = b.node != "" && ep.NodeName == b.node
+			}
+			if e.Zone != nil {
+				ep.Zone = *e.Zone
+			}
+			if e.TargetRef != nil && (e.TargetRef.Kind == "" || e.TargetRef.Kind == "Pod") {
+				ep.PodNamespace = cmp.Or(e.TargetRef.Namespace, es.Namespace)
+				ep.PodName = e.TargetRef.Name
+			}
+			if e.Hints != nil {
+				for _, z := range e.Hints.ForZones {
+					ep.ZoneHints = append(ep.ZoneHints, z.Name)
+				}
+				for _, n := range e.Hints.ForNodes {
+					ep.NodeHints = append(ep.NodeHints, n.Name)
+				}
+			}
+			ps.endpoints = append(ps.endpoints, ep)
+		}
+		key := svcKey{es.Namespace, svcName}
+		b.slices[key] = append(b.slices[key], ps)
+	}
+	for _, list := range b.slices {
+		slices.SortFunc(list, func(x, y *parsedSlice) int { return cmp.Compare(x.name, y.name) })
+	}
+}
+
+func validProtocol(p corev1.Protocol) bool {
+	return p == corev1.ProtocolTCP || p == corev1.ProtocolUDP || p == corev1.ProtocolSCTP
+}
+
+func familyOf(ip netip.Addr) corev1.IPFamily {
+	if ip.Is4() {
+		return corev1.IPv4Protocol
+	}
+	return corev1.IPv6Protocol
+}
+
+// service adds the ServicePorts of one Service.
+func (b *builder) service(svc *corev1.Service) {
+	spec := &svc.Spec
+	if spec.Type == corev1.ServiceTypeExternalName {
+		return
+	}
+	if spec.ClusterIP == "" || spec.ClusterIP == corev1.ClusterIPNone {
+		return // headless
+	}
+	obj := cluster.ObjectKey{Kind: cluster.KindService, Namespace: svc.Namespace, Name: svc.Name}
+
+	// ClusterIPs by family (one per family).
+	clusterIPs := map[corev1.IPFamily]netip.Addr{}
+	var families []corev1.IPFamily
+	ips, field := spec.ClusterIPs, "spec.clusterIPs"
+	if len(ips) == 0 {
+		ips, field = []string{spec.ClusterIP}, "spec.clusterIP"
+	}
+	for i, s := range ips {
+		f := field
+		if field == "spec.clusterIPs" {
+			f += "[" + itoa(i) + "]"
+		}
+		ip, err := netip.ParseAddr(s)
+		if err != nil || ip.Zone() != "" {
+			b.errorf(obj, f, "invalid IP %q", s)
+			continue
+		}
+		ip = ip.Unmap()
+		fam := familyOf(ip)
+		if i < len(spec.IPFamilies) && spec.IPFamilies[i] != fam {
+			b.errorf(obj, f, "%s does not match spec.ipFamilies[%d] %s", ip, i, spec.IPFamilies[i])
+			continue
+		}
+		if _, dup := clusterIPs[fam]; dup {
+			b.errorf(obj, f, "second %s cluster IP %s", fam, ip)
+			continue
+		}
+		clusterIPs[fam] = ip
+		families = append(families, fam)
+	}
+	if len(families) == 0 {
+		return
+	}
+
+	externalIPs := map[corev1.IPFamily][]netip.Addr{}
+	for i, s := range spec.ExternalIPs {
+		ip, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil || ip.Zone() != "" {
+			b.errorf(obj, "spec.externalIPs["+itoa(i)+"]", "invalid IP %q", s)
+			continue
+		}
+		ip = ip.Unmap()
+		externalIPs[familyOf(ip)] = append(externalIPs[familyOf(ip)], ip)
+	}
+	lbIPs := map[corev1.IPFamily][]netip.Addr{}
+	for i, ing := range svc.Status.LoadBalancer.Ingress {
+		if ing.IP == "" || (ing.IPMode != nil && *ing.IPMode != corev1.LoadBalancerIPModeVIP) {
+			continue // hostname-only or proxy-mode load balancer
+		}
+		ip, err := netip.ParseAddr(ing.IP)
+		if err != nil || ip.Zone() != "" {
+			b.errorf(obj, "status.loadBalancer.ingress["+itoa(i)+"].ip", "invalid IP %q", ing.IP)
+			continue
+		}
+		ip = ip.Unmap()
+		lbIPs[familyOf(ip)] = append(lbIPs[familyOf(ip)], ip)
+	}
+	ranges := map[corev1.IPFamily][]netip.Prefix{}
+	anySource := map[corev1.IPFamily]bool{}
+	for i, s := range spec.LoadBalancerSourceRanges {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			b.errorf(obj, "spec.loadBalancerSourceRanges["+itoa(i)+"]", "invalid CIDR %q", s)
+			continue
+		}
+		p = p.Masked()
+		fam := familyOf(p.Addr())
+		if p.Bits() == 0 {
+			anySource[fam] = true
+		}
+		ranges[fam] = append(ranges[fam], p)
+	}
+
+	var affinity int32
+	if spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		affinity = DefaultAffinityTimeout
+		if c := spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			affinity = *c.ClientIP.TimeoutSeconds
+			if affinity <= 0 {
+				b.errorf(obj, "spec.sessionAffinityConfig.clientIP.timeoutSeconds", "must be positive, using %d", DefaultAffinityTimeout)
+				affinity = DefaultAffinityTimeout
+			}
+		}
+	}
+	internalLocal := spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	externallyAccessible := spec.Type == corev1.ServiceTypeLoadBalancer || spec.Type == corev1.ServiceTypeNodePort ||
+		((spec.Type == corev1.ServiceTypeClusterIP || spec.Type == "") && len(spec.ExternalIPs) > 0)
+	externalLocal := externallyAccessible && spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	var hcPort int32
+	if spec.Type == corev1.ServiceTypeLoadBalancer && externalLocal {
+		if spec.HealthCheckNodePort == 0 {
+			b.errorf(obj, "spec.healthCheckNodePort", "unset for a LoadBalancer with externalTrafficPolicy Local")
+		} else {
+			hcPort = spec.HealthCheckNodePort
+		}
+	}
+	var trafficDist string
+	if spec.TrafficDistribution != nil {
+		trafficDist = *spec.TrafficDistribution
+	}
+
+	// Endpoints by family and port, de-duplicated across slices.
+	endpoints := map[corev1.IPFamily]map[portKey][]Endpoint{}
+	seen := map[corev1.IPFamily]map[portKey]map[epKey]int{}
+	for _, ps := range b.slices[svcKey{svc.Namespace, svc.Name}] {
+		byPort := endpoints[ps.family]
+		if byPort == nil {
+			byPort = map[portKey][]Endpoint{}
+			endpoints[ps.family] = byPort
+		}
+		for _, sp := range ps.ports {
+			list := byPort[sp.key]
+			index := seen[ps.family][sp.key]
+			if index == nil {
+				index = map[epKey]int{}
+				if seen[ps.family] == nil {
+					seen[ps.family] = map[portKey]map[epKey]int{}
+				}
+				seen[ps.family][sp.key] = index
+			}
+			for _, ep := range ps.endpoints {
+				ep.Port = sp.port
+				i, dup := index[ep.key()]
+				switch {
+				case !dup:
+					index[ep.key()] = len(list)
+					list = append(list, ep)
+				case !ep.Terminating:
+					// kube-proxy prefers a non-terminating copy (an IP
+					// reused by a new pod while the old one terminates).
+					list[i] = ep
+				}
+			}
+			byPort[sp.key] = list
+		}
+	}
+
+	localReady := map[netip.Addr]bool{}
+	for i, port := range spec.Ports {
+		pf := "spec.ports[" + itoa(i) + "]"
+		if port.Protocol == "" {
+			b.errorf(obj, pf+".protocol", "missing")
+			continue
+		}
+		if !validProtocol(port.Protocol) {
+			b.errorf(obj, pf+".protocol", "unsupported protocol %q", port.Protocol)
+			continue
+		}
+		if port.Port <= 0 || port.Port > 65535 {
+			b.errorf(obj, pf+".port", "%d out of range", port.Port)
+			continue
+		}
+		nodePort := port.NodePort
+		if nodePort < 0 || nodePort > 65535 {
+			b.errorf(obj, pf+".nodePort", "%d out of range", nodePort)
+			nodePort = 0
+		}
+		for _, fam := range families {
+			sp := &ServicePort{
+				Namespace:                svc.Namespace,
+				Name:                     svc.Name,
+				PortName:                 port.Name,
+				Protocol:                 port.Protocol,
+				Family:                   fam,
+				ClusterIP:                clusterIPs[fam],
+				Port:                     port.Port,
+				NodePort:                 nodePort,
+				LoadBalancerIPs:          lbIPs[fam],
+				ExternalIPs:              externalIPs[fam],
+				LoadBalancerSourceRanges: ranges[fam],
+				AffinityTimeout:          affinity,
+				InternalPolicyLocal:      internalLocal,
+				ExternalPolicyLocal:      externalLocal,
+				HealthCheckNodePort:      hcPort,
+				TrafficDistribution:      trafficDist,
+			}
+			if anySource[fam] {
+				sp.LoadBalancerSourceRanges = nil // a /0 allows every source
+			}
+			eps := slices.Clone(endpoints[fam][portKey{port.Name, port.Protocol}])
+			sortEndpoints(eps)
+			for _, ep := range eps {
+				if ep.Local && ep.Ready {
+					localReady[ep.Address] = true
+				}
+			}
+			b.categorize(sp, eps)
+			b.m.Services = append(b.m.Services, sp)
+		}
+	}
+	if hcPort != 0 {
+		b.m.HealthChecks = append(b.m.HealthChecks, HealthCheck{
+			Namespace: svc.Namespace, Name: svc.Name, NodePort: hcPort, LocalEndpoints: len(localReady),
+		})
+	}
+}
+
+func sortEndpoints(eps []Endpoint) {
+	slices.SortFunc(eps, func(x, y Endpoint) int {
+		return cmp.Or(x.Address.Compare(y.Address), cmp.Compare(x.Port, y.Port))
+	})
+}
+
+// categorize fills the ServicePort's cluster and local endpoints from all of
+// its endpoints, as kube-proxy's CategorizeEndpoints does.
+func (b *builder) categorize(sp *ServicePort, eps []Endpoint) {
+	if len(eps) == 0 {
+		return
+	}
+	if sp.UsesClusterEndpoints() {
+		sp.TopologyMode = topologyMode(eps, b.node, b.m.Zone)
+		sp.ClusterEndpoints = filter(eps, func(ep Endpoint) bool {
+			return ep.Ready && availableForTopology(ep, sp.TopologyMode, b.node, b.m.Zone)
+		})
+		if len(sp.ClusterEndpoints) == 0 {
+			// No ready endpoint anywhere (topology never empties the
+			// list): fall back to serving terminating endpoints.
+			sp.ClusterEndpoints = filter(eps, func(ep Endpoint) bool { return ep.Serving && ep.Terminating })
+		}
+		sp.AnyEndpoints = len(sp.ClusterEndpoints) > 0
+	}
+	if !sp.UsesLocalEndpoints() {
+		return
+	}
+	var localReady, localTerminating bool
+	for _, ep := range eps {
+		switch {
+		case ep.Ready:
+			sp.AnyEndpoints = true
+			localReady = localReady || ep.Local
+		case ep.Serving && ep.Terminating:
+			sp.AnyEndpoints = true
+			localTerminating = localTerminating || ep.Local
+		}
+	}
+	switch {
+	case localReady:
+		sp.LocalEndpoints = filter(eps, func(ep Endpoint) bool { return ep.Local && ep.Ready })
+	case localTerminating:
+		sp.LocalEndpoints = filter(eps, func(ep Endpoint) bool { return ep.Local && ep.Serving && ep.Terminating })
+	}
+}
+
+// topologyMode decides which hints restrict the cluster endpoints: node
+// hints if every ready endpoint has one and some endpoint is hinted for
+// this node; else zone hints, likewise for this node's zone; else none.
+func topologyMode(eps []Endpoint, node, zone string) string {
+	anyReady := false
+	allNode, forNode := true, false
+	allZone, forZone := true, false
+	for _, ep := range eps {
+		if !ep.Ready {
+			continue
+		}
+		anyReady = true
+		if len(ep.NodeHints) == 0 {
+			allNode = false
+		} else if node != "" && slices.Contains(ep.NodeHints, node) {
+			forNode = true
+		}
+		if len(ep.ZoneHints) == 0 {
+			allZone = false
+		} else if zone != "" && slices.Contains(ep.ZoneHints, zone) {
+			forZone = true
+		}
+	}
+	switch {
+	case !anyReady:
+		return TopologyNone
+	case allNode && forNode:
+		return TopologyPreferSameNode
+	case allZone && forZone:
+		return TopologyPreferSameZone
+	}
+	return TopologyNone
+}
+
+func availableForTopology(ep Endpoint, mode, node, zone string) bool {
+	switch mode {
+	case TopologyPreferSameNode:
+		return slices.Contains(ep.NodeHints, node)
+	case TopologyPreferSameZone:
+		return slices.Contains(ep.ZoneHints, zone)
+	}
+	return true
+}
+
+func filter(eps []Endpoint, keep func(Endpoint) bool) []Endpoint {
+	var out []Endpoint
+	for _, ep := range eps {
+		if keep(ep) {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
