@@ -164,3 +164,43 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// A Service destination is explained per endpoint, at its target port,
+// as the source's node chooses endpoints (examples/demo/services.yaml).
+func TestExplainService(t *testing.T) {
+	tests := []struct {
+		src     string
+		allowed bool
+	}{
+		{"web/frontend", true},     // orders-from-web admits the frontend on the named port http
+		{"sandbox/toolbox", false}, // isolated api: nothing else
+	}
+	for _, tt := range tests {
+		out, stderr, err := run(t, "", "explain", "-f", "../../examples/demo", tt.src, "svc/api/orders", "--port", "tcp/80", "-o", "json")
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tt.src, err, stderr)
+		}
+		var sv struct {
+			ClusterIP string `json:"clusterIP"`
+			Endpoints []struct {
+				Endpoint string `json:"endpoint"`
+				Port     int    `json:"port"`
+				Verdict  struct {
+					Allowed bool `json:"allowed"`
+				} `json:"verdict"`
+			} `json:"endpoints"`
+		}
+		if err := json.Unmarshal([]byte(out), &sv); err != nil {
+			t.Fatal(err)
+		}
+		if sv.ClusterIP != "10.96.0.20" || len(sv.Endpoints) != 1 || sv.Endpoints[0].Endpoint != "api/orders" || sv.Endpoints[0].Port != 8080 {
+			t.Fatalf("%s: got %+v, want the one endpoint api/orders on target port 8080", tt.src, sv)
+		}
+		if sv.Endpoints[0].Verdict.Allowed != tt.allowed {
+			t.Errorf("%s -> svc/api/orders: allowed %v, want %v", tt.src, sv.Endpoints[0].Verdict.Allowed, tt.allowed)
+		}
+	}
+	if _, _, err := run(t, "", "explain", "-f", "../../examples/demo", "web/frontend", "svc/api/orders", "--port", "tcp/81"); err == nil || !strings.Contains(err.Error(), "no IPv4 port tcp/81") {
+		t.Errorf("a port the service lacks: got %v", err)
+	}
+}
