@@ -50,6 +50,7 @@ bench: build
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAddDocuments -fuzztime 30s ./pkg/cluster
 	$(GO) test -run '^$$' -fuzz FuzzEvaluate -fuzztime 30s ./pkg/eval
+	$(GO) test -run '^$$' -fuzz FuzzCompile -fuzztime 30s ./pkg/compiler
 
 clean:
 	rm -rf bin
