@@ -185,3 +185,15 @@ func match(pattern, pod string) bool {
 	podNS, _, _ := strings.Cut(pod, "/")
 	return name == "*" && ns == podNS
 }
+
+// AppliedYAML is every manifest the case's steps apply, as one YAML stream
+// ("" when no step applies anything): seeds for the fuzz targets.
+func (c *Case) AppliedYAML() string {
+	var docs []string
+	for _, st := range c.Steps {
+		if st.Apply != "" {
+			docs = append(docs, st.Apply)
+		}
+	}
+	return strings.Join(docs, "\n---\n")
+}

@@ -30,13 +30,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 )
 
-var (
-	gvrCNPv1beta1  = cluster.GVRClusterPolicyV1beta1
-	gvrCNPv1alpha2 = cluster.GVRClusterPolicyV1alpha2
-	gvrANP         = cluster.GVRAdminPolicy
-	gvrBANP        = cluster.GVRBaselinePolicy
-	gvrCRD         = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-)
+var gvrCRD = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // One environment for the whole sequence: starting one takes seconds, and
 // the later steps use what the deploy step installed.
@@ -143,14 +137,14 @@ func testAgentRBAC(t *testing.T, env *testenv.Env) {
 	dyn := dynamic.NewForConfigOrDie(cfg)
 
 	// A policy of each kind to read and to write status on, made by the admin.
-	mustCreate(t, env.Dynamic, gvrCNPv1beta1, cnpYAML("rbac-cnp", "v1beta1"))
-	mustCreate(t, env.Dynamic, gvrANP, anpYAML("rbac-anp"))
-	mustCreate(t, env.Dynamic, gvrBANP, banpYAML)
+	mustCreate(t, env.Dynamic, cluster.GVRClusterPolicyV1beta1, cnpYAML("rbac-cnp", "v1beta1"))
+	mustCreate(t, env.Dynamic, cluster.GVRAdminPolicy, anpYAML("rbac-anp"))
+	mustCreate(t, env.Dynamic, cluster.GVRBaselinePolicy, banpYAML)
 	t.Cleanup(func() {
 		ctx := context.Background()
-		_ = env.Dynamic.Resource(gvrCNPv1beta1).Delete(ctx, "rbac-cnp", metav1.DeleteOptions{})
-		_ = env.Dynamic.Resource(gvrANP).Delete(ctx, "rbac-anp", metav1.DeleteOptions{})
-		_ = env.Dynamic.Resource(gvrBANP).Delete(ctx, "default", metav1.DeleteOptions{})
+		_ = env.Dynamic.Resource(cluster.GVRClusterPolicyV1beta1).Delete(ctx, "rbac-cnp", metav1.DeleteOptions{})
+		_ = env.Dynamic.Resource(cluster.GVRAdminPolicy).Delete(ctx, "rbac-anp", metav1.DeleteOptions{})
+		_ = env.Dynamic.Resource(cluster.GVRBaselinePolicy).Delete(ctx, "default", metav1.DeleteOptions{})
 	})
 
 	allowed := map[string]func() error{
@@ -176,15 +170,21 @@ func testAgentRBAC(t *testing.T, env *testenv.Env) {
 		"list crds":  func() error { _, err := dyn.Resource(gvrCRD).List(ctx, metav1.ListOptions{}); return err },
 		"watch crds": func() error { return watchOnce(ctx, dyn.Resource(gvrCRD)) },
 		"list cnp v1beta1": func() error {
-			_, err := dyn.Resource(gvrCNPv1beta1).List(ctx, metav1.ListOptions{})
+			_, err := dyn.Resource(cluster.GVRClusterPolicyV1beta1).List(ctx, metav1.ListOptions{})
 			return err
 		},
-		"watch cnp v1alpha2": func() error { return watchOnce(ctx, dyn.Resource(gvrCNPv1alpha2)) },
-		"list anp":           func() error { _, err := dyn.Resource(gvrANP).List(ctx, metav1.ListOptions{}); return err },
-		"list banp":          func() error { _, err := dyn.Resource(gvrBANP).List(ctx, metav1.ListOptions{}); return err },
-		"patch cnp status":   func() error { return patchStatus(ctx, dyn, gvrCNPv1beta1, "rbac-cnp") },
-		"patch anp status":   func() error { return patchStatus(ctx, dyn, gvrANP, "rbac-anp") },
-		"patch banp status":  func() error { return patchStatus(ctx, dyn, gvrBANP, "default") },
+		"watch cnp v1alpha2": func() error { return watchOnce(ctx, dyn.Resource(cluster.GVRClusterPolicyV1alpha2)) },
+		"list anp": func() error {
+			_, err := dyn.Resource(cluster.GVRAdminPolicy).List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"list banp": func() error {
+			_, err := dyn.Resource(cluster.GVRBaselinePolicy).List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"patch cnp status":  func() error { return patchStatus(ctx, dyn, cluster.GVRClusterPolicyV1beta1, "rbac-cnp") },
+		"patch anp status":  func() error { return patchStatus(ctx, dyn, cluster.GVRAdminPolicy, "rbac-anp") },
+		"patch banp status": func() error { return patchStatus(ctx, dyn, cluster.GVRBaselinePolicy, "default") },
 		"create lease": func() error {
 			_, err := kube.CoordinationV1().Leases("netpol-system").Create(ctx, &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Name: "netpol-status-writer"}}, metav1.CreateOptions{})
@@ -225,11 +225,15 @@ func testAgentRBAC(t *testing.T, env *testenv.Env) {
 
 	forbidden := map[string]func() error{
 		"patch cnp spec": func() error {
-			_, err := dyn.Resource(gvrCNPv1beta1).Patch(ctx, "rbac-cnp", types.MergePatchType, []byte(`{"spec":{"priority":99}}`), metav1.PatchOptions{})
+			_, err := dyn.Resource(cluster.GVRClusterPolicyV1beta1).Patch(ctx, "rbac-cnp", types.MergePatchType, []byte(`{"spec":{"priority":99}}`), metav1.PatchOptions{})
 			return err
 		},
-		"delete anp":   func() error { return dyn.Resource(gvrANP).Delete(ctx, "rbac-anp", metav1.DeleteOptions{}) },
-		"create cnp":   func() error { return createFrom(ctx, dyn, gvrCNPv1beta1, cnpYAML("sa-made", "v1beta1")) },
+		"delete anp": func() error {
+			return dyn.Resource(cluster.GVRAdminPolicy).Delete(ctx, "rbac-anp", metav1.DeleteOptions{})
+		},
+		"create cnp": func() error {
+			return createFrom(ctx, dyn, cluster.GVRClusterPolicyV1beta1, cnpYAML("sa-made", "v1beta1"))
+		},
 		"list secrets": func() error { _, err := kube.CoreV1().Secrets("").List(ctx, metav1.ListOptions{}); return err },
 		"get configmaps": func() error {
 			_, err := kube.CoreV1().ConfigMaps("default").Get(ctx, "x", metav1.GetOptions{})
@@ -367,21 +371,21 @@ func testKubeconfig(t *testing.T, env *testenv.Env) {
 		gvr  schema.GroupVersionResource
 		yaml string
 	}{
-		{gvrCNPv1beta1, cnpYAML("kc-beta", "v1beta1")},
-		{gvrCNPv1alpha2, cnpYAML("kc-alpha", "v1alpha2")},
-		{gvrANP, anpYAML("kc-anp")},
-		{gvrBANP, banpYAML},
+		{cluster.GVRClusterPolicyV1beta1, cnpYAML("kc-beta", "v1beta1")},
+		{cluster.GVRClusterPolicyV1alpha2, cnpYAML("kc-alpha", "v1alpha2")},
+		{cluster.GVRAdminPolicy, anpYAML("kc-anp")},
+		{cluster.GVRBaselinePolicy, banpYAML},
 	} {
 		if err := createFrom(ctx, dyn, c.gvr, c.yaml); err != nil {
 			t.Fatalf("%s: %v", c.gvr.Resource, err)
 		}
 	}
 	// Both ClusterNetworkPolicy versions are served from one storage.
-	if _, err := dyn.Resource(gvrCNPv1alpha2).Get(ctx, "kc-beta", metav1.GetOptions{}); err != nil {
+	if _, err := dyn.Resource(cluster.GVRClusterPolicyV1alpha2).Get(ctx, "kc-beta", metav1.GetOptions{}); err != nil {
 		t.Errorf("kc-beta read at v1alpha2: %v", err)
 	}
 	// The experimental channel keeps fields the standard one prunes.
-	u, err := dyn.Resource(gvrCNPv1beta1).Get(ctx, "kc-beta", metav1.GetOptions{})
+	u, err := dyn.Resource(cluster.GVRClusterPolicyV1beta1).Get(ctx, "kc-beta", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,15 +448,15 @@ func testWatch(t *testing.T, env *testenv.Env) {
 
 	// A dynamic informer on a CRD-backed resource too (the agent's path).
 	start := time.Now()
-	if err := createFrom(ctx, env.Dynamic, gvrCNPv1beta1, cnpYAML("watch-cnp", "v1beta1")); err != nil {
+	if err := createFrom(ctx, env.Dynamic, cluster.GVRClusterPolicyV1beta1, cnpYAML("watch-cnp", "v1beta1")); err != nil {
 		t.Fatal(err)
 	}
-	dw, err := env.Dynamic.Resource(gvrCNPv1beta1).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=watch-cnp"})
+	dw, err := env.Dynamic.Resource(cluster.GVRClusterPolicyV1beta1).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=watch-cnp"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dw.Stop()
-	if err := env.Dynamic.Resource(gvrCNPv1beta1).Delete(ctx, "watch-cnp", metav1.DeleteOptions{}); err != nil {
+	if err := env.Dynamic.Resource(cluster.GVRClusterPolicyV1beta1).Delete(ctx, "watch-cnp", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for ev := range dw.ResultChan() {

@@ -103,9 +103,11 @@ type Agent struct {
 	pendingSince time.Time // first change not yet programmed
 	lastSuccess  time.Time
 	ready        atomic.Bool
-	model        atomic.Pointer[ModelView]
-	generation   int64
-	reported     map[string]bool // policy problems already logged
+	// programmed is the table of the last successful sync; /debug/model
+	// renders it on request, not on every sync.
+	programmed atomic.Pointer[programmedTable]
+	generation int64
+	reported   map[string]bool // policy problems already logged
 }
 
 // RestConfig loads the client configuration: the kubeconfig file, or the
@@ -327,14 +329,21 @@ func (a *Agent) sync() error {
 	a.generation++
 	gen := a.generation
 	a.mu.Unlock()
-	a.model.Store(newModelView(a.opts.NodeName, gen, table))
-	if a.status != nil {
+	a.programmed.Store(&programmedTable{generation: gen, table: table})
+	if a.status != nil && a.status.leader.Load() {
 		// Status is best effort: the next sync retries what failed.
 		if err := a.status.write(a.ctx, desiredStatus(policies, model)); err != nil {
 			a.log.Warn("writing policy status", "err", err)
 		}
 	}
 	return nil
+}
+
+// programmedTable is a table the kernel holds and the sync that applied
+// it. Tables are never changed once compiled.
+type programmedTable struct {
+	generation int64
+	table      *nft.Table
 }
 
 // reportProblems logs each policy problem once (they are re-found at every

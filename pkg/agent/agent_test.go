@@ -46,7 +46,7 @@ func TestDesiredStatus(t *testing.T) {
 	obj := func(name string) policyObject {
 		u := &unstructured.Unstructured{}
 		u.SetName(name)
-		return policyObject{gvr: gvrCNPv1beta1, obj: u}
+		return policyObject{gvr: cluster.GVRClusterPolicyV1beta1, obj: u}
 	}
 	model := &policy.Model{
 		Errors: []error{

@@ -71,15 +71,15 @@ func (a *Agent) healthMux() *http.ServeMux {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/debug/model", func(w http.ResponseWriter, r *http.Request) {
-		m := a.model.Load()
-		if m == nil {
+		p := a.programmed.Load()
+		if p == nil {
 			http.Error(w, "no model yet: the initial sync is not done", http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		enc.Encode(m)
+		enc.Encode(newModelView(a.opts.NodeName, p.generation, p.table))
 	})
 	return mux
 }

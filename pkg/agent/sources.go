@@ -27,16 +27,8 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 )
 
-// Policy API resources, read where discovery says they are served:
-// ClusterNetworkPolicy v1beta1, else v1alpha2; AdminNetworkPolicy and
-// BaselineAdminNetworkPolicy v1alpha1.
-var (
-	gvrCNPv1beta1  = cluster.GVRClusterPolicyV1beta1
-	gvrCNPv1alpha2 = cluster.GVRClusterPolicyV1alpha2
-	gvrANP         = cluster.GVRAdminPolicy
-	gvrBANP        = cluster.GVRBaselinePolicy
-	gvrCRD         = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-)
+// gvrCRD is watched to notice policy CRDs appearing or going.
+var gvrCRD = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 // sources watches everything the snapshot is made of: typed informers for
 // the core kinds, dynamic informers for the policy CRDs (their objects go
@@ -44,7 +36,6 @@ var (
 // and the CRDs themselves, to start or stop policy informers when a policy
 // CRD appears or goes.
 type sources struct {
-	kube       kubernetes.Interface
 	dyn        dynamic.Interface
 	disc       discovery.DiscoveryInterface
 	log        *slog.Logger
@@ -70,7 +61,7 @@ type policyInformers struct {
 }
 
 func newSources(kube kubernetes.Interface, dyn dynamic.Interface, log *slog.Logger, onChange func(string)) *sources {
-	s := &sources{kube: kube, dyn: dyn, disc: kube.Discovery(), log: log, onChange: onChange,
+	s := &sources{dyn: dyn, disc: kube.Discovery(), log: log, onChange: onChange,
 		core: informers.NewSharedInformerFactory(kube, 0), rediscover: make(chan struct{}, 1)}
 	watch := func(resource string, inf cache.SharedIndexInformer) cache.GenericLister {
 		inf.AddEventHandler(s.handler(resource))
@@ -104,7 +95,7 @@ func (s *sources) handler(resource string) cache.ResourceEventHandler {
 // crdChanged asks for a new discovery when a policy CRD changes.
 func (s *sources) crdChanged(obj any) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
-		if group, _, _ := unstructured.NestedString(u.Object, "spec", "group"); group != gvrANP.Group {
+		if group, _, _ := unstructured.NestedString(u.Object, "spec", "group"); group != cluster.GVRAdminPolicy.Group {
 			return
 		}
 	}
@@ -171,7 +162,7 @@ func (s *sources) discoverPolicies(ctx context.Context) error {
 		}
 		return servedBy[gv][gvr.Resource], nil
 	}
-	for _, choice := range [][]schema.GroupVersionResource{{gvrCNPv1beta1, gvrCNPv1alpha2}, {gvrANP}, {gvrBANP}} {
+	for _, choice := range [][]schema.GroupVersionResource{{cluster.GVRClusterPolicyV1beta1, cluster.GVRClusterPolicyV1alpha2}, {cluster.GVRAdminPolicy}, {cluster.GVRBaselinePolicy}} {
 		for _, gvr := range choice {
 			ok, err := served(gvr)
 			if err != nil {
@@ -228,9 +219,9 @@ func isNotFound(err error) bool {
 
 // policyKinds maps the policy resources to their snapshot kinds.
 var policyKinds = map[string]string{
-	gvrCNPv1beta1.Resource: cluster.KindClusterPolicy,
-	gvrANP.Resource:        cluster.KindAdminPolicy,
-	gvrBANP.Resource:       cluster.KindBaselinePolicy,
+	cluster.GVRClusterPolicyV1beta1.Resource: cluster.KindClusterPolicy,
+	cluster.GVRAdminPolicy.Resource:          cluster.KindAdminPolicy,
+	cluster.GVRBaselinePolicy.Resource:       cluster.KindBaselinePolicy,
 }
 
 // snapshot builds the cluster snapshot from the caches, and returns the

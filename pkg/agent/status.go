@@ -119,11 +119,9 @@ type policyObject struct {
 	obj *unstructured.Unstructured
 }
 
-// write applies the conditions that differ from the objects' own.
+// write applies the conditions that differ from the objects' own; only
+// the Lease holder calls it.
 func (w *statusWriter) write(ctx context.Context, statuses []policyStatus) error {
-	if !w.leader.Load() {
-		return nil
-	}
 	var errs []error
 	for _, st := range statuses {
 		if current(st) {

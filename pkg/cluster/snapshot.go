@@ -4,6 +4,8 @@ package cluster
 
 import (
 	"fmt"
+	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -146,6 +148,22 @@ func remove[T any](items []T, match func(T) bool) []T {
 		if !match(it) {
 			out = append(out, it)
 		}
+	}
+	return out
+}
+
+// PodAddresses returns a pod's addresses: status.podIP first (the primary,
+// as kubectl shows it), then the rest of status.podIPs, without repeats.
+func PodAddresses(p *corev1.Pod) []netip.Addr {
+	var out []netip.Addr
+	add := func(s string) {
+		if ip, err := netip.ParseAddr(s); err == nil && !slices.Contains(out, ip.Unmap()) {
+			out = append(out, ip.Unmap())
+		}
+	}
+	add(p.Status.PodIP)
+	for _, ip := range p.Status.PodIPs {
+		add(ip.IP)
 	}
 	return out
 }

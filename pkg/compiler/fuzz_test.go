@@ -10,8 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/yaml"
-
+	"github.com/netpol/netpol/internal/corpus"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
@@ -25,27 +24,15 @@ import (
 func FuzzCompile(f *testing.F) {
 	bases, _ := filepath.Glob(filepath.Join(testdata, "base", "*.yaml"))
 	slices.Sort(bases)
-	cases, _ := filepath.Glob(filepath.Join(testdata, "cases", "*", "*.yaml"))
-	for _, file := range cases {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			f.Fatal(err)
+	cases, err := corpus.LoadDir(testdata)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, c := range cases {
+		if docs := c.AppliedYAML(); docs != "" {
+			base := slices.Index(bases, filepath.Join(testdata, "base", c.Base+".yaml"))
+			f.Add([]byte(docs), uint8(max(base, 0)))
 		}
-		var c struct {
-			Base  string `json:"base"`
-			Steps []struct {
-				Apply string `json:"apply"`
-			} `json:"steps"`
-		}
-		if yaml.Unmarshal(data, &c) != nil {
-			continue
-		}
-		var docs []string
-		for _, st := range c.Steps {
-			docs = append(docs, st.Apply)
-		}
-		base := slices.Index(bases, filepath.Join(testdata, "base", c.Base+".yaml"))
-		f.Add([]byte(strings.Join(docs, "\n---\n")), uint8(max(base, 0)))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte, pick uint8) {
 		baseData, err := os.ReadFile(bases[int(pick)%len(bases)])

@@ -16,14 +16,7 @@ type addrRange struct{ lo, hi netip.Addr }
 func singleAddr(a netip.Addr) addrRange { return addrRange{a, a} }
 
 func prefixRange(p netip.Prefix) addrRange {
-	p = p.Masked()
-	lo := p.Addr()
-	hi := lo.AsSlice()
-	for i := p.Bits(); i < len(hi)*8; i++ {
-		hi[i/8] |= 0x80 >> (i % 8)
-	}
-	h, _ := netip.AddrFromSlice(hi)
-	return addrRange{lo, h}
+	return addrRange{p.Masked().Addr(), nft.LastAddr(p)}
 }
 
 // fullRange is every address of a family.

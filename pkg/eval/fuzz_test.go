@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
+	"github.com/netpol/netpol/internal/corpus"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/policy"
@@ -49,32 +49,17 @@ func FuzzEvaluate(f *testing.F) {
 		return uint8(max(slices.Index(names, name), 0))
 	}
 	// Seeds: every manifest the corpus cases apply, on their own base.
-	cases, _ := filepath.Glob(filepath.Join(fuzzTestdata, "cases", "*", "*.yaml"))
+	cases, err := corpus.LoadDir(fuzzTestdata)
+	if err != nil {
+		f.Fatal(err)
+	}
 	seeds := 0
-	for i, file := range cases {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			f.Fatal(err)
-		}
-		var c struct {
-			Base  string `json:"base"`
-			Steps []struct {
-				Apply string `json:"apply"`
-			} `json:"steps"`
-		}
-		if yaml.Unmarshal(data, &c) != nil {
+	for i, c := range cases {
+		docs := c.AppliedYAML()
+		if docs == "" {
 			continue
 		}
-		var docs []string
-		for _, st := range c.Steps {
-			if st.Apply != "" {
-				docs = append(docs, st.Apply)
-			}
-		}
-		if len(docs) == 0 {
-			continue
-		}
-		f.Add([]byte(strings.Join(docs, "\n---\n")), baseIndex(c.Base), uint8(i), uint8(i/3), uint8(i%9), uint16(80+i%2))
+		f.Add([]byte(docs), baseIndex(c.Base), uint8(i), uint8(i/3), uint8(i%9), uint16(80+i%2))
 		seeds++
 	}
 	for _, file := range []string{"../policy/testdata/mixed.yaml", "../cluster/testdata/all-kinds.yaml"} {

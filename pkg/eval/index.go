@@ -127,7 +127,7 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 		if n, ok := nodeByName[p.Spec.NodeName]; ok {
 			pi.node = n
 		}
-		pi.addrs = podAddresses(p)
+		pi.addrs = cluster.PodAddresses(p)
 		for _, c := range p.Spec.Containers {
 			pi.ports = append(pi.ports, c.Ports...)
 		}
@@ -169,23 +169,6 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 		}
 	}
 	return ix
-}
-
-// podAddresses returns status.podIPs (status.podIP first: the primary).
-func podAddresses(p *corev1.Pod) []netip.Addr {
-	var out []netip.Addr
-	seen := map[netip.Addr]bool{}
-	add := func(s string) {
-		if ip, err := netip.ParseAddr(s); err == nil && !seen[ip.Unmap()] {
-			seen[ip.Unmap()] = true
-			out = append(out, ip.Unmap())
-		}
-	}
-	add(p.Status.PodIP)
-	for _, ip := range p.Status.PodIPs {
-		add(ip.IP)
-	}
-	return out
 }
 
 func (ix *index) compile(pol *policy.Policy) *compiledPolicy {

@@ -138,7 +138,7 @@ func makePlan(snap *cluster.Snapshot, extra []eval.Probe, previous map[string][]
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue // the evaluator leaves finished pods out entirely
 		}
-		pp := &podPlan{key: key, hostNetwork: pod.Spec.HostNetwork, addrs: podAddresses(pod)}
+		pp := &podPlan{key: key, hostNetwork: pod.Spec.HostNetwork, addrs: cluster.PodAddresses(pod)}
 		if len(pp.addrs) == 0 {
 			p.left[key] = "it has no IP address"
 			continue
@@ -251,22 +251,6 @@ func (p *plan) addSynthetic(owner map[netip.Addr]string, previous map[string][]n
 			p.notes = append(p.notes, fmt.Sprintf("node %s has no %s address: the lab gives it %s (synthetic, a next hop between nodes)", n.name, f.name, a))
 		}
 	}
-}
-
-// podAddresses is status.podIP then status.podIPs, deduplicated, exactly
-// as the evaluator reads them.
-func podAddresses(p *corev1.Pod) []netip.Addr {
-	var out []netip.Addr
-	add := func(s string) {
-		if ip, err := netip.ParseAddr(s); err == nil && !slices.Contains(out, ip.Unmap()) {
-			out = append(out, ip.Unmap())
-		}
-	}
-	add(p.Status.PodIP)
-	for _, ip := range p.Status.PodIPs {
-		add(ip.IP)
-	}
-	return out
 }
 
 // servedProbes are the pod's declared container ports (TCP when no

@@ -177,7 +177,7 @@ func span(lo, hi string) Element { return Element{Key: addr(lo), KeyEnd: addr(hi
 // cidr is the range of a prefix (interval sets), a single value for /32 and /128.
 func cidr(p string) Element {
 	pr := netip.MustParsePrefix(p)
-	return Element{Key: addr(pr.Masked().Addr().String()), KeyEnd: addr(lastAddr(pr).String())}
+	return Element{Key: addr(pr.Masked().Addr().String()), KeyEnd: addr(LastAddr(pr).String())}
 }
 
 // tuple is addr-range . proto . port-range in a concatenated interval set.

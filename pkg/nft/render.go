@@ -188,15 +188,15 @@ func RangePrefix(lo, hi netip.Addr) (netip.Prefix, bool) {
 		if p.Addr() != lo {
 			continue
 		}
-		if lastAddr(p) == hi {
+		if LastAddr(p) == hi {
 			return p, true
 		}
 	}
 	return netip.Prefix{}, false
 }
 
-// lastAddr is the highest address of a prefix.
-func lastAddr(p netip.Prefix) netip.Addr {
+// LastAddr is the highest address of a prefix.
+func LastAddr(p netip.Prefix) netip.Addr {
 	b := p.Masked().Addr().AsSlice()
 	for i := p.Bits(); i < len(b)*8; i++ {
 		b[i/8] |= 0x80 >> (i % 8)

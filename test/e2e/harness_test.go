@@ -319,19 +319,19 @@ func (w *world) expected() (*cluster.Snapshot, *policy.Model, map[string]*nft.Ta
 // the full matrix and compares it with the evaluator's table.
 func (w *world) converged(change string, written time.Time) {
 	w.t.Helper()
-	snap, model, _ := w.expected()
-	took := w.kernelLatency(written)
+	took, snap, model := w.kernelLatency(written)
 	w.convergence = append(w.convergence, took)
 	w.t.Logf("%s: converged in %v", change, took.Round(time.Millisecond))
 	w.matrixMatches(change, snap, model)
 }
 
 // kernelLatency returns the time from written until every node's kernel
-// table first equalled what the compiler makes of the live cluster. A
+// table first equalled what the compiler makes of the live cluster, and
+// that live state. A
 // poller reads the kernels every millisecond from the start, keeping each
 // new state with when it was first seen, so the time it takes to compute
 // the expected state does not count.
-func (w *world) kernelLatency(written time.Time) time.Duration {
+func (w *world) kernelLatency(written time.Time) (time.Duration, *cluster.Snapshot, *policy.Model) {
 	w.t.Helper()
 	type state struct {
 		at     time.Time
@@ -377,14 +377,14 @@ func (w *world) kernelLatency(written time.Time) time.Duration {
 			}
 		}
 	}()
-	_, _, want := w.expected()
+	snap, model, want := w.expected()
 	deadline := written.Add(30 * time.Second)
 	for {
 		mu.Lock()
 		for _, st := range states {
 			if same(st.tables, want) {
 				mu.Unlock()
-				return max(st.at.Sub(written), 0)
+				return max(st.at.Sub(written), 0), snap, model
 			}
 		}
 		mu.Unlock()
