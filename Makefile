@@ -12,7 +12,7 @@ build:
 # with the example policies; prints the kernel's observed truth table next
 # to the evaluator's and every difference, then tears the lab down. Root.
 demo: build
-	$(BIN) lab probe -f examples/demo --compare
+	$(BIN) lab probe -f examples/demo --compare --services
 
 # The README's test command; .ci/run runs it. The kernel tests need root.
 test: lint

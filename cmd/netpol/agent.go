@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net/netip"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
@@ -13,9 +14,11 @@ import (
 func newAgentCommand(in *inputFlags) *cobra.Command {
 	opts := agent.Options{}
 	var (
-		cleanup   bool
-		logFormat string
-		logLevel  string
+		cleanup      bool
+		logFormat    string
+		logLevel     string
+		nodePortAddr []string
+		clusterCIDRs []string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -34,11 +37,23 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 			}
 			opts.Logger = logger
 			opts.Kubeconfig = in.kubeconfig
+			if len(nodePortAddr) > 0 {
+				if opts.NodePortAddresses, err = agent.ParseAddrs(nodePortAddr); err != nil {
+					return fmt.Errorf("--nodeport-addresses: %w", err)
+				}
+			}
+			for _, s := range clusterCIDRs {
+				p, err := netip.ParsePrefix(s)
+				if err != nil {
+					return fmt.Errorf("--cluster-cidr: %w", err)
+				}
+				opts.ClusterCIDRs = append(opts.ClusterCIDRs, p)
+			}
 			if cleanup {
 				if err := agent.Cleanup(opts); err != nil {
 					return err
 				}
-				logger.Info("removed the nftables table", "table", opts.Table)
+				logger.Info("removed the nftables tables", "policy", opts.Table, "services", opts.ProxyTable)
 				return nil
 			}
 			a, err := agent.New(opts)
@@ -60,7 +75,11 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 	f.DurationVar(&opts.ResyncPeriod, "resync-period", 0, "re-sync with no change this often (default 5m)")
 	f.StringVar(&opts.StatusNamespace, "status-namespace", "", "namespace of the Lease that elects the one agent writing policy status (default: POD_NAMESPACE, else netpol-system)")
 	f.BoolVar(&opts.NoStatus, "no-status", false, "do not write policy status")
-	f.BoolVar(&cleanup, "cleanup", false, "remove everything the agent programmed and exit")
+	f.BoolVar(&opts.NoProxy, "no-proxy", false, "do not load balance Services (policy only; run kube-proxy beside it)")
+	f.StringVar(&opts.ProxyTable, "proxy-table", "", "nftables table name for Service NAT (default netpol-proxy)")
+	f.StringSliceVar(&nodePortAddr, "nodeport-addresses", nil, "node addresses that serve NodePorts, comma-separated (default: the Node's InternalIP and ExternalIP addresses)")
+	f.StringSliceVar(&clusterCIDRs, "cluster-cidr", nil, "pod networks, comma-separated; other clients of ClusterIPs are masqueraded (default: every Node's spec.podCIDRs)")
+	f.BoolVar(&cleanup, "cleanup", false, "remove everything the agent programmed (both tables) and exit")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	// --kubeconfig is the root command's; without it the agent uses the

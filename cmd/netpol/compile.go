@@ -6,20 +6,25 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/proxy"
 )
 
 func newCompileCommand(in *inputFlags) *cobra.Command {
 	var (
-		node  string
-		table string
-		stats bool
+		node     string
+		table    string
+		stats    bool
+		services bool
 	)
 	cmd := &cobra.Command{
 		Use:   "compile --node NAME",
 		Short: "Print the nftables ruleset the agent programs on a node, in nft syntax",
-		Long: "Print the nftables ruleset (table inet netpol) that enforces the cluster's policies on one node.\n" +
+		Long: "Print the nftables ruleset (table inet netpol) that enforces the cluster's policies on one node,\n" +
+			"or with --services the Service NAT table (inet netpol-proxy) the agent programs there.\n" +
 			"The text is generated without the nft binary; `nft -f` accepts it.",
 		Example: "  netpol compile -f examples/demo --node node-1\n" +
+			"  netpol compile -f examples/demo --node node-1 --services\n" +
 			"  netpol compile -f cluster.yaml --node node-2 --stats",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -30,8 +35,20 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t, err := compiler.Compile(l.evaluator.Resolved(), compiler.Options{Node: node, Table: table})
-			if err != nil {
+			var t *nft.Table
+			if services {
+				if table == compiler.DefaultTable {
+					table = proxy.DefaultTable
+				}
+				m := proxy.Build(l.snap, node, proxy.Options{})
+				for _, e := range m.Errors {
+					fmt.Fprintln(cmd.ErrOrStderr(), "error:", e)
+				}
+				if t, err = proxy.Compile(m, proxy.CompileOptions{Table: table}); err != nil {
+					return err
+				}
+				l.problems += len(m.Errors)
+			} else if t, err = compiler.Compile(l.evaluator.Resolved(), compiler.Options{Node: node, Table: table}); err != nil {
 				return err
 			}
 			if stats {
@@ -48,5 +65,6 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 	f.StringVar(&node, "node", "", "the node to compile for (a Node in the cluster state)")
 	f.StringVar(&table, "table", compiler.DefaultTable, "name of the inet table")
 	f.BoolVar(&stats, "stats", false, "print the kernel object counts to stderr")
+	f.BoolVar(&services, "services", false, "print the Service NAT table instead of the policy table")
 	return cmd
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
+	"github.com/netpol/netpol/pkg/report"
 )
 
 // labPrefix is what every lab namespace name starts with.
@@ -118,15 +119,21 @@ func writeLabStatus(w io.Writer, lb *lab.Lab) {
 		}
 		fmt.Fprintf(w, "  pod  %-20s netns %-28s %v\n", p.Name, where, p.Addrs)
 	}
+	ext := lb.External()
+	fmt.Fprintf(w, "  %-25s netns %-28s %v\n", "outside ("+lab.ExternalSource+")", ext.NetNS, ext.Addrs)
+	for _, r := range ext.Routes {
+		fmt.Fprintf(w, "    %s -> node %s (%s)\n", r.Dst, r.Node, r.Via)
+	}
 }
 
 func newLabProbeCommand(in *inputFlags) *cobra.Command {
 	var (
-		prefix  string
-		ports   []string
-		family  string
-		output  string
-		compare bool
+		prefix   string
+		ports    []string
+		family   string
+		output   string
+		compare  bool
+		services bool
 	)
 	cmd := &cobra.Command{
 		Use:   "probe -f PATH",
@@ -134,9 +141,17 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 		Long: "Bring a lab up from a state file, program every node, probe the full pods x pods x ports\n" +
 			"matrix with real connections, tear the lab down and print the OBSERVED table, in the same\n" +
 			"shape as `netpol table` (so the two can be diffed). With --compare, print the evaluator's\n" +
-			"table next to it and every difference; the exit status is 1 if there is one.",
+			"table next to it and every difference; the exit status is 1 if there is one.\n\n" +
+			"With --services, also probe every Service port: its ClusterIP from every pod, and its NodePort\n" +
+			"(if any) on every node address from every pod and from outside the cluster (\"external\": the\n" +
+			"lab's underlay). Each probe is one more object in the results array, with the pod-table fields\n" +
+			"(to: service/NAMESPACE/NAME or nodeport/NODE/NAMESPACE/NAME; port: the port dialed) plus\n" +
+			"endpoint (the pod that answered), result (ok, timeout, refused, ...) and address (the address\n" +
+			"dialed). --family picks the ClusterIP of dual-stack Services (default: each one's primary).\n" +
+			"--compare compares the pod table only; the Service probes are printed next to it.",
 		Example: "  sudo netpol lab probe -f examples/demo -o json\n" +
-			"  sudo netpol lab probe -f examples/demo --compare",
+			"  sudo netpol lab probe -f examples/demo --compare\n" +
+			"  sudo netpol lab probe -f examples/demo --services -o json | jq '.results[] | select(.endpoint != null)'",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			probes, fam, err := parseTableFlags(output, ports, family)
@@ -150,6 +165,14 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 				return err
 			}
 			observed, notes, probeErr := lb.Probe(ctx, lab.ProbeOptions{Probes: probes, Family: fam, SkipUnsupported: true})
+			var svcRows []report.ServiceResult
+			if services && probeErr == nil {
+				var svcObs []lab.ServiceObservation
+				var svcNotes []string
+				svcObs, svcNotes, probeErr = lb.ProbeServices(ctx, lab.ServiceProbeOptions{Family: fam})
+				notes = append(notes, svcNotes...)
+				svcRows = serviceRows(svcObs)
+			}
 			enf.Close()
 			if err := errors.Join(probeErr, lb.Down()); err != nil {
 				return err
@@ -159,7 +182,7 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if !compare {
-				if err := writeTable(out, observed, output); err != nil {
+				if err := writeLabTable(out, observed, svcRows, services, output); err != nil {
 					return err
 				}
 				return l.done()
@@ -174,7 +197,7 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := writeComparison(out, expected, observed, diffs, output); err != nil {
+			if err := writeComparison(out, expected, observed, diffs, svcRows, services, output); err != nil {
 				return err
 			}
 			if len(diffs) > 0 {
@@ -188,23 +211,61 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 	f.StringSliceVar(&ports, "ports", nil, "probes as protocol/port, comma-separated (default: every port the pods declare)")
 	f.StringVar(&family, "family", "", "address family for dual-stack pods: ipv4 or ipv6 (default: each pod's primary address)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
-	f.BoolVar(&compare, "compare", false, "also print the evaluator's table and every difference")
+	f.BoolVar(&compare, "compare", false, "also print the evaluator's table and every difference (pod table only)")
+	f.BoolVar(&services, "services", false, "also probe every Service port: ClusterIP from every pod, NodePort from every pod and from outside")
 	return cmd
 }
 
-// comparison is the --compare output for json and yaml.
-type comparison struct {
-	Expected    *eval.Table `json:"expected"`
-	Observed    *eval.Table `json:"observed"`
-	Differences []string    `json:"differences"`
+// serviceRows turns Service probes into result rows.
+func serviceRows(obs []lab.ServiceObservation) []report.ServiceResult {
+	rows := make([]report.ServiceResult, len(obs))
+	for i, o := range obs {
+		rows[i] = report.ServiceResult{From: o.From, To: o.To, Protocol: o.Protocol, Port: o.Port, Allowed: o.Allowed,
+			Endpoint: o.Endpoint, Result: o.Result, Address: o.ToAddr.String()}
+	}
+	return rows
 }
 
-func writeComparison(out io.Writer, expected, observed *eval.Table, diffs []conformance.Difference, format string) error {
+// writeLabTable prints the observed table and, with --services, the
+// Service probes: in the same results array for json and yaml, as a
+// second section for text.
+func writeLabTable(out io.Writer, t *eval.Table, rows []report.ServiceResult, services bool, format string) error {
+	switch {
+	case !services:
+		return writeTable(out, t, format)
+	case format == "json":
+		return report.TableJSON(out, t, rows...)
+	case format == "yaml":
+		_, err := writeStructured(out, format, report.TableDocument(t, rows))
+		return err
+	}
+	if err := writeTable(out, t, format); err != nil {
+		return err
+	}
+	writeServiceSection(out, rows)
+	return nil
+}
+
+func writeServiceSection(out io.Writer, rows []report.ServiceResult) {
+	fmt.Fprintln(out, "\n== Services (ClusterIP from every pod; NodePort from every pod and from outside) ==")
+	report.ServiceProbes(out, rows, terminalStyle(out))
+}
+
+// comparison is the --compare output for json and yaml. Services (with
+// --services) are observed only: nothing compares them.
+type comparison struct {
+	Expected    *eval.Table            `json:"expected"`
+	Observed    *eval.Table            `json:"observed"`
+	Differences []string               `json:"differences"`
+	Services    []report.ServiceResult `json:"services,omitempty"`
+}
+
+func writeComparison(out io.Writer, expected, observed *eval.Table, diffs []conformance.Difference, rows []report.ServiceResult, services bool, format string) error {
 	lines := make([]string, len(diffs))
 	for i, d := range diffs {
 		lines[i] = d.String()
 	}
-	if ok, err := writeStructured(out, format, comparison{expected, observed, lines}); ok {
+	if ok, err := writeStructured(out, format, comparison{expected, observed, lines, rows}); ok {
 		return err
 	}
 	fmt.Fprintln(out, "== Evaluator (what policy says) ==")
@@ -217,9 +278,12 @@ func writeComparison(out io.Writer, expected, observed *eval.Table, diffs []conf
 	}
 	if len(diffs) == 0 {
 		fmt.Fprintf(out, "\nno differences: the kernel agrees with the evaluator on all %d cells\n", len(expected.Results))
-		return nil
+	} else {
+		fmt.Fprintf(out, "\n%d difference(s):\n  %s\n", len(diffs), strings.Join(lines, "\n  "))
 	}
-	fmt.Fprintf(out, "\n%d difference(s):\n  %s\n", len(diffs), strings.Join(lines, "\n  "))
+	if services {
+		writeServiceSection(out, rows)
+	}
 	return nil
 }
 

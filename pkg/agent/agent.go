@@ -12,9 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +28,7 @@ import (
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
+	"github.com/netpol/netpol/pkg/proxy"
 )
 
 // Options configure the agent.
@@ -60,12 +60,26 @@ type Options struct {
 	StatusNamespace string
 	// NoStatus turns policy status writing off.
 	NoStatus bool
-	Logger   *slog.Logger
+	// NoProxy turns Service load balancing off (policy only).
+	NoProxy bool
+	// ProxyTable is the service NAT table (default proxy.DefaultTable).
+	ProxyTable string
+	// NodePortAddresses are the node addresses that serve NodePorts and
+	// health-check node ports; nil means the Node's InternalIP and
+	// ExternalIP addresses.
+	NodePortAddresses []netip.Addr
+	// ClusterCIDRs are the pod networks (clients outside them are
+	// masqueraded to ClusterIPs); nil means every Node's spec.podCIDRs.
+	ClusterCIDRs []netip.Prefix
+	Logger       *slog.Logger
 }
 
 func (o *Options) defaults() {
 	if o.Table == "" {
 		o.Table = compiler.DefaultTable
+	}
+	if o.ProxyTable == "" {
+		o.ProxyTable = proxy.DefaultTable
 	}
 	if o.MinSyncInterval == 0 {
 		o.MinSyncInterval = 100 * time.Millisecond
@@ -93,6 +107,7 @@ type Agent struct {
 	log     *slog.Logger
 	src     *sources
 	applier *nft.Applier
+	proxy   *serviceProxy // nil with NoProxy
 	metrics *metrics
 	status  *statusWriter
 	ctx     context.Context
@@ -152,6 +167,12 @@ func New(opts Options) (*Agent, error) {
 	}
 	a := &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), applier: applier, metrics: newMetrics(),
 		kick: make(chan struct{}, 1), reported: map[string]bool{}}
+	if !opts.NoProxy {
+		if a.proxy, err = newServiceProxy(opts, a.log); err != nil {
+			applier.Close()
+			return nil, err
+		}
+	}
 	a.src = newSources(kube, dyn, a.log, a.changed)
 	if !opts.NoStatus {
 		a.status = &statusWriter{kube: kube, dyn: dyn, namespace: opts.StatusNamespace, identity: opts.NodeName,
@@ -166,10 +187,7 @@ func openApplier(netns, table string) (*nft.Applier, error) {
 	if netns == "" {
 		return nft.NewApplier(-1, table)
 	}
-	path := netns
-	if !strings.Contains(netns, "/") {
-		path = filepath.Join("/run/netns", netns)
-	}
+	path := netnsPath(netns)
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("network namespace %s: %w", path, err)
@@ -186,7 +204,13 @@ func Cleanup(opts Options) error {
 		return err
 	}
 	defer a.Close()
-	return a.Delete()
+	errs := []error{a.Delete()}
+	p, err := openApplier(opts.NetNS, opts.ProxyTable)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	defer p.Close()
+	return errors.Join(append(errs, p.Delete())...)
 }
 
 // changed records an informer event and asks for a sync.
@@ -211,6 +235,9 @@ func (a *Agent) trigger() {
 // ends. The kernel table is left in place on return (fail-static).
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.applier.Close()
+	if a.proxy != nil {
+		defer a.proxy.close()
+	}
 	stopServers, err := a.serve()
 	if err != nil {
 		return err
@@ -309,6 +336,19 @@ func (a *Agent) sync() error {
 	if err != nil {
 		a.metrics.syncs.WithLabelValues("error").Inc()
 		return err
+	}
+	if a.proxy != nil {
+		natStats, natCounts, warnings, err := a.proxy.sync(snap)
+		a.reportProblems(warnings, nil)
+		if err != nil {
+			a.metrics.syncs.WithLabelValues("error").Inc()
+			return fmt.Errorf("services: %w", err)
+		}
+		stats.Messages += natStats.Messages
+		if natStats.Messages > 0 {
+			a.log.Info("programmed services", "messages", natStats.Messages, "elements-added", natStats.ElementsAdded,
+				"elements-deleted", natStats.ElementsDeleted, "chains-added", natStats.ChainsAdded, "sets", natCounts.Sets)
+		}
 	}
 	took := time.Since(start)
 	a.metrics.syncDuration.Observe(took.Seconds())

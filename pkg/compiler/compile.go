@@ -20,6 +20,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 
@@ -47,6 +48,7 @@ const (
 	setNodeAddrs = "node-addrs"   // + family suffix: this node's addresses
 	mapEgress    = "egress-pods"  // + family suffix: local pod saddr -> class
 	mapIngress   = "ingress-pods" // + family suffix: local pod daddr -> class
+	setSelf      = "self-pods"    // + family suffix: addr . addr of policed local pods
 )
 
 // Compile builds the desired nftables table for one node from the
@@ -60,7 +62,7 @@ func Compile(r *eval.Resolved, opts Options) (*nft.Table, error) {
 		return nil, fmt.Errorf("node %q is not in the snapshot", opts.Node)
 	}
 	c := &compiler{r: r, pols: r.Policies(), node: node, t: nft.NewTable(opts.Table),
-		classes: map[string]string{}, peerCache: map[peerKey][]addrRange{}}
+		classes: map[string]string{}, peerCache: map[peerKey][]addrRange{}, self: map[string]bool{}}
 	c.baseChains()
 	dispatched := map[string]bool{}
 	for i := 0; i < r.NumPods(); i++ {
@@ -73,6 +75,7 @@ func Compile(r *eval.Resolved, opts Options) (*nft.Table, error) {
 			if chain == "" {
 				continue
 			}
+			c.addSelf(p.Addrs)
 			for _, a := range p.Addrs {
 				f := nft.FamilyOf(a)
 				m := c.t.Sets[dispatchMap(d)+f.Suffix]
@@ -91,6 +94,22 @@ func Compile(r *eval.Resolved, opts Options) (*nft.Table, error) {
 	return c.t, nil
 }
 
+// addSelf lets a policed pod reach itself: traffic to its own address
+// never leaves it, but traffic through its own Service (hairpin) comes back
+// through the node after DNAT. Policy never applies to a pod's traffic to
+// itself (as the evaluator decides), so neither may the kernel.
+func (c *compiler) addSelf(addrs []netip.Addr) {
+	for _, a := range addrs {
+		f := nft.FamilyOf(a)
+		s := c.t.Sets[setSelf+f.Suffix]
+		key := nft.Key(f.AddrBytes(a), f.AddrBytes(a))
+		if !c.self[string(key)] {
+			c.self[string(key)] = true
+			s.Elements = append(s.Elements, nft.Element{Key: key})
+		}
+	}
+}
+
 type compiler struct {
 	r    *eval.Resolved
 	pols []*policy.Policy
@@ -98,6 +117,7 @@ type compiler struct {
 	t    *nft.Table
 	// classes maps a class key to its entry chain.
 	classes map[string]string
+	self    map[string]bool // self-pods keys added
 	// peerCache memoizes peerRanges: classes share policies.
 	peerCache map[peerKey][]addrRange
 }
@@ -128,6 +148,7 @@ func (c *compiler) baseChains() {
 		c.t.AddSet(&nft.Set{Name: setNodeAddrs + f.Suffix, Fields: []nft.FieldType{f.Field}})
 		c.t.AddSet(&nft.Set{Name: mapEgress + f.Suffix, Fields: []nft.FieldType{f.Field}, Verdict: true})
 		c.t.AddSet(&nft.Set{Name: mapIngress + f.Suffix, Fields: []nft.FieldType{f.Field}, Verdict: true})
+		c.t.AddSet(&nft.Set{Name: setSelf + f.Suffix, Fields: []nft.FieldType{f.Field, f.Field}})
 	}
 	for _, a := range c.r.NodeAddrs(c.node) {
 		f := nft.FamilyOf(a)
@@ -150,6 +171,13 @@ func (c *compiler) baseChains() {
 		ch.Rules = append(ch.Rules,
 			nft.NewRule().CtEstablishedRelated().Verdict(verdictAccept),
 			nft.NewRule().ICMPv6NeighborDiscovery().Verdict(verdictAccept))
+		if dp.chain == chainForward {
+			for _, f := range nft.Families {
+				r := nft.NewRule().In(f, setSelf+f.Suffix, nft.AddrOf(f, nft.Src), nft.AddrOf(f, nft.Dst)).Verdict(verdictAccept)
+				r.Comment = "a pod reaching itself through its Service (hairpin): policy never applies to a pod's own traffic"
+				ch.Rules = append(ch.Rules, r)
+			}
+		}
 		for _, d := range dp.dirs {
 			side := nft.Src
 			if d == policy.Ingress {

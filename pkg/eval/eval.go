@@ -141,7 +141,7 @@ func (e *Evaluator) Evaluate(src, dst Endpoint, probe Probe, trace bool) *Verdic
 	}
 	if src.Pod >= 0 && src.Pod == dst.Pod {
 		v.Allowed = true
-		v.Reason = "a pod's traffic to itself never leaves the pod; no policy applies"
+		v.Reason = "no policy applies to a pod's traffic to itself (also through its own Service)"
 		return v
 	}
 	v.Egress = e.direction(policy.Egress, src, dst, probe, trace)

@@ -22,7 +22,10 @@ type ipFamily struct {
 	gateway    netip.Prefix
 	defaultDst netip.Prefix
 	synthetic  netip.Prefix // where synthetic node addresses are taken from
-	v6only     bool
+	// outsideBits is the length of the prefix around the first node's
+	// address in which the underlay takes its own (see planServices).
+	outsideBits int
+	v6only      bool
 }
 
 var (
@@ -31,15 +34,17 @@ var (
 		gateway:    netip.MustParsePrefix("169.254.1.1/32"),
 		defaultDst: netip.MustParsePrefix("0.0.0.0/0"),
 		// RFC 2544 benchmarking range: never a real cluster's.
-		synthetic: netip.MustParsePrefix("198.18.0.0/15"),
+		synthetic:   netip.MustParsePrefix("198.18.0.0/15"),
+		outsideBits: 24,
 	}
 	ipv6 = &ipFamily{
 		name: "IPv6", af: unix.AF_INET6, netlink: netlink.FAMILY_V6, hostBits: 128,
 		gateway:    netip.MustParsePrefix("fe80::1/64"),
 		defaultDst: netip.MustParsePrefix("::/0"),
 		// A ULA /64 spelling "lab" (fd6c:6162 = "lab" in ASCII, roughly).
-		synthetic: netip.MustParsePrefix("fd6c:6162::/64"),
-		v6only:    true,
+		synthetic:   netip.MustParsePrefix("fd6c:6162::/64"),
+		outsideBits: 64,
+		v6only:      true,
 	}
 	ipFamilies = []*ipFamily{ipv4, ipv6}
 )
@@ -98,4 +103,14 @@ func usable(a netip.Addr) string {
 		return "broadcast address"
 	}
 	return ""
+}
+
+// lastAddr is the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }

@@ -4,15 +4,21 @@
 //
 // Topology (every namespace name starts with the lab's prefix):
 //
-//   - <prefix>-underlay: a bridge, br0, with one port per node (n<i>).
+//   - <prefix>-underlay: a bridge, br0, with one port per node (n<i>). br0
+//     also has an address per family, so that the underlay is a client
+//     outside the cluster ("external"), with routes to the nodes and to
+//     Service load-balancer and external IPs (see outside.go, External).
 //   - <prefix>-n-<i>, one per Node: its uplink ("uplink", the peer of n<i>)
 //     carries the node's InternalIP/ExternalIP addresses as /32 and /128,
 //     with on-link host routes to every other node's addresses, routes to
-//     other nodes' spec.podCIDRs through those nodes, and host routes for
-//     pods outside their node's CIDRs. Forwarding is on, rp_filter off,
-//     DAD off. A node without an address in a family that some node or pod
-//     uses gets a synthetic one (198.18.0.0/15, fd6c:6162::/64), used only
-//     as a next hop; Lab.Notes and Node.Synthetic name them.
+//     other nodes' spec.podCIDRs through those nodes, host routes for pods
+//     outside their node's CIDRs, and on-link host routes to the
+//     underlay's addresses and to Service addresses (a node's own sockets
+//     need a route before DNAT in output can apply). Forwarding is on,
+//     rp_filter off, DAD off. A node without an address in a family that
+//     some node or pod uses gets a synthetic one (198.18.0.0/15,
+//     fd6c:6162::/64), used only as a next hop; Lab.Notes and
+//     Node.Synthetic name them.
 //   - <prefix>-p-<i>, one per pod-network Pod: eth0 carries the pod's
 //     addresses (/32, /128, no DAD) and default routes via 169.254.1.1 and
 //     fe80::1 (onlink), which the node side of the veth (p<i>) holds; the
@@ -21,12 +27,14 @@
 //     their podIP (given to the node's uplink when it is not already a node
 //     address).
 //
-// Every pod serves each declared container port (plus Options.ExtraPorts)
-// on each of its addresses, answering with its namespace/name. The root
-// namespace is never touched except for the names under /run/netns (and
-// one SCTP socket opened and closed to learn whether the kernel has SCTP),
-// and no probe ever leaves the lab's namespaces: they go to pod addresses
-// only, and nodes have no default route.
+// Every pod serves each declared container port, Options.ExtraPorts, and
+// each port an EndpointSlice sends it (by targetRef, or by address for
+// pod-network pods) on each of its addresses, answering with its
+// namespace/name. The root namespace is never touched except for the
+// names under /run/netns (and one SCTP socket opened and closed to learn
+// whether the kernel has SCTP), and no probe ever leaves the lab's
+// namespaces: nodes and the underlay have no default route, only host
+// routes to lab and Service addresses.
 package lab
 
 import (
@@ -89,7 +97,8 @@ type Lab struct {
 	prefix   string
 	opts     Options
 	underlay *namespace
-	bridge   int // ifindex of br0 in the underlay
+	bridge   int          // ifindex of br0 in the underlay
+	external []netip.Addr // br0's addresses, as last reconciled
 	nodes    map[string]*labNode
 	pods     map[string]*labPod
 	plan     *plan
@@ -147,8 +156,9 @@ func Up(ctx context.Context, snap *cluster.Snapshot, opts Options) (*Lab, error)
 }
 
 // Update makes the lab match a new snapshot without rebuilding it: nodes
-// and pods that appeared are added, those gone are removed, and pods whose
-// node, addresses, hostNetwork or served ports changed are recreated. Node
+// and pods that appeared are added, those gone are removed, pods whose
+// node, addresses or hostNetwork changed are recreated, and pods whose
+// served ports changed (an EndpointSlice, say) start and stop servers. Node
 // namespaces stay (rules programmed into them survive); their addresses
 // and routes are reconciled. Label changes need nothing. After an error the
 // lab holds whatever was done; Update again or Down.
@@ -158,9 +168,11 @@ func (l *Lab) Update(ctx context.Context, snap *cluster.Snapshot) error {
 	if l.down {
 		return fmt.Errorf("lab %s is down", l.prefix)
 	}
-	previous := map[string][]netip.Addr{}
-	for name, n := range l.nodes {
-		previous[name] = n.plan.synthetic
+	// What the kernel has now (after a failed apply, partly the failed
+	// plan's): addresses to keep.
+	previous := &plan{external: l.external}
+	for _, n := range l.nodes {
+		previous.nodes = append(previous.nodes, n.plan)
 	}
 	p, err := makePlan(snap, l.opts.ExtraPorts, previous)
 	if err == nil {

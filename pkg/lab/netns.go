@@ -6,13 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/netpol/netpol/internal/nsexec"
 )
 
 // netnsDir is where named network namespaces are bind-mounted (as `ip
@@ -23,44 +24,8 @@ const netnsDir = "/run/netns"
 // unless Options.Prefix says otherwise.
 const DefaultPrefix = "netpol-"
 
-// inNetNS runs fn on an OS thread that has entered the network namespace h.
-// Sockets made by fn stay in h for their whole life. fn runs on a fresh
-// goroutine: if returning to the original namespace fails, that goroutine
-// exits with its thread still locked, and Go discards the thread instead of
-// letting other goroutines run in the wrong namespace.
-func inNetNS(h netns.NsHandle, fn func() error) error {
-	return onFreshThread(func() error {
-		if err := netns.Set(h); err != nil {
-			return fmt.Errorf("entering network namespace: %w", err)
-		}
-		return fn()
-	})
-}
-
-// onFreshThread runs fn on a locked OS thread and puts the thread back in
-// its network namespace afterwards (fn may switch it).
-func onFreshThread(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("reading the thread's network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		fnErr := fn()
-		if err := netns.Set(orig); err != nil {
-			// Stay locked: the thread dies with this goroutine.
-			errc <- errors.Join(fnErr, fmt.Errorf("returning to the original network namespace: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- fnErr
-	}()
-	return <-errc
-}
+// inNetNS runs fn inside the network namespace h (see nsexec.In).
+func inNetNS(h netns.NsHandle, fn func() error) error { return nsexec.In(h, fn) }
 
 // sysctl is one /proc/sys/net setting written in a new namespace.
 type sysctl struct{ path, value string }
@@ -106,7 +71,7 @@ func createNamespace(name string, sysctls []sysctl) (*namespace, error) {
 	}
 	ns := &namespace{name: name, handle: netns.None()}
 	ours := true // whether a failure may have left our file in /run/netns
-	err := onFreshThread(func() error {
+	err := nsexec.OnFreshThread(func() error {
 		// NewNamed unshares this thread into the new namespace.
 		h, err := netns.NewNamed(name)
 		if err != nil {

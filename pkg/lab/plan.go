@@ -10,6 +10,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/proxy"
 )
 
 // plan is what the lab should look like for one snapshot: computed and
@@ -20,6 +21,16 @@ type plan struct {
 	// left maps pods the evaluator lists but the lab cannot build to why.
 	left  map[string]string
 	notes []string
+	// The outside of the cluster (see outside.go): the underlay's own
+	// addresses, the Service addresses nodes route, and where the underlay
+	// sends load-balancer and external IPs.
+	external []netip.Addr
+	vips     []netip.Addr
+	lbRoutes []lbRoute
+	// services are the proxied Service ports (proxy.Build's), primary
+	// each Service's primary family by namespace/name.
+	services []*proxy.ServicePort
+	primary  map[string]corev1.IPFamily
 }
 
 // nodePlan is one node: a network namespace with an uplink into the
@@ -31,7 +42,10 @@ type nodePlan struct {
 	// ones.
 	addrs     []netip.Addr
 	synthetic []netip.Addr
-	podCIDRs  []netip.Prefix
+	// status are the InternalIP and ExternalIP addresses alone: where
+	// NodePorts are served.
+	status   []netip.Addr
+	podCIDRs []netip.Prefix
 }
 
 // podPlan is one pod the lab runs servers for: in its own namespace, or in
@@ -44,9 +58,10 @@ type podPlan struct {
 	serves      []eval.Probe
 }
 
-func (p *podPlan) same(q *podPlan) bool {
+// sameNetwork: the pod can stay as it is, at most serving other ports.
+func (p *podPlan) sameNetwork(q *podPlan) bool {
 	return p.key == q.key && p.node == q.node && p.hostNetwork == q.hostNetwork &&
-		slices.Equal(p.addrs, q.addrs) && slices.Equal(p.serves, q.serves)
+		slices.Equal(p.addrs, q.addrs)
 }
 
 func (n *nodePlan) addrOf(f *ipFamily) (netip.Addr, bool) {
@@ -67,12 +82,12 @@ func (p *plan) node(name string) *nodePlan {
 	return nil
 }
 
-// makePlan reads the snapshot. previous holds the synthetic addresses
-// nodes already have, kept when still free so that Update does not
-// renumber them. Conflicts the lab cannot build (two owners of one address,
-// two host-network servers on one socket) are errors; pods it can leave out
-// (no address, no node) are noted.
-func makePlan(snap *cluster.Snapshot, extra []eval.Probe, previous map[string][]netip.Addr) (*plan, error) {
+// makePlan reads the snapshot. previous is what the lab has now (nil on
+// Up): its synthetic and external addresses are kept when still free, so
+// that Update does not renumber them. Conflicts the lab cannot build (two
+// owners of one address, two host-network servers on one socket) are
+// errors; pods it can leave out (no address, no node) are noted.
+func makePlan(snap *cluster.Snapshot, extra []eval.Probe, previous *plan) (*plan, error) {
 	p := &plan{left: map[string]string{}}
 	owner := map[netip.Addr]string{} // address -> "node X" or "pod ns/name"
 	nodeOwner := map[netip.Addr]string{}
@@ -104,6 +119,7 @@ func makePlan(snap *cluster.Snapshot, extra []eval.Probe, previous map[string][]
 			owner[a], nodeOwner[a] = "node "+n.Name, n.Name
 			np.addrs = append(np.addrs, a)
 		}
+		np.status = slices.Clone(np.addrs)
 		cidrs := n.Spec.PodCIDRs
 		if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
 			cidrs = []string{n.Spec.PodCIDR}
@@ -133,6 +149,7 @@ func makePlan(snap *cluster.Snapshot, extra []eval.Probe, previous map[string][]
 		probe eval.Probe
 	}
 	hostServer := map[hostSocket]string{}
+	fromSlices := endpointSlicePorts(snap, pods)
 	for _, pod := range pods {
 		key := pod.Namespace + "/" + pod.Name
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
@@ -179,7 +196,7 @@ func makePlan(snap *cluster.Snapshot, extra []eval.Probe, previous map[string][]
 			}
 		}
 		var skipped bool
-		pp.serves, skipped = servedProbes(pod, extra, sctpOK)
+		pp.serves, skipped = servedProbes(pod, append(slices.Clone(extra), fromSlices[key]...), sctpOK)
 		sctpSkipped = sctpSkipped || skipped
 		if pp.hostNetwork {
 			for _, a := range pp.addrs {
@@ -201,13 +218,14 @@ func makePlan(snap *cluster.Snapshot, extra []eval.Probe, previous map[string][]
 		p.notes = append(p.notes, fmt.Sprintf("pod %s is not in the lab: %s", key, why))
 	}
 	p.addSynthetic(owner, previous)
+	p.planServices(snap, owner, previous)
 	sort.Strings(p.notes)
 	return p, nil
 }
 
 // addSynthetic gives every node an address in each family some node or pod
 // uses: other nodes need it as the next hop to the node's pods.
-func (p *plan) addSynthetic(owner map[netip.Addr]string, previous map[string][]netip.Addr) {
+func (p *plan) addSynthetic(owner map[netip.Addr]string, previous *plan) {
 	used := map[*ipFamily]bool{}
 	for _, n := range p.nodes {
 		for _, a := range n.addrs {
@@ -232,7 +250,11 @@ func (p *plan) addSynthetic(owner map[netip.Addr]string, previous map[string][]n
 				continue
 			}
 			a := netip.Addr{}
-			for _, prev := range previous[n.name] {
+			var kept []netip.Addr
+			if previous != nil && previous.node(n.name) != nil {
+				kept = previous.node(n.name).synthetic
+			}
+			for _, prev := range kept {
 				if familyOf(prev) == f && owner[prev] == "" {
 					a = prev
 				}
@@ -254,7 +276,8 @@ func (p *plan) addSynthetic(owner map[netip.Addr]string, previous map[string][]n
 }
 
 // servedProbes are the pod's declared container ports (TCP when no
-// protocol is given) plus extra, sorted by port then protocol. SCTP is left
+// protocol is given) plus extra (the lab's ExtraPorts and the ports
+// EndpointSlices send the pod), sorted by port then protocol. SCTP is left
 // out when the kernel has none; skipped says so.
 func servedProbes(pod *corev1.Pod, extra []eval.Probe, sctp bool) (out []eval.Probe, skipped bool) {
 	add := func(pr eval.Probe) {

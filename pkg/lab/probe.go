@@ -54,7 +54,9 @@ type Observation struct {
 	// FromAddr and ToAddr are the addresses used (invalid when the probe
 	// could not be sent).
 	FromAddr, ToAddr netip.Addr
-	Probe            eval.Probe
+	// FromPort is the source port (set by Dial and ProbeServices).
+	FromPort uint16
+	Probe    eval.Probe
 	// Allowed: a reply came.
 	Allowed bool
 	// Result is ResultOK, ResultTimeout, ResultRefused, ResultUnreachable,

@@ -82,14 +82,23 @@ func boundSocket(h netns.NsHandle, addr netip.Addr, port int, protocol corev1.Pr
 // before closing; UDP sends a datagram and reads the answer. It returns
 // the reply, or the error that classify names.
 func exchange(ctx context.Context, h netns.NsHandle, src, dst netip.Addr, probe eval.Probe, timeout time.Duration) (string, error) {
-	file, err := boundSocket(h, src, 0, probe.Protocol, false)
+	reply, _, err := exchangeFrom(ctx, h, netip.AddrPortFrom(src, 0), netip.AddrPortFrom(dst, uint16(probe.Port)), probe.Protocol, timeout)
+	return reply, err
+}
+
+// exchangeFrom is exchange from a given source port (0: an ephemeral one;
+// another one is bound with SO_REUSEADDR, so that it can be reused at
+// once) and source address (unspecified: the kernel picks it). It also
+// returns the source the connection used.
+func exchangeFrom(ctx context.Context, h netns.NsHandle, src, dst netip.AddrPort, protocol corev1.Protocol, timeout time.Duration) (string, netip.AddrPort, error) {
+	file, err := boundSocket(h, src.Addr(), int(src.Port()), protocol, src.Port() != 0)
 	if err != nil {
-		return "", err
+		return "", netip.AddrPort{}, err
 	}
 	conn, err := net.FileConn(file) // a non-blocking duplicate in Go's poller
 	file.Close()
 	if err != nil {
-		return "", fmt.Errorf("wrapping socket: %w", err)
+		return "", netip.AddrPort{}, fmt.Errorf("wrapping socket: %w", err)
 	}
 	defer conn.Close()
 	deadline := time.Now().Add(timeout)
@@ -100,25 +109,45 @@ func exchange(ctx context.Context, h netns.NsHandle, src, dst netip.Addr, probe 
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
 
-	if err := connect(conn, sockaddr(dst, int(probe.Port))); err != nil {
-		return "", err
+	err = connect(conn, sockaddr(dst.Addr(), int(dst.Port())))
+	local := localAddr(conn)
+	if err != nil {
+		return "", local, err
 	}
-	if probe.Protocol == corev1.ProtocolUDP {
+	if protocol == corev1.ProtocolUDP {
 		if _, err := conn.Write([]byte("probe")); err != nil {
-			return "", err
+			return "", local, err
 		}
 		buf := make([]byte, maxReply)
 		n, err := conn.Read(buf)
 		if err != nil {
-			return "", err
+			return "", local, err
 		}
-		return string(buf[:n]), nil
+		return string(buf[:n]), local, nil
 	}
 	reply, err := io.ReadAll(io.LimitReader(conn, maxReply))
 	if err != nil && len(reply) == 0 {
-		return "", err
+		return "", local, err
 	}
-	return string(reply), nil
+	return string(reply), local, nil
+}
+
+// localAddr is the socket's address as the kernel has it now (net.FileConn
+// read it before connect chose it).
+func localAddr(conn net.Conn) netip.AddrPort {
+	rc, err := conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return netip.AddrPort{}
+	}
+	var sa unix.Sockaddr
+	rc.Control(func(fd uintptr) { sa, _ = unix.Getsockname(int(fd)) })
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port))
+	}
+	return netip.AddrPort{}
 }
 
 // connect starts a non-blocking connect and waits for it under the

@@ -63,8 +63,16 @@ func (l *Lab) apply(ctx context.Context, p *plan, snap *cluster.Snapshot) error 
 		wantPod[pp.key] = pp
 	}
 	for key, lp := range l.pods {
-		if pp := wantPod[key]; pp == nil || !pp.same(lp.plan) {
+		pp := wantPod[key]
+		switch {
+		case pp == nil || !pp.sameNetwork(lp.plan):
 			if err := l.removePod(lp); err != nil {
+				return err
+			}
+		case !slices.Equal(pp.serves, lp.plan.serves):
+			// Stop first, start once every pod has stopped: a port can
+			// move between host-network pods.
+			if err := l.stopUnwanted(lp, pp); err != nil {
 				return err
 			}
 		}
@@ -93,8 +101,16 @@ func (l *Lab) apply(ctx context.Context, p *plan, snap *cluster.Snapshot) error 
 			return err
 		}
 	}
+	if err := l.reconcileUnderlay(p); err != nil {
+		return err
+	}
 	for _, pp := range p.pods {
-		if l.pods[pp.key] != nil {
+		if lp := l.pods[pp.key]; lp != nil {
+			if !slices.Equal(pp.serves, lp.plan.serves) {
+				if err := l.startMissing(lp, pp); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -165,18 +181,30 @@ func (l *Lab) removeNode(ln *labNode) error {
 // reconcileNode gives the node's uplink exactly the plan's addresses and
 // lab routes, leaving kernel-made ones (link-local, ...) alone.
 func (l *Lab) reconcileNode(ln *labNode, p *plan) error {
-	nl, name := ln.ns.nl, ln.plan.name
-	link, err := nl.LinkByIndex(ln.uplink)
-	if err != nil {
-		return fmt.Errorf("node %s: finding %s: %w", name, uplinkName, err)
+	routes := append(p.routesFor(ln.plan), p.outsideRoutes(ln.plan)...)
+	if err := syncLink(ln.ns, ln.uplink, ln.plan.addrs, routes); err != nil {
+		return fmt.Errorf("node %s: %w", ln.plan.name, err)
 	}
+	return nil
+}
+
+// syncLink gives the link exactly addrs (as host prefixes; link-local
+// addresses aside) and, among the routes the lab manages on it, exactly
+// routes: on-link when via is not valid, else through via (on-link).
+func syncLink(ns *namespace, ifindex int, addrs []netip.Addr, routes []route) error {
+	nl := ns.nl
+	link, err := nl.LinkByIndex(ifindex)
+	if err != nil {
+		return fmt.Errorf("%s: finding link %d: %w", ns.name, ifindex, err)
+	}
+	name := link.Attrs().Name
 	wantAddr := map[netip.Addr]bool{}
-	for _, a := range ln.plan.addrs {
+	for _, a := range addrs {
 		wantAddr[a] = true
 	}
 	have, err := nl.AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
-		return fmt.Errorf("node %s: listing addresses: %w", name, err)
+		return fmt.Errorf("listing addresses of %s: %w", name, err)
 	}
 	for _, a := range have {
 		addr := addrFromNet(a.IP)
@@ -185,15 +213,15 @@ func (l *Lab) reconcileNode(ln *labNode, p *plan) error {
 		}
 		if !wantAddr[addr] {
 			if err := nl.AddrDel(link, &a); err != nil {
-				return fmt.Errorf("node %s: removing address %s: %w", name, addr, err)
+				return fmt.Errorf("removing address %s from %s: %w", addr, name, err)
 			}
 		}
 		delete(wantAddr, addr)
 	}
-	for _, a := range ln.plan.addrs {
+	for _, a := range addrs {
 		if wantAddr[a] {
 			if err := addAddr(nl, link, hostPrefix(a)); err != nil {
-				return fmt.Errorf("node %s: %w", name, err)
+				return err
 			}
 		}
 	}
@@ -203,20 +231,19 @@ func (l *Lab) reconcileNode(ln *labNode, p *plan) error {
 		via netip.Addr
 	}
 	wantRoute := map[routeKey]bool{}
-	routes := p.routesFor(ln.plan)
 	for _, r := range routes {
 		wantRoute[routeKey{r.dst, r.via}] = true
 	}
 	haveRoutes, err := nl.RouteListFiltered(netlink.FAMILY_ALL,
-		&netlink.Route{LinkIndex: ln.uplink, Protocol: labRouteProtocol}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_PROTOCOL)
+		&netlink.Route{LinkIndex: ifindex, Protocol: labRouteProtocol}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
-		return fmt.Errorf("node %s: listing routes: %w", name, err)
+		return fmt.Errorf("listing routes on %s: %w", name, err)
 	}
 	for _, r := range haveRoutes {
 		k := routeKey{prefixFromNet(r.Dst), addrFromNet(r.Gw)}
 		if !wantRoute[k] {
 			if err := nl.RouteDel(&r); err != nil {
-				return fmt.Errorf("node %s: removing route %s via %s: %w", name, k.dst, k.via, err)
+				return fmt.Errorf("removing route %s via %s on %s: %w", k.dst, k.via, name, err)
 			}
 		}
 		delete(wantRoute, k)
@@ -225,14 +252,14 @@ func (l *Lab) reconcileNode(ln *labNode, p *plan) error {
 		if !wantRoute[routeKey{r.dst, r.via}] {
 			continue
 		}
-		nr := &netlink.Route{LinkIndex: ln.uplink, Dst: ipNet(r.dst), Protocol: labRouteProtocol}
+		nr := &netlink.Route{LinkIndex: ifindex, Dst: ipNet(r.dst), Protocol: labRouteProtocol}
 		if r.via.IsValid() {
 			nr.Gw, nr.Flags = r.via.AsSlice(), int(netlink.FLAG_ONLINK)
 		} else {
 			nr.Scope = netlink.SCOPE_LINK
 		}
 		if err := nl.RouteAdd(nr); err != nil {
-			return fmt.Errorf("node %s: adding route %s via %v on %s: %w", name, r.dst, r.via, uplinkName, err)
+			return fmt.Errorf("adding route %s via %v on %s: %w", r.dst, r.via, name, err)
 		}
 	}
 	return nil
@@ -362,5 +389,64 @@ func (l *Lab) removePod(lp *labPod) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("removing pod %s: %w", lp.plan.key, err)
 	}
+	return nil
+}
+
+type serverKey struct {
+	addr  netip.Addr
+	probe eval.Probe
+}
+
+// stopUnwanted stops the pod's servers that pp no longer wants.
+func (l *Lab) stopUnwanted(lp *labPod, pp *podPlan) error {
+	want := map[serverKey]bool{}
+	for _, a := range pp.addrs {
+		for _, pr := range pp.serves {
+			want[serverKey{a, pr}] = true
+		}
+	}
+	var keep, stop []*server
+	for _, s := range lp.servers {
+		if want[serverKey{s.addr, s.probe}] {
+			keep = append(keep, s)
+		} else {
+			stop = append(stop, s)
+		}
+	}
+	lp.servers = keep
+	if err := stopServers(stop); err != nil {
+		return fmt.Errorf("pod %s: %w", pp.key, err)
+	}
+	return nil
+}
+
+// startMissing starts the servers pp wants that the pod does not run; then
+// the pod is pp's. If one fails the pod is removed, so that the next apply
+// adds it whole.
+func (l *Lab) startMissing(lp *labPod, pp *podPlan) error {
+	if err := l.stopUnwanted(lp, pp); err != nil {
+		return err
+	}
+	have := map[serverKey]bool{}
+	for _, s := range lp.servers {
+		have[serverKey{s.addr, s.probe}] = true
+	}
+	ns := lp.node.ns
+	if lp.ns != nil {
+		ns = lp.ns
+	}
+	for _, a := range pp.addrs {
+		for _, pr := range pp.serves {
+			if have[serverKey{a, pr}] {
+				continue
+			}
+			s, err := serve(ns.handle, pp.key, a, pr)
+			if err != nil {
+				return errors.Join(fmt.Errorf("pod %s on node %s (%s): %w", pp.key, pp.node, ns.name, err), l.removePod(lp))
+			}
+			lp.servers = append(lp.servers, s)
+		}
+	}
+	lp.plan = pp
 	return nil
 }

@@ -3,6 +3,7 @@ package nft
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/google/nftables"
@@ -270,7 +271,7 @@ func (a *Applier) commit(p *Plan, desired *Table) {
 	if a.cache == nil {
 		a.cache = snapshot(desired, a.table)
 		for name, s := range a.cache.Sets {
-			s.fingerprint = p.fingerprints[name]
+			s.fingerprint, s.revision = p.fingerprints[name], p.revisions[name]
 		}
 		return
 	}
@@ -305,7 +306,7 @@ func (a *Applier) commit(p *Plan, desired *Table) {
 		} else {
 			next.Sets[name] = snapshotSet(ds)
 		}
-		next.Sets[name].fingerprint = p.fingerprints[name]
+		next.Sets[name].fingerprint, next.Sets[name].revision = p.fingerprints[name], p.revisions[name]
 	}
 	for name, dc := range desired.Chains {
 		if cc := a.cache.Chains[name]; cc != nil && !fresh["chain "+name] {
@@ -345,7 +346,8 @@ func snapshotChain(ch *Chain) *Chain {
 
 // snapshotSet copies the spec and indexes canonical copies of the elements.
 func snapshotSet(s *Set) *Set {
-	cs := &Set{Name: s.Name, Fields: append([]FieldType(nil), s.Fields...), Interval: s.Interval, Verdict: s.Verdict}
+	cs := &Set{Name: s.Name, Fields: slices.Clone(s.Fields), Interval: s.Interval, Verdict: s.Verdict,
+		Data: slices.Clone(s.Data), Timeout: s.Timeout, Dynamic: s.Dynamic}
 	cs.index = newSetIndex(s, true)
 	cs.Elements = cs.index.elems
 	return cs

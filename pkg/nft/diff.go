@@ -3,6 +3,7 @@ package nft
 import (
 	"bytes"
 	"hash/maphash"
+	"slices"
 	"strings"
 	"sync"
 
@@ -45,6 +46,7 @@ func Diff(current, desired *Table) *Plan {
 
 	sets := diffSets(cur, desired)
 	p.fingerprints = sets.fingerprints
+	p.revisions = sets.revisions
 	chains := diffChains(cur, desired, sets.respec)
 
 	// 2
@@ -117,7 +119,8 @@ type keptSet struct {
 }
 
 type setDiff struct {
-	fingerprints map[string]uint64 // of every desired set
+	fingerprints map[string]uint64 // of desired sets (0: not computed)
+	revisions    map[string]uint64 // of desired sets
 	added        []*Set            // new and changed-spec (desired)
 	deleted      []*Set            // removed and changed-spec (current)
 	respec       map[string]bool
@@ -125,18 +128,40 @@ type setDiff struct {
 }
 
 func diffSets(cur, desired *Table) setDiff {
-	d := setDiff{respec: map[string]bool{}, fingerprints: make(map[string]uint64, len(desired.Sets))}
+	d := setDiff{respec: map[string]bool{}, fingerprints: make(map[string]uint64, len(desired.Sets)),
+		revisions: make(map[string]uint64, len(desired.Sets))}
 	for _, name := range desired.SetNames() {
 		ds, cs := desired.Sets[name], cur.Sets[name]
-		fp := elementsFingerprint(ds)
-		d.fingerprints[name] = fp
+		d.revisions[name] = ds.Revision
 		switch {
 		case cs == nil:
+			d.fingerprints[name] = elementsFingerprint(ds)
 			d.added = append(d.added, ds)
+			continue
 		case !sameSpec(cs, ds):
+			d.fingerprints[name] = elementsFingerprint(ds)
 			d.respec[name] = true
 			d.deleted = append(d.deleted, cs)
 			d.added = append(d.added, ds)
+			continue
+		case ds.Dynamic:
+			continue // rules own the elements
+		case ds.Revision != 0 && cs.revision == ds.Revision:
+			// The caller says: the same list as last applied.
+			d.fingerprints[name] = cs.fingerprint
+			continue
+		case ds.Changes != nil && cs.revision != 0 && ds.Changes.From == cs.revision && cs.index != nil:
+			// Only the changes: the cost of a sync follows the change,
+			// not the size of the set.
+			del, add := changesAgainst(cs, ds)
+			if len(del) > 0 || len(add) > 0 {
+				d.kept = append(d.kept, keptSet{set: ds, del: del, add: add})
+			}
+			continue
+		}
+		fp := elementsFingerprint(ds)
+		d.fingerprints[name] = fp
+		switch {
 		case cs.fingerprint == fp:
 			// The same elements, in the same order, as last applied: an
 			// unchanged set costs a hash, not a lookup per element.
@@ -161,6 +186,28 @@ func diffSets(cur, desired *Table) setDiff {
 	return d
 }
 
+// changesAgainst turns a desired set's Changes into the deletes and adds
+// the kernel needs, checked against the cached elements (a delete of an
+// absent element or an add of a present one would fail the transaction).
+func changesAgainst(cur, desired *Set) (del, add []Element) {
+	var buf []byte
+	for _, e := range desired.Changes.Delete {
+		e = normalElement(desired, e)
+		buf = appendElementID(buf[:0], e)
+		if _, ok := cur.index.pos[string(buf)]; ok {
+			del = append(del, e)
+		}
+	}
+	for _, e := range desired.Changes.Add {
+		e = normalElement(desired, e)
+		buf = appendElementID(buf[:0], e)
+		if _, ok := cur.index.pos[string(buf)]; !ok {
+			add = append(add, e)
+		}
+	}
+	return del, add
+}
+
 // recreateCheaper reports whether deleting and re-adding a concatenated
 // interval (pipapo) set beats deleting del of its elements. Measured on the
 // test VM (kernel 6.18): each pipapo element delete costs 0.2-0.6 ms, even
@@ -177,15 +224,10 @@ func sameSpec(cur, desired *Set) bool {
 	if cur.mismatch != "" || desired.mismatch != "" {
 		return false
 	}
-	if cur.Interval != desired.Interval || cur.Verdict != desired.Verdict || len(cur.Fields) != len(desired.Fields) {
-		return false
-	}
-	for i := range cur.Fields {
-		if cur.Fields[i] != desired.Fields[i] {
-			return false
-		}
-	}
-	return true
+	return cur.Interval == desired.Interval && cur.Verdict == desired.Verdict &&
+		cur.Dynamic == desired.Dynamic && cur.Timeout == desired.Timeout &&
+		slices.Equal(cur.Fields, desired.Fields) && slices.Equal(cur.Data, desired.Data) &&
+		(cur.Data == nil) == (desired.Data == nil)
 }
 
 // elementDiff returns the current elements that are not desired and the
@@ -369,6 +411,10 @@ func elementsFingerprint(s *Set) uint64 {
 		if v := e.Verdict; v != nil {
 			b = append(b, ':', byte(v.Kind))
 			b = append(b, v.Chain...)
+		}
+		if e.Data != nil {
+			b = append(b, ':')
+			b = append(b, e.Data...)
 		}
 		b = append(b, 0)
 	}

@@ -23,15 +23,16 @@ const (
 )
 
 // keyLen is the width of the set's keys in bytes.
-func (s *Set) keyLen() int {
-	if !s.Concat() {
-		if len(s.Fields) == 0 {
-			return 0
-		}
-		return s.Fields[0].Len()
+func (s *Set) keyLen() int { return valueLen(s.Fields) }
+
+// valueLen is the width of a key or map value of these fields: one field's
+// length, or the sum of the 4-byte-padded lengths of a concatenation.
+func valueLen(fields []FieldType) int {
+	if len(fields) == 1 {
+		return fields[0].Len()
 	}
 	n := 0
-	for _, f := range s.Fields {
+	for _, f := range fields {
 		n += (f.Len() + 3) &^ 3
 	}
 	return n
@@ -52,6 +53,9 @@ func kernelElements(s *Set, elems []Element, del bool) []nftables.SetElement {
 		ke := nftables.SetElement{Key: e.Key}
 		if s.Verdict && !del && e.Verdict != nil {
 			ke.VerdictData = e.Verdict.expr()
+		}
+		if s.Data != nil && !del {
+			ke.Val = e.Data
 		}
 		switch {
 		case s.rbtree():
@@ -109,6 +113,9 @@ func elementBytes(s *Set, e Element) int {
 	if e.Verdict != nil {
 		// DATA{VERDICT{CODE, CHAIN}}
 		n += attrLen(attrLen(attrLen(4) + attrLen(len(e.Verdict.Chain)+1)))
+	}
+	if e.Data != nil {
+		n += attrLen(attrLen(len(e.Data))) // DATA{VALUE}
 	}
 	switch {
 	case s.rbtree():
@@ -171,6 +178,9 @@ func fromKernelElements(s *Set, kes []nftables.SetElement) (elems []Element, mis
 			}
 			e.Verdict = v
 		}
+		if s.Data != nil {
+			e.Data = ke.Val
+		}
 		elems = append(elems, e)
 	}
 	return elems, ""
@@ -201,6 +211,9 @@ func pairIntervals(s *Set, kes []nftables.SetElement) ([]Element, string) {
 				return nil, err.Error()
 			}
 			e.Verdict = v
+		}
+		if s.Data != nil {
+			e.Data = start.Val
 		}
 		if i+1 < len(sorted) {
 			end := sorted[i+1]

@@ -76,6 +76,10 @@ func appendElementID(b []byte, e Element) []byte {
 		b = append(b, '|', byte(v.Kind))
 		b = append(b, v.Chain...)
 	}
+	if e.Data != nil {
+		b = append(b, '|')
+		b = append(b, e.Data...)
+	}
 	return b
 }
 
@@ -87,6 +91,9 @@ func copyElement(e Element) Element {
 	if e.Verdict != nil {
 		v := *e.Verdict
 		c.Verdict = &v
+	}
+	if e.Data != nil {
+		c.Data = append([]byte(nil), e.Data...)
 	}
 	return c
 }

@@ -28,6 +28,10 @@ var (
 		FieldIPv6:  nftables.TypeIP6Addr,
 		FieldProto: nftables.TypeInetProto,
 		FieldPort:  nftables.TypeInetService,
+		// nft cannot list a concatenation with an integer field unless
+		// the set carries typeof userdata, which the library does not
+		// write; mark is a 32-bit host-order type that nft lists.
+		FieldInteger: nftables.TypeMark,
 	}
 )
 
@@ -67,20 +71,32 @@ func hookFromKernel(kc *nftables.Chain) *Hook {
 
 // kernelSet is the library form of a set (without elements).
 func kernelSet(t *nftables.Table, s *Set) *nftables.Set {
-	ks := &nftables.Set{Table: t, Name: s.Name, Interval: s.Interval, Concatenation: s.Concat()}
-	if s.Concat() {
-		types := make([]nftables.SetDatatype, len(s.Fields))
-		for i, f := range s.Fields {
-			types[i] = fieldTypes[f]
-		}
-		ks.KeyType = nftables.MustConcatSetType(types...)
-	} else {
-		ks.KeyType = fieldTypes[s.Fields[0]]
-	}
-	if s.Verdict {
+	ks := &nftables.Set{Table: t, Name: s.Name, Interval: s.Interval, Concatenation: s.Concat(),
+		KeyType: kernelType(s.Fields), HasTimeout: s.Timeout > 0, Timeout: s.Timeout, Dynamic: s.Dynamic}
+	switch {
+	case s.Verdict:
 		ks.IsMap, ks.DataType = true, nftables.TypeVerdict
+	case s.Data != nil:
+		ks.IsMap, ks.DataType = true, kernelType(s.Data)
+	}
+	if s.Dynamic {
+		// nft's default for sets that rules fill, so nft lists them alike.
+		ks.Size = 65535
 	}
 	return ks
+}
+
+// kernelType is the library type of a key or data: one type, or the
+// concatenation of several.
+func kernelType(fields []FieldType) nftables.SetDatatype {
+	if len(fields) == 1 {
+		return fieldTypes[fields[0]]
+	}
+	types := make([]nftables.SetDatatype, len(fields))
+	for i, f := range fields {
+		types[i] = fieldTypes[f]
+	}
+	return nftables.MustConcatSetType(types...)
 }
 
 // setFlags are the kernel flags of a set with this spec.
@@ -89,8 +105,14 @@ func setFlags(s *Set) uint32 {
 	if s.Interval {
 		f |= unix.NFT_SET_INTERVAL
 	}
-	if s.Verdict {
+	if s.IsMap() {
 		f |= unix.NFT_SET_MAP
+	}
+	if s.Timeout > 0 {
+		f |= unix.NFT_SET_TIMEOUT
+	}
+	if s.Dynamic {
+		f |= unix.NFT_SET_EVAL
 	}
 	if s.Concat() {
 		f |= nftables.NFT_SET_CONCAT

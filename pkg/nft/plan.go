@@ -3,6 +3,7 @@ package nft
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // OpKind is what one plan operation does. Each operation is one netlink
@@ -51,6 +52,8 @@ type Plan struct {
 	Stats Stats
 	// fingerprints of the desired sets' elements, for the cache.
 	fingerprints map[string]uint64
+	// revisions of the desired sets, for the cache.
+	revisions map[string]uint64
 }
 
 // Empty reports whether the plan changes nothing.
@@ -94,22 +97,21 @@ func (p *Plan) opText(op Op) string {
 		}
 		return fmt.Sprintf("add rule %s %s %s", where, op.Chain.Name, text)
 	case OpAddSet:
-		types := make([]string, len(op.Set.Fields))
-		for i, f := range op.Set.Fields {
-			types[i] = f.String()
+		kind := "set"
+		if op.Set.IsMap() {
+			kind = "map"
 		}
-		kind, typ := "set", strings.Join(types, " . ")
-		if op.Set.Verdict {
-			kind, typ = "map", typ+" : verdict"
+		extra := ""
+		if flags := op.Set.flagWords(); len(flags) > 0 {
+			extra += " flags " + strings.Join(flags, ",") + ";"
 		}
-		flags := ""
-		if op.Set.Interval {
-			flags = " flags interval;"
+		if op.Set.Timeout > 0 {
+			extra += fmt.Sprintf(" timeout %ds;", int64(op.Set.Timeout/time.Second))
 		}
-		return fmt.Sprintf("add %s %s %s { type %s;%s }", kind, where, op.Set.Name, typ, flags)
+		return fmt.Sprintf("add %s %s %s { %s;%s }", kind, where, op.Set.Name, op.Set.typeText(), extra)
 	case OpDeleteSet:
 		kind := "set"
-		if op.Set.Verdict {
+		if op.Set.IsMap() {
 			kind = "map"
 		}
 		return fmt.Sprintf("delete %s %s %s", kind, where, op.Set.Name)
@@ -121,7 +123,7 @@ func (p *Plan) opText(op Op) string {
 		texts := make([]string, len(op.Elements))
 		for i, e := range op.Elements {
 			if op.Kind == OpDeleteElements {
-				e.Verdict = nil // a delete names the key only
+				e.Verdict, e.Data = nil, nil // a delete names the key only
 			}
 			texts[i] = op.Set.ElementText(e)
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
@@ -69,7 +70,7 @@ func readTable(conn *nftables.Conn, netnsFd int, name string) (*Table, error) {
 			continue // belongs to a (foreign) rule, goes with it
 		}
 		s := info.set()
-		if s.Fields != nil {
+		if s.Fields != nil && !s.Dynamic {
 			kes, err := conn.GetSetElements(&nftables.Set{Table: kt, Name: s.Name})
 			if err != nil {
 				return nil, fmt.Errorf("read elements of set %s: %w", s.Name, err)
@@ -117,21 +118,30 @@ func ruleComment(udata []byte) (string, bool) {
 
 // setInfo is the header of one kernel set.
 type setInfo struct {
-	name                             string
-	flags, keyType, keyLen, dataType uint32
+	name                                      string
+	flags, keyType, keyLen, dataType, dataLen uint32
+	timeout                                   time.Duration
 }
 
 // set is the read-back Set (without elements), with mismatch filled in
 // when the kernel set is not one this package would have created.
 func (i setInfo) set() *Set {
-	s := &Set{Name: i.name, Interval: i.flags&unix.NFT_SET_INTERVAL != 0, Verdict: i.flags&unix.NFT_SET_MAP != 0}
+	s := &Set{Name: i.name, Interval: i.flags&unix.NFT_SET_INTERVAL != 0,
+		Dynamic: i.flags&unix.NFT_SET_EVAL != 0, Timeout: i.timeout}
 	fields, ok := fieldsFromKeyType(i.keyType)
-	switch {
-	case !ok:
+	if !ok {
 		s.mismatch = fmt.Sprintf("unsupported key type %#x", i.keyType)
 		return s
-	case i.flags&unix.NFT_SET_MAP != 0 && i.dataType != unix.NFT_DATA_VERDICT:
-		s.mismatch = fmt.Sprintf("map data type %#x is not verdict", i.dataType)
+	}
+	if i.flags&unix.NFT_SET_MAP != 0 {
+		if i.dataType == unix.NFT_DATA_VERDICT {
+			s.Verdict = true
+		} else if data, ok := fieldsFromKeyType(i.dataType); ok && uint32(valueLen(data)) == i.dataLen {
+			s.Data = data
+		} else {
+			s.mismatch = fmt.Sprintf("unsupported map data type %#x (%d bytes)", i.dataType, i.dataLen)
+			s.Verdict = true // keeps IsMap for deleting it
+		}
 	}
 	s.Fields = fields
 	if uint32(s.keyLen()) != i.keyLen {
@@ -211,6 +221,10 @@ func dumpSets(netnsFd int, table string) ([]setInfo, error) {
 				i.keyLen = ad.Uint32()
 			case unix.NFTA_SET_DATA_TYPE:
 				i.dataType = ad.Uint32()
+			case unix.NFTA_SET_DATA_LEN:
+				i.dataLen = ad.Uint32()
+			case unix.NFTA_SET_TIMEOUT:
+				i.timeout = time.Duration(ad.Uint64()) * time.Millisecond
 			}
 		}
 		if err := ad.Err(); err != nil {

@@ -1,10 +1,12 @@
 package nft
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net/netip"
 	"strings"
+	"time"
 )
 
 // Render writes the table in nft syntax (`nft -f` reads it back).
@@ -45,20 +47,15 @@ func priorityText(p int) string {
 
 func renderSet(b *strings.Builder, s *Set) {
 	kind := "set"
-	if s.Verdict {
+	if s.IsMap() {
 		kind = "map"
 	}
-	types := make([]string, len(s.Fields))
-	for i, f := range s.Fields {
-		types[i] = f.String()
+	fmt.Fprintf(b, "\t%s %s {\n\t\t%s\n", kind, s.Name, s.typeText())
+	if flags := s.flagWords(); len(flags) > 0 {
+		fmt.Fprintf(b, "\t\tflags %s\n", strings.Join(flags, ","))
 	}
-	fmt.Fprintf(b, "\t%s %s {\n\t\ttype %s", kind, s.Name, strings.Join(types, " . "))
-	if s.Verdict {
-		b.WriteString(" : verdict")
-	}
-	b.WriteString("\n")
-	if s.Interval {
-		b.WriteString("\t\tflags interval\n")
+	if s.Timeout > 0 {
+		fmt.Fprintf(b, "\t\ttimeout %ds\n", int64(s.Timeout/time.Second))
 	}
 	if len(s.Elements) > 0 {
 		b.WriteString("\t\telements = {")
@@ -74,6 +71,43 @@ func renderSet(b *strings.Builder, s *Set) {
 	b.WriteString("\t}\n")
 }
 
+// typeText is the set's type line: `type K [: D]` or its Typeof.
+func (s *Set) typeText() string {
+	if s.Typeof != "" {
+		return "typeof " + s.Typeof
+	}
+	text := "type " + fieldNames(s.Fields)
+	switch {
+	case s.Verdict:
+		text += " : verdict"
+	case s.Data != nil:
+		text += " : " + fieldNames(s.Data)
+	}
+	return text
+}
+
+func (s *Set) flagWords() []string {
+	var flags []string
+	if s.Dynamic {
+		flags = append(flags, "dynamic")
+	}
+	if s.Interval {
+		flags = append(flags, "interval")
+	}
+	if s.Timeout > 0 {
+		flags = append(flags, "timeout")
+	}
+	return flags
+}
+
+func fieldNames(fields []FieldType) string {
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i] = f.String()
+	}
+	return strings.Join(names, " . ")
+}
+
 func (f FieldType) String() string {
 	switch f {
 	case FieldIPv4:
@@ -82,6 +116,8 @@ func (f FieldType) String() string {
 		return "ipv6_addr"
 	case FieldProto:
 		return "inet_proto"
+	case FieldInteger:
+		return "integer"
 	}
 	return "inet_service"
 }
@@ -95,22 +131,28 @@ func (f FieldType) Len() int {
 		return 16
 	case FieldProto:
 		return 1
+	case FieldInteger:
+		return 4
 	}
 	return 2
 }
 
 // fields splits a key into its field values.
-func (s *Set) fields(key []byte) [][]byte {
-	out := make([][]byte, 0, len(s.Fields))
+func (s *Set) fields(key []byte) [][]byte { return splitFields(s.Fields, key) }
+
+// splitFields splits a key or map value into its field values; more than
+// one field is a concatenation, each field padded to 4 bytes.
+func splitFields(types []FieldType, key []byte) [][]byte {
+	out := make([][]byte, 0, len(types))
 	off := 0
-	for _, f := range s.Fields {
+	for _, f := range types {
 		n := f.Len()
 		if off+n > len(key) {
 			return nil
 		}
 		out = append(out, key[off:off+n])
 		off += n
-		if s.Concat() {
+		if len(types) > 1 {
 			off = (off + 3) &^ 3
 		}
 	}
@@ -137,7 +179,23 @@ func (s *Set) ElementText(e Element) string {
 	if e.Verdict != nil {
 		text += " : " + e.Verdict.String()
 	}
+	if e.Data != nil {
+		text += " : " + valueText(s.Data, e.Data)
+	}
 	return text
+}
+
+// valueText renders a map value.
+func valueText(types []FieldType, data []byte) string {
+	vals := splitFields(types, data)
+	if vals == nil {
+		return fmt.Sprintf("<bad value %x>", data)
+	}
+	parts := make([]string, len(types))
+	for i, f := range types {
+		parts[i] = fieldRangeText(f, vals[i], vals[i])
+	}
+	return strings.Join(parts, " . ")
 }
 
 func fieldRangeText(f FieldType, lo, hi []byte) string {
@@ -152,6 +210,13 @@ func fieldRangeText(f FieldType, lo, hi []byte) string {
 			return p.String()
 		}
 		return a.String() + "-" + z.String()
+	case FieldInteger:
+		// Host byte order, as numgen and hash write their results.
+		l, h := binary.NativeEndian.Uint32(lo), binary.NativeEndian.Uint32(hi)
+		if l == h {
+			return fmt.Sprint(l)
+		}
+		return fmt.Sprintf("%d-%d", l, h)
 	case FieldProto:
 		if lo[0] == hi[0] {
 			return protoName(lo[0])

@@ -199,6 +199,10 @@ func (b *Builder) Verdict(v Verdict) *Rule {
 	return b.rule()
 }
 
+// Done ends a rule that has statements but no verdict (evaluation goes on
+// with the next rule).
+func (b *Builder) Done() *Rule { return b.rule() }
+
 func (b *Builder) rule() *Rule {
 	return &Rule{Exprs: b.exprs, Text: strings.Join(b.words, " ")}
 }

@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"sort"
+	"time"
 
 	"github.com/google/nftables/expr"
 )
@@ -133,10 +134,11 @@ func (r *Rule) ID() string {
 type FieldType int
 
 const (
-	FieldIPv4  FieldType = iota // ipv4_addr, 4 bytes
-	FieldIPv6                   // ipv6_addr, 16 bytes
-	FieldProto                  // inet_proto, 1 byte (padded to 4 in a concatenation)
-	FieldPort                   // inet_service, 2 bytes (padded to 4 in a concatenation)
+	FieldIPv4    FieldType = iota // ipv4_addr, 4 bytes
+	FieldIPv6                     // ipv6_addr, 16 bytes
+	FieldProto                    // inet_proto, 1 byte (padded to 4 in a concatenation)
+	FieldPort                     // inet_service, 2 bytes (padded to 4 in a concatenation)
+	FieldInteger                  // integer, 4 bytes (e.g. a numgen result)
 )
 
 // Set is a named set, or a verdict map when Verdict is set.
@@ -147,8 +149,30 @@ type Set struct {
 	// Interval sets hold ranges (Element.KeyEnd).
 	Interval bool
 	// Verdict makes the set a verdict map (Element.Verdict).
-	Verdict  bool
+	Verdict bool
+	// Data makes the set a data map (Element.Data) with this value type;
+	// more than one field is a concatenation (e.g. address . port for NAT).
+	Data []FieldType
+	// Timeout, when not zero, is the default lifetime of an element.
+	Timeout time.Duration
+	// Dynamic sets are filled by rules (`update @set`), not by the
+	// table's owner: Diff leaves their elements alone and Read skips them.
+	Dynamic bool
+	// Typeof, when set, is what Render writes instead of the type line
+	// (`typeof EXPR [: EXPR]`): nft can name some key types only through
+	// the expressions that produce them (numgen's integer in a
+	// concatenation). It does not change the kernel set.
+	Typeof   string
 	Elements []Element
+	// Revision, when not zero, names this exact element list: a caller
+	// that keeps a set's contents across syncs gives an unchanged list the
+	// same revision, and the Applier then skips comparing its elements.
+	Revision uint64
+	// Changes, when set, lists what changed since the element list with
+	// revision Changes.From. If the kernel holds that revision (as last
+	// applied by the same Applier), the Applier sends these changes
+	// without comparing the whole list; otherwise it compares as usual.
+	Changes *SetChanges
 
 	// mismatch, on a read-back set, says why the kernel set cannot be
 	// updated in place (foreign flags or types, malformed intervals);
@@ -159,7 +183,19 @@ type Set struct {
 	// fingerprint, on a cached set, is that of the desired elements last
 	// applied (0: unknown); see elementsFingerprint.
 	fingerprint uint64
+	// revision, on a cached set, is the Revision last applied (0: none).
+	revision uint64
 }
+
+// SetChanges are the elements added and deleted between two revisions of
+// a set's element list.
+type SetChanges struct {
+	From        uint64
+	Add, Delete []Element
+}
+
+// IsMap reports whether the set is a verdict or data map.
+func (s *Set) IsMap() bool { return s.Verdict || s.Data != nil }
 
 // Concat reports whether the key is a concatenation.
 func (s *Set) Concat() bool { return len(s.Fields) > 1 }
@@ -179,6 +215,8 @@ type Element struct {
 	Key     []byte
 	KeyEnd  []byte
 	Verdict *Verdict
+	// Data is a data map entry's value, fields padded as in a key.
+	Data []byte
 }
 
 // VerdictKind is what a verdict does.

@@ -3,6 +3,7 @@ package nft
 import (
 	"bytes"
 	"fmt"
+	"slices"
 )
 
 // validate checks the desired table's shape and everything the plan adds,
@@ -66,10 +67,13 @@ func validateSpec(s *Set) error {
 	if len(s.Fields) == 0 {
 		return fmt.Errorf("no key fields")
 	}
-	for _, f := range s.Fields {
-		if f < FieldIPv4 || f > FieldPort {
+	for _, f := range append(slices.Clone(s.Fields), s.Data...) {
+		if f < FieldIPv4 || f > FieldInteger {
 			return fmt.Errorf("unknown field type %d", f)
 		}
+	}
+	if s.Verdict && s.Data != nil {
+		return fmt.Errorf("both a verdict map and a data map")
 	}
 	return nil
 }
@@ -97,6 +101,10 @@ func validateElement(s *Set, keyLen int, e Element) error {
 		return fmt.Errorf("map element without a verdict")
 	case !s.Verdict && e.Verdict != nil:
 		return fmt.Errorf("verdict in a set that is not a map")
+	case s.Data != nil && len(e.Data) != valueLen(s.Data):
+		return fmt.Errorf("value is %d bytes, want %d", len(e.Data), valueLen(s.Data))
+	case s.Data == nil && e.Data != nil:
+		return fmt.Errorf("value in a set that is not a data map")
 	case e.Verdict != nil && (e.Verdict.Kind == Jump || e.Verdict.Kind == Goto) && e.Verdict.Chain == "":
 		return fmt.Errorf("%s without a chain", e.Verdict)
 	case e.Verdict != nil && (e.Verdict.Kind < Accept || e.Verdict.Kind > Goto):

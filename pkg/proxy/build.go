@@ -28,7 +28,16 @@ func Build(snap *cluster.Snapshot, node string, opts Options) *Model {
 			b.service(svc)
 		}
 	}
-	slices.SortFunc(b.m.Services, func(x, y *ServicePort) int {
+	sortPorts(b.m.Services)
+	slices.SortFunc(b.m.HealthChecks, func(x, y HealthCheck) int {
+		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
+	})
+	return b.m
+}
+
+// sortPorts sorts by namespace, name, port name, protocol, family.
+func sortPorts(ports []*ServicePort) {
+	slices.SortFunc(ports, func(x, y *ServicePort) int {
 		return cmp.Or(
 			cmp.Compare(x.Namespace, y.Namespace),
 			cmp.Compare(x.Name, y.Name),
@@ -37,10 +46,6 @@ func Build(snap *cluster.Snapshot, node string, opts Options) *Model {
 			cmp.Compare(x.Family, y.Family), // "IPv4" < "IPv6"
 		)
 	})
-	slices.SortFunc(b.m.HealthChecks, func(x, y HealthCheck) int {
-		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
-	})
-	return b.m
 }
 
 type builder struct {
@@ -85,6 +90,7 @@ func (b *builder) nodeInfo(nodes []*corev1.Node, opts Options) {
 	if node != nil {
 		b.m.Zone = node.Labels[corev1.LabelTopologyZone]
 	}
+	b.clusterCIDRs(nodes, opts)
 	if opts.NodePortAddresses != nil {
 		b.m.NodePortAddresses = slices.Clone(opts.NodePortAddresses)
 		return
@@ -106,6 +112,38 @@ func (b *builder) nodeInfo(nodes []*corev1.Node, opts Options) {
 			b.m.NodePortAddresses = append(b.m.NodePortAddresses, ip)
 		}
 	}
+}
+
+// clusterCIDRs sets the pod networks: the option, or every node's
+// spec.podCIDRs (spec.podCIDR when the list is empty).
+func (b *builder) clusterCIDRs(nodes []*corev1.Node, opts Options) {
+	if opts.ClusterCIDRs != nil {
+		b.m.ClusterCIDRs = slices.Clone(opts.ClusterCIDRs)
+		return
+	}
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		cidrs := n.Spec.PodCIDRs
+		if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+			cidrs = []string{n.Spec.PodCIDR}
+		}
+		obj := cluster.ObjectKey{Kind: cluster.KindNode, Name: n.Name}
+		for i, s := range cidrs {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				b.errorf(obj, fmt.Sprintf("spec.podCIDRs[%d]", i), "invalid CIDR %q", s)
+				continue
+			}
+			if p = p.Masked(); !slices.Contains(b.m.ClusterCIDRs, p) {
+				b.m.ClusterCIDRs = append(b.m.ClusterCIDRs, p)
+			}
+		}
+	}
+	slices.SortFunc(b.m.ClusterCIDRs, func(x, y netip.Prefix) int {
+		return cmp.Or(x.Addr().Compare(y.Addr()), cmp.Compare(x.Bits(), y.Bits()))
+	})
 }
 
 // parseSlices validates every EndpointSlice once and groups them by

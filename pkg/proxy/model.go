@@ -77,6 +77,9 @@ type Options struct {
 	// served. Nil means the node's status addresses of type InternalIP and
 	// ExternalIP.
 	NodePortAddresses []netip.Addr
+	// ClusterCIDRs are the pod networks of the cluster. Nil means the
+	// union of every Node's spec.podCIDRs.
+	ClusterCIDRs []netip.Prefix
 }
 
 // Model is the service model of one node.
@@ -87,6 +90,9 @@ type Model struct {
 	Zone string
 	// NodePortAddresses are the addresses NodePorts are served on.
 	NodePortAddresses []netip.Addr
+	// ClusterCIDRs are the pod networks: traffic from them to a ClusterIP
+	// keeps its source address; traffic from elsewhere is masqueraded.
+	ClusterCIDRs []netip.Prefix
 	// Services holds one entry per Service, port and IP family, sorted by
 	// namespace, name, port name, protocol, family (IPv4 first).
 	Services []*ServicePort

@@ -6,13 +6,32 @@ import (
 	"io"
 	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/netpol/netpol/pkg/eval"
 )
 
+// ServiceResult is one Service probe as a row of a table's results: the
+// fields of a cell (To names "service/NAMESPACE/NAME" for a ClusterIP or
+// "nodeport/NODE/NAMESPACE/NAME" for a NodePort; From may be "external";
+// Port is the port dialed), plus the pod that answered, how the probe
+// ended (ok, timeout, refused, ...) and the address dialed.
+type ServiceResult struct {
+	From     string          `json:"from"`
+	To       string          `json:"to"`
+	Protocol corev1.Protocol `json:"protocol"`
+	Port     int32           `json:"port"`
+	Allowed  bool            `json:"allowed"`
+	Endpoint string          `json:"endpoint"`
+	Result   string          `json:"result"`
+	Address  string          `json:"address"`
+}
+
 // TableJSON streams the table as JSON, one result per line, in the shape
 // encoding/json gives eval.Table. A 1,000-pod table has millions of cells:
-// streaming keeps memory at the size of the table itself.
-func TableJSON(w io.Writer, t *eval.Table) error {
+// streaming keeps memory at the size of the table itself. Service probes,
+// if any, follow the cells in the same results array.
+func TableJSON(w io.Writer, t *eval.Table, services ...ServiceResult) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	head := struct {
 		Pods    []string `json:"pods"`
@@ -58,6 +77,42 @@ func TableJSON(w io.Writer, t *eval.Table) error {
 		bw.WriteString(strconv.FormatBool(r.Allowed))
 		bw.WriteByte('}')
 	}
+	for i, r := range services {
+		if i > 0 || len(t.Results) > 0 {
+			bw.WriteByte(',')
+		}
+		data, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		bw.WriteByte('\n')
+		bw.Write(data)
+	}
 	bw.WriteString("\n]}\n")
 	return bw.Flush()
+}
+
+// TableDocument is the table with its Service probes as one value, in
+// TableJSON's shape, for other encoders (YAML).
+func TableDocument(t *eval.Table, services []ServiceResult) any {
+	results := make([]any, 0, len(t.Results)+len(services))
+	for _, r := range t.Results {
+		results = append(results, r)
+	}
+	for _, r := range services {
+		results = append(results, r)
+	}
+	pods, ports := t.Pods, t.Ports
+	if pods == nil {
+		pods = []string{}
+	}
+	if ports == nil {
+		ports = []string{}
+	}
+	return struct {
+		Pods    []string `json:"pods"`
+		Ports   []string `json:"ports"`
+		Skipped []string `json:"skipped,omitempty"`
+		Results []any    `json:"results"`
+	}{pods, ports, t.Skipped, results}
 }

@@ -178,3 +178,31 @@ func cell(allowed bool, s Style) string {
 	}
 	return "X"
 }
+
+// ServiceProbes writes Service probes one per line:
+// "x/a -> service/y/web tcp/80 at 10.96.0.10: ok (endpoint y/b)".
+func ServiceProbes(w io.Writer, rows []ServiceResult, s Style) {
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "no Service ports to probe")
+		return
+	}
+	ok := 0
+	for _, r := range rows {
+		probe := eval.Probe{Protocol: r.Protocol, Port: r.Port}
+		result := s.paint(red, r.Result)
+		if r.Allowed {
+			ok++
+			result = s.paint(green, r.Result)
+		}
+		line := fmt.Sprintf("%s -> %s %s", r.From, r.To, probe)
+		if r.Address != "" {
+			line += " at " + r.Address
+		}
+		line += ": " + result
+		if r.Endpoint != "" {
+			line += " (endpoint " + r.Endpoint + ")"
+		}
+		fmt.Fprintln(w, line)
+	}
+	fmt.Fprintf(w, "\n%d of %d Service probes answered\n", ok, len(rows))
+}

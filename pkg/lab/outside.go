@@ -1,0 +1,284 @@
+package lab
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+
+	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/proxy"
+)
+
+// The outside of the cluster. The underlay namespace, which holds the
+// bridge, doubles as a client outside the cluster ("external"):
+//
+//   - br0 gets one address per family the nodes use: the highest free
+//     address but one of the /24 (IPv4) or /64 (IPv6) around the first
+//     node's (snapshot order) InternalIP/ExternalIP of that family, or of
+//     the synthetic range when no node has one; free means no node, pod,
+//     synthetic address or Service address has it. Update keeps it while
+//     it stays free.
+//   - The underlay has on-link host routes to every node address, and a
+//     route for every Service load-balancer ingress IP and external IP
+//     through one node (the first by name with an address of its family),
+//     as an L2 or BGP load balancer would announce it. It has no route to
+//     pods or ClusterIPs, and it does not forward.
+//   - Every node has an on-link host route to the underlay's addresses (for
+//     replies), and one to every Service address (ClusterIPs, load-balancer
+//     and external IPs) over its uplink: a socket on the node needs a route
+//     before the output hook's DNAT can change the destination, as a real
+//     node's default route provides. Without DNAT such packets find no one
+//     on the bridge and time out; they never leave the lab.
+//
+// Service addresses that are lab addresses already (an external IP equal
+// to a node address, say) need none of these routes and get none.
+
+// lbRoute sends a load-balancer or external IP from the underlay to a node.
+type lbRoute struct {
+	dst  netip.Addr
+	node string
+	via  netip.Addr
+}
+
+// planServices reads the Services: the addresses nodes route, where the
+// underlay sends load-balancer and external IPs, and the underlay's own
+// addresses. It runs after addSynthetic; owner has every lab address.
+func (p *plan) planServices(snap *cluster.Snapshot, owner map[netip.Addr]string, previous *plan) {
+	model := proxy.Build(snap, "", proxy.Options{})
+	p.services = model.Services
+	for _, err := range model.Errors {
+		p.notes = append(p.notes, "services: "+err.Error())
+	}
+	p.primary = map[string]corev1.IPFamily{}
+	for _, svc := range snap.Services {
+		if svc == nil {
+			continue
+		}
+		ips := svc.Spec.ClusterIPs
+		if len(ips) == 0 {
+			ips = []string{svc.Spec.ClusterIP}
+		}
+		for _, s := range ips {
+			if a, err := netip.ParseAddr(s); err == nil {
+				p.primary[svc.Namespace+"/"+svc.Name] = ipFamilyOf(a)
+				break
+			}
+		}
+	}
+
+	isVIP := map[netip.Addr]bool{}
+	lbNode := map[netip.Addr]bool{}
+	byName := slices.Clone(p.nodes)
+	sort.Slice(byName, func(i, j int) bool { return byName[i].name < byName[j].name })
+	for _, sp := range p.services {
+		exposed := append(slices.Clone(sp.LoadBalancerIPs), sp.ExternalIPs...)
+		for i, a := range append([]netip.Addr{sp.ClusterIP}, exposed...) {
+			if owner[a] != "" || usable(a) != "" || isVIP[a] && (i == 0 || lbNode[a]) {
+				continue
+			}
+			isVIP[a] = true
+			if i == 0 {
+				continue // a ClusterIP: not reachable from outside
+			}
+			lbNode[a] = true
+			for _, n := range byName {
+				if via, ok := n.addrOf(familyOf(a)); ok {
+					p.lbRoutes = append(p.lbRoutes, lbRoute{dst: a, node: n.name, via: via})
+					break
+				}
+			}
+		}
+	}
+	for a := range isVIP {
+		p.vips = append(p.vips, a)
+	}
+	slices.SortFunc(p.vips, netip.Addr.Compare)
+	slices.SortFunc(p.lbRoutes, func(x, y lbRoute) int { return x.dst.Compare(y.dst) })
+
+	taken := func(a netip.Addr) bool { return owner[a] != "" || isVIP[a] || usable(a) != "" }
+	for _, f := range ipFamilies {
+		base, used := netip.Prefix{}, false
+		for _, n := range p.nodes {
+			if _, ok := n.addrOf(f); ok {
+				used = true
+			}
+			for _, a := range n.status {
+				if !base.IsValid() && familyOf(a) == f {
+					base = netip.PrefixFrom(a, f.outsideBits).Masked()
+				}
+			}
+		}
+		if !used {
+			continue
+		}
+		if !base.IsValid() {
+			base = f.synthetic
+		}
+		a := netip.Addr{}
+		if previous != nil {
+			for _, prev := range previous.external {
+				if familyOf(prev) == f && base.Contains(prev) && !taken(prev) {
+					a = prev
+				}
+			}
+		}
+		for c := lastAddr(base).Prev(); !a.IsValid() && base.Contains(c) && c != base.Addr(); c = c.Prev() {
+			if !taken(c) {
+				a = c
+			}
+		}
+		if !a.IsValid() {
+			p.notes = append(p.notes, fmt.Sprintf("the underlay gets no %s address: %s is full; nothing can probe from outside over %s", f.name, base, f.name))
+			continue
+		}
+		owner[a] = "the underlay"
+		p.external = append(p.external, a)
+	}
+}
+
+// outsideRoutes are node n's uplink routes beyond routesFor: the
+// underlay's addresses and the Service addresses, on-link.
+func (p *plan) outsideRoutes(n *nodePlan) []route {
+	var out []route
+	for _, list := range [][]netip.Addr{p.external, p.vips} {
+		for _, a := range list {
+			if _, ok := n.addrOf(familyOf(a)); ok {
+				out = append(out, route{dst: hostPrefix(a)})
+			}
+		}
+	}
+	return out
+}
+
+// underlayRoutes are the routes on br0: every node address on-link, every
+// load-balancer and external IP through its node.
+func (p *plan) underlayRoutes() []route {
+	var out []route
+	for _, n := range p.nodes {
+		for _, a := range n.addrs {
+			out = append(out, route{dst: hostPrefix(a)})
+		}
+	}
+	for _, r := range p.lbRoutes {
+		out = append(out, route{dst: hostPrefix(r.dst), via: r.via})
+	}
+	return out
+}
+
+// reconcileUnderlay gives br0 the plan's external addresses and routes.
+func (l *Lab) reconcileUnderlay(p *plan) error {
+	if err := syncLink(l.underlay, l.bridge, p.external, p.underlayRoutes()); err != nil {
+		return fmt.Errorf("underlay: %w", err)
+	}
+	l.external = p.external
+	return nil
+}
+
+// endpointSlicePorts maps pods (namespace/name) to the ports EndpointSlices
+// send them: each port of a slice, for each endpoint whose targetRef is
+// the pod or, without a Pod targetRef, one of whose addresses is a
+// pod-network pod's (host-network pods share their node's address, so only
+// a targetRef names one).
+func endpointSlicePorts(snap *cluster.Snapshot, pods []*corev1.Pod) map[string][]eval.Probe {
+	byAddr := map[netip.Addr]string{}
+	for _, pod := range pods {
+		if pod.Spec.HostNetwork {
+			continue
+		}
+		for _, a := range cluster.PodAddresses(pod) {
+			if _, dup := byAddr[a]; !dup {
+				byAddr[a] = pod.Namespace + "/" + pod.Name
+			}
+		}
+	}
+	out := map[string][]eval.Probe{}
+	for _, es := range snap.EndpointSlices {
+		if es == nil || es.AddressType == discoveryv1.AddressTypeFQDN {
+			continue
+		}
+		var probes []eval.Probe
+		for _, sp := range es.Ports {
+			proto := corev1.ProtocolTCP
+			if sp.Protocol != nil && *sp.Protocol != "" {
+				proto = *sp.Protocol
+			}
+			if sp.Port == nil || (proto != corev1.ProtocolTCP && proto != corev1.ProtocolUDP && proto != corev1.ProtocolSCTP) {
+				continue
+			}
+			probes = append(probes, eval.Probe{Protocol: proto, Port: *sp.Port})
+		}
+		if len(probes) == 0 {
+			continue
+		}
+		for _, ep := range es.Endpoints {
+			key := ""
+			if ref := ep.TargetRef; ref != nil && (ref.Kind == "Pod" || ref.Kind == "") && ref.Name != "" {
+				ns := ref.Namespace
+				if ns == "" {
+					ns = es.Namespace
+				}
+				key = ns + "/" + ref.Name
+			} else {
+				for _, s := range ep.Addresses {
+					if a, err := netip.ParseAddr(s); err == nil && byAddr[a.Unmap()] != "" {
+						key = byAddr[a.Unmap()]
+						break
+					}
+				}
+			}
+			if key != "" {
+				out[key] = append(out[key], probes...)
+			}
+		}
+	}
+	return out
+}
+
+func ipFamilyOf(a netip.Addr) corev1.IPFamily {
+	if a.Unmap().Is4() {
+		return corev1.IPv4Protocol
+	}
+	return corev1.IPv6Protocol
+}
+
+// External is the lab's outside: the underlay namespace as a client
+// outside the cluster (Dial from ExternalSource).
+type External struct {
+	NetNS string
+	// Handle is an open descriptor of the namespace, valid until Down. Do
+	// not close it.
+	Handle netns.NsHandle
+	// Addrs are its addresses, IPv4 first: one per family the nodes use.
+	Addrs []netip.Addr
+	// Routes send Service load-balancer and external IPs to a node.
+	Routes []ExternalRoute
+}
+
+// ExternalRoute sends Dst from the underlay to Node, through Via (Node's
+// first address of Dst's family).
+type ExternalRoute struct {
+	Dst  netip.Addr
+	Node string
+	Via  netip.Addr
+}
+
+// External describes the lab's outside.
+func (l *Lab) External() *External {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	e := &External{NetNS: l.underlay.name, Handle: l.underlay.handle}
+	if l.plan == nil {
+		return e
+	}
+	e.Addrs = slices.Clone(l.plan.external)
+	for _, r := range l.plan.lbRoutes {
+		e.Routes = append(e.Routes, ExternalRoute{Dst: r.dst, Node: r.node, Via: r.via})
+	}
+	return e
+}

@@ -1,0 +1,114 @@
+package proxy
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/netpol/netpol/pkg/nft"
+)
+
+// familyChains writes family f's services and cluster chains. The DNAT
+// rules follow the count sets the table has: one rule per distinct
+// endpoint count, ascending.
+func familyChains(t *nft.Table, f *nft.Family) {
+	name := func(base string) string { return base + "." + f.Suffix }
+	frontend := []nft.Value{nft.AddrOf(f, nft.Dst), nft.L4Proto(), nft.DstPort()}
+	in := func(set string) *nft.Builder { return nft.NewRule().In(f, name(set), frontend...) }
+	comment := func(r *nft.Rule, text string) *nft.Rule { r.Comment = text; return r }
+	haveCIDRs := len(t.Sets[name(setClusterCIDRs)].Elements) > 0
+	cluster := t.AddChain(&nft.Chain{Name: name("cluster")})
+	toCluster := nft.Verdict{Kind: nft.Goto, Chain: cluster.Name}
+
+	services := t.AddChain(&nft.Chain{Name: name("services")})
+	if haveCIDRs {
+		services.Rules = append(services.Rules, comment(
+			nft.NewRule().In(f, name(setClusterIPs), nft.AddrOf(f, nft.Dst)).NotIn(f, name(setClusterCIDRs), nft.AddrOf(f, nft.Src)).
+				MarkSet(MasqueradeMark).Done(),
+			"clients outside the pod network reach ClusterIPs masqueraded"))
+	}
+	services.Rules = append(services.Rules,
+		comment(in(setMasqExternal).MarkSet(MasqueradeMark).Done(),
+			"externalTrafficPolicy Cluster: external frontends are masqueraded"))
+	if haveCIDRs {
+		services.Rules = append(services.Rules, comment(
+			in(setLocalExternal).In(f, name(setClusterCIDRs), nft.AddrOf(f, nft.Src)).Verdict(toCluster),
+			"externalTrafficPolicy Local: pods use the cluster endpoints"))
+	}
+	services.Rules = append(services.Rules,
+		comment(in(setLocalExternal).FibSaddrLocal().MarkSet(MasqueradeMark).Verdict(toCluster),
+			"externalTrafficPolicy Local: the node itself uses the cluster endpoints, masqueraded"),
+		comment(nft.NewRule().VmapKey(f, name(setAffinity), frontend...), "ClientIP session affinity"))
+	services.Rules = append(services.Rules, countRules(t, f, prefixCount, name(setBackends), frontend)...)
+	services.Rules = append(services.Rules,
+		comment(in(setNoLocal).Verdict(nft.Verdict{Kind: nft.Drop}), "no endpoint usable from this node (traffic policy Local)"))
+
+	cluster.Rules = append(cluster.Rules, nft.NewRule().VmapKey(f, name(setClusterAff), frontend...))
+	cluster.Rules = append(cluster.Rules, countRules(t, f, prefixClusterCnt, name(setClusterBackend), frontend)...)
+}
+
+// countRules are the DNAT rules of the table's prefix<N>.F sets.
+func countRules(t *nft.Table, f *nft.Family, prefix, backends string, frontend []nft.Value) []*nft.Rule {
+	var ns []int
+	for name := range t.Sets {
+		if n, ok := countOf(name); ok && name == fmt.Sprintf("%s%d.%s", prefix, n, f.Suffix) {
+			ns = append(ns, n)
+		}
+	}
+	slices.Sort(ns)
+	var rules []*nft.Rule
+	for _, n := range ns {
+		key := append(slices.Clone(frontend), nft.Numgen(uint32(n)))
+		r := nft.NewRule().In(f, fmt.Sprintf("%s%d.%s", prefix, n, f.Suffix), frontend...).DNATMap(f, backends, key...)
+		r.Comment = fmt.Sprintf("frontends with %d endpoint(s)", n)
+		rules = append(rules, r)
+	}
+	return rules
+}
+
+// baseChains hooks the per-family chains in.
+func baseChains(t *nft.Table) {
+	hook := func(name, typ, hook string, prio int) *nft.Chain {
+		return t.AddChain(&nft.Chain{Name: name, Base: &nft.Hook{Type: typ, Hook: hook, Priority: prio, Policy: "accept"}})
+	}
+	natPre := hook("nat-prerouting", "nat", "prerouting", -100)
+	natOut := hook("nat-output", "nat", "output", -100)
+	natPost := hook("nat-postrouting", "nat", "postrouting", 100)
+	// Before DNAT (dstnat - 10), where the destination is still the frontend.
+	filterPre := hook("filter-prerouting", "filter", "prerouting", -110)
+	filterOut := hook("filter-output", "filter", "output", -110)
+	checks := t.AddChain(&nft.Chain{Name: "service-checks"})
+	filterPre.Rules = []*nft.Rule{nft.NewRule().CtStateNew().Verdict(nft.Verdict{Kind: nft.Jump, Chain: checks.Name})}
+	filterOut.Rules = []*nft.Rule{nft.NewRule().CtStateNew().Verdict(nft.Verdict{Kind: nft.Jump, Chain: checks.Name})}
+	for _, f := range nft.Families {
+		name := func(base string) string { return base + "." + f.Suffix }
+		frontend := []nft.Value{nft.AddrOf(f, nft.Dst), nft.L4Proto(), nft.DstPort()}
+		jump := nft.NewRule().MatchFamily(f).Verdict(nft.Verdict{Kind: nft.Jump, Chain: name("services")})
+		natPre.Rules = append(natPre.Rules, jump)
+		natOut.Rules = append(natOut.Rules, jump)
+		hairpin := nft.NewRule().CtStatusDNAT().In(f, name(setHairpin), nft.AddrOf(f, nft.Src), nft.AddrOf(f, nft.Dst)).Masquerade()
+		hairpin.Comment = "a pod reaching itself through its Service"
+		natPost.Rules = append(natPost.Rules, hairpin)
+
+		fw := nft.NewRule().In(f, name(setFirewall), frontend...).
+			NotIn(f, name(setFirewallAllow), append(slices.Clone(frontend), nft.AddrOf(f, nft.Src))...).Verdict(nft.Verdict{Kind: nft.Drop})
+		fw.Comment = "loadBalancerSourceRanges"
+		checks.Rules = append(checks.Rules, fw)
+		// Refused at once: TCP with a reset (ICMP errors are rate limited
+		// per destination), the rest with ICMP port unreachable.
+		refuse := func(b func() *nft.Builder, why string) {
+			tcp := b().L4ProtoIs(6).RejectTCPReset()
+			tcp.Comment = why
+			other := b().Reject()
+			other.Comment = why
+			checks.Rules = append(checks.Rules, tcp, other)
+		}
+		refuse(func() *nft.Builder { return nft.NewRule().In(f, name(setNoEndpoints), frontend...) },
+			"Services without endpoints refuse connections")
+		refuse(func() *nft.Builder {
+			return nft.NewRule().In(f, name(setClusterIPs), nft.AddrOf(f, nft.Dst)).NotIn(f, name(setFrontends), frontend...)
+		}, "ClusterIP ports that no Service serves")
+	}
+	masq := nft.NewRule().MarkHas(MasqueradeMark).MarkClear(MasqueradeMark).Masquerade()
+	masq.Comment = "connections marked in services.4/6"
+	natPost.Rules = append(natPost.Rules, masq)
+}

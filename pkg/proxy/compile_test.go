@@ -1,0 +1,79 @@
+package proxy_test
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/proxy"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// TestCompileGolden renders the NAT table of fixture snapshots and compares
+// it with the golden files; each golden file must also be accepted by
+// `nft -c` (when nft is installed), so the rendered text is real nft.
+func TestCompileGolden(t *testing.T) {
+	cases := []struct{ name, path, node string }{
+		{"services-n1", "testdata/services.yaml", "n1"},
+		{"services-n2", "testdata/services.yaml", "n2"},
+		{"demo-node-1", "../../examples/demo", "node-1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			snap, report := cluster.LoadPaths([]string{c.path}, nil)
+			if len(report.Errors) > 0 {
+				t.Fatal(report.Errors)
+			}
+			m := proxy.Build(snap, c.node, proxy.Options{})
+			if len(m.Errors) > 0 {
+				t.Fatal(m.Errors)
+			}
+			table, err := proxy.Compile(m, proxy.CompileOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			if err := table.Render(&got); err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", "golden", c.name+".nft")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if !bytes.Equal(got.Bytes(), want) {
+				t.Errorf("%s differs from the compiled table (run with -update and review the diff):\n%s", golden, got.String())
+			}
+			nftCheck(t, golden)
+		})
+	}
+}
+
+func nftCheck(t *testing.T, path string) {
+	t.Helper()
+	bin, err := exec.LookPath("nft")
+	if err != nil {
+		t.Logf("nft not installed: %s not checked by nft -c", path)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Logf("not root: %s not checked by nft -c", path)
+		return
+	}
+	if out, err := exec.Command(bin, "-c", "-f", path).CombinedOutput(); err != nil {
+		t.Errorf("nft -c -f %s: %v\n%s", path, err, out)
+	}
+}

@@ -1,0 +1,161 @@
+package proxy
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/nft"
+)
+
+// Syncer turns successive snapshots of one node into its service model and
+// NAT table, rebuilding only the Services whose objects changed (as
+// kube-proxy's partial syncs do). A Service is unchanged when its Service
+// object and EndpointSlice objects are the same pointers as last time:
+// informer caches replace an object on every update and never modify it,
+// and a snapshot must not be modified once given to Sync. A change in the
+// node's own inputs (zone, NodePort addresses, cluster CIDRs) rebuilds
+// everything.
+//
+// The table's shared sets carry revisions and changes (nft.SetChanges), so
+// an Applier that applied the previous table sends only what changed. A
+// returned table (and model) is valid until the next Sync, which reuses
+// its element lists.
+type Syncer struct {
+	node  string
+	opts  Options
+	copts CompileOptions
+	// last node-level inputs
+	zone      string
+	npa       []netip.Addr
+	cidrs     []netip.Prefix
+	tb        *tableBuilder
+	services  map[svcKey]*syncedService
+	order     []svcKey // the keys of services, sorted
+	nodeKnown bool
+	bySvc     map[svcKey][]*discoveryv1.EndpointSlice // reused between syncs
+	gen       uint64                                  // counts syncs
+}
+
+// syncedService is one Service as last built.
+type syncedService struct {
+	svc    *corev1.Service
+	slices []*discoveryv1.EndpointSlice // sorted by name
+	ports  []*ServicePort
+	health []HealthCheck
+	errs   []error
+	frags  []*fragment
+	gen    uint64 // the last sync that saw the Service
+}
+
+// NewSyncer returns a Syncer for node.
+func NewSyncer(node string, opts Options, copts CompileOptions) *Syncer {
+	return &Syncer{node: node, opts: opts, copts: copts}
+}
+
+// Sync returns the node's model and table for snap. Ports the compiler
+// cannot express are left out and reported in Model.Errors.
+func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
+	if snap == nil {
+		snap = &cluster.Snapshot{}
+	}
+	node := &builder{m: &Model{Node: s.node}, node: s.node}
+	node.nodeInfo(snap.Nodes, s.opts)
+	m := node.m
+	if !s.nodeKnown || m.Zone != s.zone || !slices.Equal(m.NodePortAddresses, s.npa) || !slices.Equal(m.ClusterCIDRs, s.cidrs) {
+		s.zone, s.npa, s.cidrs, s.nodeKnown = m.Zone, m.NodePortAddresses, m.ClusterCIDRs, true
+		s.tb = newTableBuilder(s.copts)
+		s.services = map[svcKey]*syncedService{}
+		s.order = nil
+	}
+
+	if s.bySvc == nil {
+		s.bySvc = make(map[svcKey][]*discoveryv1.EndpointSlice, len(snap.EndpointSlices))
+	}
+	bySvc := s.bySvc
+	for k, v := range bySvc {
+		bySvc[k] = v[:0]
+	}
+	for _, es := range snap.EndpointSlices {
+		if es == nil {
+			continue
+		}
+		k := svcKey{es.Namespace, es.Labels[discoveryv1.LabelServiceName]}
+		bySvc[k] = append(bySvc[k], es)
+	}
+	s.gen++
+	for _, svc := range snap.Services {
+		if svc == nil {
+			continue
+		}
+		k := svcKey{svc.Namespace, svc.Name}
+		esl := bySvc[k]
+		slices.SortFunc(esl, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
+		old := s.services[k]
+		if old != nil && old.svc == svc && slices.Equal(old.slices, esl) {
+			old.gen = s.gen
+			continue
+		}
+		fresh := s.build(m, svc, esl)
+		fresh.gen = s.gen
+		var oldFrags []*fragment
+		if old != nil {
+			oldFrags = old.frags
+		} else {
+			i, _ := slices.BinarySearchFunc(s.order, k, compareKeys)
+			s.order = slices.Insert(s.order, i, k)
+		}
+		s.tb.change(oldFrags, fresh.frags)
+		s.services[k] = fresh
+	}
+	if len(s.order) != len(snap.Services) { // some Service is gone
+		for k, old := range s.services {
+			if old.gen != s.gen {
+				s.tb.change(old.frags, nil)
+				delete(s.services, k)
+				i, _ := slices.BinarySearchFunc(s.order, k, compareKeys)
+				s.order = slices.Delete(s.order, i, i+1)
+			}
+		}
+	}
+	for k, v := range bySvc {
+		if len(v) == 0 {
+			delete(bySvc, k) // that Service's slices are gone
+		}
+	}
+	for _, k := range s.order {
+		ss := s.services[k]
+		m.Services = append(m.Services, ss.ports...)
+		m.HealthChecks = append(m.HealthChecks, ss.health...)
+		m.Errors = append(m.Errors, ss.errs...)
+	}
+	return m, s.tb.table(m.ClusterCIDRs)
+}
+
+func compareKeys(a, b svcKey) int {
+	return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
+}
+
+// build builds one Service's ports and fragments with the node's inputs.
+func (s *Syncer) build(node *Model, svc *corev1.Service, esl []*discoveryv1.EndpointSlice) *syncedService {
+	b := &builder{m: &Model{Node: node.Node, Zone: node.Zone, NodePortAddresses: node.NodePortAddresses,
+		ClusterCIDRs: node.ClusterCIDRs}, node: s.node}
+	b.parseSlices(esl)
+	b.service(svc)
+	sortPorts(b.m.Services)
+	ss := &syncedService{svc: svc, slices: slices.Clone(esl), health: b.m.HealthChecks, errs: b.m.Errors}
+	for _, p := range b.m.Services {
+		fr, err := compilePort(p, node.NodePortAddresses)
+		if err != nil {
+			ss.errs = append(ss.errs, err)
+			continue
+		}
+		ss.ports = append(ss.ports, p)
+		ss.frags = append(ss.frags, fr)
+	}
+	return ss
+}
