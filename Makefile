@@ -9,8 +9,9 @@ build:
 	$(GO) build -o $(BIN) ./cmd/netpol
 
 # The README's main job: a 2-node lab (network namespaces, real nftables)
-# with the example policies; prints the kernel's observed truth table next
-# to the evaluator's and every difference, then tears the lab down. Root.
+# with the example policies and Service; prints the kernel's observed truth
+# table next to the evaluator's and every difference, and each pod's
+# connection through the Service, then tears the lab down. Root.
 demo: build
 	$(BIN) lab probe -f examples/demo --compare --services
 
@@ -50,6 +51,7 @@ bench: build
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAddDocuments -fuzztime 30s ./pkg/cluster
 	$(GO) test -run '^$$' -fuzz FuzzEvaluate -fuzztime 30s ./pkg/eval
+	$(GO) test -run '^$$' -fuzz FuzzSyncer -fuzztime 30s ./pkg/proxy
 	$(GO) test -run '^$$' -fuzz FuzzCompile -fuzztime 30s ./pkg/compiler
 
 clean:

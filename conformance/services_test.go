@@ -25,7 +25,6 @@ import (
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/policy"
-	"github.com/netpol/netpol/pkg/proxy"
 	"github.com/netpol/netpol/pkg/proxy/healthcheck"
 )
 
@@ -239,20 +238,12 @@ func TestServicesInKernel(t *testing.T) {
 }
 
 // TestServiceProbesAgreeWithEvaluator probes every Service's ClusterIP from
-// every pod (`netpol lab probe --services`) and checks each row against
-// the service model and the evaluator, which judges the endpoint after
-// DNAT: a Service with no endpoint anywhere refuses; one with none usable
-// from the source's node, or none that policy lets the source reach, times
-// out; one whose usable endpoints policy all allows answers, from one of
-// them; with some allowed and some not, either happens, and an answer
-// comes from an allowed endpoint.
+// every pod (`netpol lab probe --services`), in both families, and checks
+// each probe with conformance.CompareServices: policy judges the endpoint
+// after DNAT, as the evaluator does.
 func TestServiceProbesAgreeWithEvaluator(t *testing.T) {
-	snap, l, _, rep := serviceLab(t)
+	snap, l, _, _ := serviceLab(t)
 	ev := eval.New(snap, policy.Build(snap))
-	nodeOf := map[string]string{}
-	for _, p := range snap.Pods {
-		nodeOf[p.Namespace+"/"+p.Name] = p.Spec.NodeName
-	}
 	for _, family := range []eval.Family{eval.FamilyIPv4, eval.FamilyIPv6} {
 		rows, notes, err := l.ProbeServices(context.Background(), lab.ServiceProbeOptions{Family: family})
 		if err != nil {
@@ -261,55 +252,15 @@ func TestServiceProbesAgreeWithEvaluator(t *testing.T) {
 		for _, n := range notes {
 			t.Log("note:", n)
 		}
-		checked := 0
-		for _, row := range rows {
-			if !strings.HasPrefix(row.To, "service/") {
-				continue // NodePorts: masqueraded sources, checked in TestServicesInKernel
-			}
-			node := nodeOf[row.From]
-			m := rep.Services[node]
-			if m == nil {
-				t.Fatalf("row from %s: no node model", row.From)
-			}
-			var port *proxy.ServicePort
-			for _, p := range m.Services {
-				if "service/"+p.Namespace+"/"+p.Name == row.To && p.Protocol == row.Protocol && p.Port == row.Port && p.ClusterIP == row.ToAddr {
-					port = p
-				}
-			}
-			if port == nil {
-				t.Fatalf("%s -> %s %s/%d: no such port in node %s's model", row.From, row.To, row.Protocol, row.Port, node)
-			}
-			allowed := map[string]bool{}
-			eps := port.InternalEndpoints()
-			for _, ep := range eps {
-				v, err := ev.Explain(row.From, ep.PodNamespace+"/"+ep.PodName, eval.Probe{Protocol: row.Protocol, Port: ep.Port}, family)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if v.Allowed {
-					allowed[ep.PodNamespace+"/"+ep.PodName] = true
-				}
-			}
-			var want []string
-			switch {
-			case !port.AnyEndpoints:
-				want = []string{lab.ResultRefused}
-			case len(allowed) == 0:
-				want = []string{lab.ResultTimeout}
-			case len(allowed) == len(eps):
-				want = []string{lab.ResultOK}
-			default:
-				want = []string{lab.ResultOK, lab.ResultTimeout}
-			}
-			if !slices.Contains(want, row.Result) || (row.Allowed && !allowed[row.Endpoint]) {
-				t.Errorf("%s -> %s %s/%d (%s): %s from %q; want %v from one of %v",
-					row.From, row.To, row.Protocol, row.Port, row.ToAddr, row.Result, row.Endpoint, want, allowed)
-			}
-			checked++
+		diffs, compared, err := conformance.CompareServices(snap, ev, rows)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Logf("%s: %d ClusterIP probes agree with the evaluator", family, checked)
-		if checked == 0 {
+		for _, d := range diffs {
+			t.Error(d)
+		}
+		t.Logf("%s: %d ClusterIP probes compared with the evaluator, %d differences", family, compared, len(diffs))
+		if compared == 0 {
 			t.Fatalf("%s: no ClusterIP probes", family)
 		}
 	}

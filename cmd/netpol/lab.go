@@ -148,7 +148,8 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 			"(to: service/NAMESPACE/NAME or nodeport/NODE/NAMESPACE/NAME; port: the port dialed) plus\n" +
 			"endpoint (the pod that answered), result (ok, timeout, refused, ...) and address (the address\n" +
 			"dialed). --family picks the ClusterIP of dual-stack Services (default: each one's primary).\n" +
-			"--compare compares the pod table only; the Service probes are printed next to it.",
+			"--compare also checks each ClusterIP probe from a pod against policy after DNAT (the endpoints\n" +
+			"the source's node would choose, as the evaluator judges them); NodePort probes are printed only.",
 		Example: "  sudo netpol lab probe -f examples/demo -o json\n" +
 			"  sudo netpol lab probe -f examples/demo --compare\n" +
 			"  sudo netpol lab probe -f examples/demo --services -o json | jq '.results[] | select(.endpoint != null)'",
@@ -166,8 +167,8 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 			}
 			observed, notes, probeErr := lb.Probe(ctx, lab.ProbeOptions{Probes: probes, Family: fam, SkipUnsupported: true})
 			var svcRows []report.ServiceResult
+			var svcObs []lab.ServiceObservation
 			if services && probeErr == nil {
-				var svcObs []lab.ServiceObservation
 				var svcNotes []string
 				svcObs, svcNotes, probeErr = lb.ProbeServices(ctx, lab.ServiceProbeOptions{Family: fam})
 				notes = append(notes, svcNotes...)
@@ -197,11 +198,15 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := writeComparison(out, expected, observed, diffs, svcRows, services, output); err != nil {
+			svcDiffs, compared, err := conformance.CompareServices(l.snap, l.evaluator, svcObs)
+			if err != nil {
 				return err
 			}
-			if len(diffs) > 0 {
-				return fmt.Errorf("the kernel disagrees with the evaluator on %d cell(s)", len(diffs))
+			if err := writeComparison(out, comparisonInput{expected, observed, diffs, svcRows, svcDiffs, compared, services}, output); err != nil {
+				return err
+			}
+			if n := len(diffs) + len(svcDiffs); n > 0 {
+				return fmt.Errorf("the kernel disagrees with the evaluator on %d cell(s) and %d Service probe(s)", len(diffs), len(svcDiffs))
 			}
 			return l.done()
 		},
@@ -211,7 +216,7 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 	f.StringSliceVar(&ports, "ports", nil, "probes as protocol/port, comma-separated (default: every port the pods declare)")
 	f.StringVar(&family, "family", "", "address family for dual-stack pods: ipv4 or ipv6 (default: each pod's primary address)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
-	f.BoolVar(&compare, "compare", false, "also print the evaluator's table and every difference (pod table only)")
+	f.BoolVar(&compare, "compare", false, "also print the evaluator's table and every difference (with --services, ClusterIP probes too)")
 	f.BoolVar(&services, "services", false, "also probe every Service port: ClusterIP from every pod, NodePort from every pod and from outside")
 	return cmd
 }
@@ -251,8 +256,8 @@ func writeServiceSection(out io.Writer, rows []report.ServiceResult) {
 	report.ServiceProbes(out, rows, terminalStyle(out))
 }
 
-// comparison is the --compare output for json and yaml. Services (with
-// --services) are observed only: nothing compares them.
+// comparison is the --compare output for json and yaml. Differences
+// include those of ClusterIP probes (with --services).
 type comparison struct {
 	Expected    *eval.Table            `json:"expected"`
 	Observed    *eval.Table            `json:"observed"`
@@ -260,29 +265,48 @@ type comparison struct {
 	Services    []report.ServiceResult `json:"services,omitempty"`
 }
 
-func writeComparison(out io.Writer, expected, observed *eval.Table, diffs []conformance.Difference, rows []report.ServiceResult, services bool, format string) error {
-	lines := make([]string, len(diffs))
-	for i, d := range diffs {
-		lines[i] = d.String()
+// comparisonInput is what --compare prints.
+type comparisonInput struct {
+	expected, observed *eval.Table
+	diffs              []conformance.Difference
+	rows               []report.ServiceResult
+	serviceDiffs       []conformance.ServiceDifference
+	servicesCompared   int
+	services           bool
+}
+
+func writeComparison(out io.Writer, c comparisonInput, format string) error {
+	lines := make([]string, 0, len(c.diffs)+len(c.serviceDiffs))
+	for _, d := range c.diffs {
+		lines = append(lines, d.String())
 	}
-	if ok, err := writeStructured(out, format, comparison{expected, observed, lines, rows}); ok {
+	for _, d := range c.serviceDiffs {
+		lines = append(lines, d.String())
+	}
+	if ok, err := writeStructured(out, format, comparison{c.expected, c.observed, lines, c.rows}); ok {
 		return err
 	}
 	fmt.Fprintln(out, "== Evaluator (what policy says) ==")
-	if err := writeTable(out, expected, format); err != nil {
+	if err := writeTable(out, c.expected, format); err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "\n== Kernel (what the lab's packets did) ==")
-	if err := writeTable(out, observed, format); err != nil {
+	if err := writeTable(out, c.observed, format); err != nil {
 		return err
 	}
-	if len(diffs) == 0 {
-		fmt.Fprintf(out, "\nno differences: the kernel agrees with the evaluator on all %d cells\n", len(expected.Results))
+	if len(c.diffs) == 0 {
+		fmt.Fprintf(out, "\nno differences: the kernel agrees with the evaluator on all %d cells\n", len(c.expected.Results))
 	} else {
-		fmt.Fprintf(out, "\n%d difference(s):\n  %s\n", len(diffs), strings.Join(lines, "\n  "))
+		fmt.Fprintf(out, "\n%d difference(s):\n  %s\n", len(c.diffs), strings.Join(lines[:len(c.diffs)], "\n  "))
 	}
-	if services {
-		writeServiceSection(out, rows)
+	if !c.services {
+		return nil
+	}
+	writeServiceSection(out, c.rows)
+	if len(c.serviceDiffs) == 0 {
+		fmt.Fprintf(out, "no differences: the %d ClusterIP probes from pods are what policy after DNAT says\n", c.servicesCompared)
+	} else {
+		fmt.Fprintf(out, "%d Service difference(s):\n  %s\n", len(c.serviceDiffs), strings.Join(lines[len(c.diffs):], "\n  "))
 	}
 	return nil
 }

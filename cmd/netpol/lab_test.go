@@ -154,3 +154,19 @@ func TestLabProbeServicesJSON(t *testing.T) {
 		t.Errorf("lab namespaces left behind: %v %v", left, err)
 	}
 }
+
+// `netpol lab probe --compare --services` also checks the ClusterIP probes
+// against policy after DNAT; on the demo there is no difference.
+func TestLabProbeCompareServices(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the lab needs root (network namespaces and nftables)")
+	}
+	out, stderr, err := run(t, "", "lab", "probe", "--prefix", "netpol-clitest-cmp-", "-f", "../../examples/demo",
+		"--ports", "tcp/80", "--services", "--compare")
+	if err != nil {
+		t.Fatalf("lab probe --compare --services: %v\n%s\n%s", err, out, stderr)
+	}
+	if !strings.Contains(out, "no differences: the 4 ClusterIP probes from pods are what policy after DNAT says") {
+		t.Errorf("no statement that the 4 ClusterIP probes agree:\n%s", out)
+	}
+}
