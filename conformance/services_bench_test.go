@@ -198,7 +198,9 @@ func BenchmarkServiceAdd(b *testing.B) {
 // BenchmarkServiceConnRate measures TCP connections per second from a pod
 // to a ClusterIP (one endpoint, a pod on the same node) with 10 and with
 // 10,000 Services (10 endpoints each) programmed, in the same run: the
-// per-connection cost must not grow with the number of Services.
+// per-connection cost must not grow with the number of Services. A third
+// table has 10,000 Services with 64 distinct endpoint counts, the cost the
+// layout does have (one set lookup per distinct count per new connection).
 func BenchmarkServiceConnRate(b *testing.B) {
 	requireRoot(b)
 	base := serviceSnapshot(0, 0)
@@ -239,15 +241,21 @@ func BenchmarkServiceConnRate(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer a.Close()
-	withServices := func(n int) *nft.Table {
+	// withServices programs the measured Service and n-1 others with eps(i)
+	// endpoints each.
+	withServices := func(n int, eps func(i int) int) *nft.Table {
 		snap := *base
 		snap.Services, snap.EndpointSlices = slices.Clone(base.Services), slices.Clone(base.EndpointSlices)
 		for i := range n - 1 {
-			addService(&snap, i, 10)
+			addService(&snap, i, eps(i))
 		}
 		return compileServices(b, &snap)
 	}
-	small, large := withServices(10), withServices(10000)
+	ten := func(int) int { return 10 }
+	small, large := withServices(10, ten), withServices(10000, ten)
+	// The worst case of the layout: 64 distinct endpoint counts, so a new
+	// connection may be tested against 64 count sets before its DNAT rule.
+	counts := withServices(10000, func(i int) int { return 1 + i%64 })
 	rate := func() float64 {
 		return connRate(b, func() error {
 			o := l.Dial(context.Background(), "bench/client", vip, corev1.ProtocolTCP, lab.DialOptions{Timeout: time.Second})
@@ -257,18 +265,21 @@ func BenchmarkServiceConnRate(b *testing.B) {
 			return nil
 		})
 	}
-	var r10, r10k float64
+	var r10, r10k, r64 float64
 	for b.Loop() {
-		if _, err := a.Apply(small); err != nil {
-			b.Fatal(err)
+		for _, m := range []struct {
+			table *nft.Table
+			rate  *float64
+		}{{small, &r10}, {large, &r10k}, {counts, &r64}} {
+			if _, err := a.Apply(m.table); err != nil {
+				b.Fatal(err)
+			}
+			*m.rate = rate()
 		}
-		r10 = rate()
-		if _, err := a.Apply(large); err != nil {
-			b.Fatal(err)
-		}
-		r10k = rate()
 	}
 	b.ReportMetric(r10, "conn/s-10-services")
 	b.ReportMetric(r10k, "conn/s-10000-services")
 	b.ReportMetric(r10k/r10, "ratio")
+	b.ReportMetric(r64, "conn/s-10000-services-64-counts")
+	b.ReportMetric(r64/r10, "ratio-64-counts")
 }

@@ -12,8 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sockBuf is the netlink socket buffer size: the default (~208 KiB) is too
-// small for a batch of 10k ranges (docs/nft-notes.md section 5).
+// sockBuf is the least netlink socket buffer size: the default (~208 KiB)
+// is too small for a batch of 10k ranges (docs/nft-notes.md section 5). A
+// batch must fit the send buffer whole, so a bigger one gets a connection
+// with a buffer its size (as nft does).
 const sockBuf = 4 << 20
 
 // ErrClosed is returned by an Applier after Close.
@@ -27,6 +29,7 @@ type Applier struct {
 	table  string
 	nsFd   int // our own copy of the namespace fd, -1 for the current one
 	conn   *nftables.Conn
+	buf    int // the connection's socket buffer size
 	closed bool
 	// cache is what the last successful Apply left in the kernel; nil means
 	// unknown, and the next Apply reads the kernel first.
@@ -184,7 +187,10 @@ func (a *Applier) ensureConn() error {
 	if a.conn != nil {
 		return nil
 	}
-	conn, err := newConn(a.nsFd, true)
+	if a.buf < sockBuf {
+		a.buf = sockBuf
+	}
+	conn, err := newConnBuf(a.nsFd, true, a.buf)
 	if err != nil {
 		return fmt.Errorf("nft: netlink connection: %w", err)
 	}
@@ -192,8 +198,42 @@ func (a *Applier) ensureConn() error {
 	return nil
 }
 
+// fitBuffer makes sure the connection's send buffer holds the plan's batch
+// (an estimate from above, doubled), reconnecting with a bigger one if not.
+func (a *Applier) fitBuffer(p *Plan) {
+	need := 2 * planBytes(p)
+	if need <= a.buf {
+		return
+	}
+	if a.conn != nil {
+		a.conn.CloseLasting()
+		a.conn = nil
+	}
+	a.buf = need
+}
+
+// planBytes estimates (from above) the netlink encoding of a plan.
+func planBytes(p *Plan) int {
+	n := 0
+	for _, op := range p.Ops {
+		switch op.Kind {
+		case OpAddElements, OpDeleteElements:
+			n += 256
+			for _, e := range op.Elements {
+				n += elementBytes(op.Set, e)
+			}
+		case OpAddRule:
+			n += 512 + 64*len(op.Rule.Exprs)
+		default:
+			n += 512
+		}
+	}
+	return n
+}
+
 // send queues the plan and flushes it as one batch.
 func (a *Applier) send(p *Plan) error {
+	a.fitBuffer(p)
 	if err := a.ensureConn(); err != nil {
 		return err
 	}
@@ -356,7 +396,12 @@ func snapshotSet(s *Set) *Set {
 // newConn opens a library connection in the namespace fd (< 0: current)
 // with big socket buffers.
 func newConn(nsFd int, lasting bool) (*nftables.Conn, error) {
-	opts := []nftables.ConnOption{nftables.WithSockOptions(bigBuffers)}
+	return newConnBuf(nsFd, lasting, sockBuf)
+}
+
+// newConnBuf is newConn with socket buffers of size bytes.
+func newConnBuf(nsFd int, lasting bool, size int) (*nftables.Conn, error) {
+	opts := []nftables.ConnOption{nftables.WithSockOptions(func(c *netlink.Conn) error { return setBuffers(c, size) })}
 	if lasting {
 		opts = append(opts, nftables.AsLasting())
 	}
@@ -378,20 +423,20 @@ func dialNetfilter(nsFd int) (*netlink.Conn, error) {
 	return nl, nil
 }
 
-// bigBuffers sets the socket buffers; as root it goes past the
+// setBuffers sets the socket buffers; as root it goes past the
 // net.core.[rw]mem_max cap, which is only 208 KiB on a default kernel.
-func bigBuffers(c *netlink.Conn) error {
-	if err := c.SetWriteBuffer(sockBuf); err != nil {
+func setBuffers(c *netlink.Conn, size int) error {
+	if err := c.SetWriteBuffer(size); err != nil {
 		return err
 	}
-	if err := c.SetReadBuffer(sockBuf); err != nil {
+	if err := c.SetReadBuffer(size); err != nil {
 		return err
 	}
 	if rc, err := c.SyscallConn(); err == nil {
 		_ = rc.Control(func(fd uintptr) {
 			// Fails without CAP_NET_ADMIN; the capped size stays.
-			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sockBuf)
-			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, sockBuf)
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size)
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size)
 		})
 	}
 	return nil

@@ -9,7 +9,8 @@ import (
 
 // familyChains writes family f's services and cluster chains. The DNAT
 // rules follow the count sets the table has: one rule per distinct
-// endpoint count, ascending.
+// endpoint count, largest first (the Services scaled out the most, likely
+// the busiest, pay the fewest lookups).
 func familyChains(t *nft.Table, f *nft.Family) {
 	name := func(base string) string { return base + "." + f.Suffix }
 	frontend := []nft.Value{nft.AddrOf(f, nft.Dst), nft.L4Proto(), nft.DstPort()}
@@ -55,6 +56,7 @@ func countRules(t *nft.Table, f *nft.Family, prefix, backends string, frontend [
 		}
 	}
 	slices.Sort(ns)
+	slices.Reverse(ns)
 	var rules []*nft.Rule
 	for _, n := range ns {
 		key := append(slices.Clone(frontend), nft.Numgen(uint32(n)))
