@@ -65,6 +65,6 @@ func TestBatchLargerThanDefaultBuffer(t *testing.T) {
 	if st.ElementsAdded != 380_000 {
 		t.Errorf("added %d elements, want 380000", st.ElementsAdded)
 	}
-	// Not read back: dumping 380k elements takes the kernel ~15 s; the
+	// Not read back: dumping 380k elements took ~17 s here; the
 	// commit succeeding is what this test is about.
 }
