@@ -5,29 +5,29 @@
 package conformance
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
-	"github.com/netpol/netpol/pkg/conntrack"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
+	"github.com/netpol/netpol/pkg/proxy/proxier"
 )
 
 // Enforcer programs every node of a lab, as the agent does on a real node:
-// compile the node's policy table and service NAT table, apply the
-// differences. It keeps one Applier per node and table, so each Sync after
-// the first is an incremental transaction.
+// compile the node's policy table and apply the difference, then sync its
+// Services through a proxier.Proxier (NAT table, conntrack cleanup). It
+// keeps one Applier and one Proxier per node, so each Sync after the first
+// is an incremental transaction.
 type Enforcer struct {
 	lab      *lab.Lab
-	appliers map[string]*nft.Applier  // by node and table name
-	syncers  map[string]*proxy.Syncer // by node
-	cleaners map[string]*conntrack.Cleaner
-	services map[string]*proxy.Model // by node, as last applied
+	appliers map[string]*nft.Applier     // policy tables, by node
+	proxiers map[string]*proxier.Proxier // by node
 	// NoConntrackCleanup turns off the deletion of stale UDP conntrack
 	// entries after a sync (the agent always does it; tests turn it off
 	// to show what it is for).
@@ -36,8 +36,7 @@ type Enforcer struct {
 
 // NewEnforcer prepares to program l's nodes.
 func NewEnforcer(l *lab.Lab) *Enforcer {
-	return &Enforcer{lab: l, appliers: map[string]*nft.Applier{}, syncers: map[string]*proxy.Syncer{},
-		cleaners: map[string]*conntrack.Cleaner{}, services: map[string]*proxy.Model{}}
+	return &Enforcer{lab: l, appliers: map[string]*nft.Applier{}, proxiers: map[string]*proxier.Proxier{}}
 }
 
 // SyncReport is what one Sync did.
@@ -71,42 +70,38 @@ func (e *Enforcer) Sync(snap *cluster.Snapshot) (*SyncReport, error) {
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
-		stats, err := e.apply(n, table)
+		stats, err := e.applyPolicy(n, table)
 		if err != nil {
 			return nil, err
 		}
-		syncer := e.syncers[n.Name]
-		if syncer == nil {
-			syncer = proxy.NewSyncer(n.Name, proxy.Options{}, proxy.CompileOptions{})
-			e.syncers[n.Name] = syncer
-		}
-		services, natTable := syncer.Sync(snap)
-		natStats, err := e.apply(n, natTable)
+		p, err := e.proxier(n)
 		if err != nil {
 			return nil, err
 		}
-		prev := e.services[n.Name]
-		e.services[n.Name] = services
-		if err := e.cleanConntrack(n, prev, services); err != nil {
-			return nil, err
+		p.NoConntrackCleanup = e.NoConntrackCleanup
+		res, err := p.Sync(snap)
+		if err == nil {
+			err = errors.Join(res.Failures...)
 		}
-		rep.Services[n.Name] = services
-		rep.Nodes[n.Name] = NodeSync{Stats: stats, Counts: table.Count(), ProxyStats: natStats, ProxyCounts: natTable.Count()}
+		if err != nil {
+			return nil, fmt.Errorf("node %s: services: %w", n.Name, err)
+		}
+		rep.Services[n.Name] = res.Model
+		rep.Nodes[n.Name] = NodeSync{Stats: stats, Counts: table.Count(), ProxyStats: res.Stats, ProxyCounts: res.Counts}
 	}
 	rep.Duration = time.Since(start)
 	return rep, nil
 }
 
-// apply makes node n's kernel table match t.
-func (e *Enforcer) apply(n *lab.Node, t *nft.Table) (nft.Stats, error) {
-	key := n.Name + "/" + t.Name
-	a, ok := e.appliers[key]
+// applyPolicy makes node n's policy table match t.
+func (e *Enforcer) applyPolicy(n *lab.Node, t *nft.Table) (nft.Stats, error) {
+	a, ok := e.appliers[n.Name]
 	if !ok {
 		var err error
 		if a, err = nft.NewApplier(int(n.Handle), t.Name); err != nil {
 			return nft.Stats{}, fmt.Errorf("node %s: %w", n.Name, err)
 		}
-		e.appliers[key] = a
+		e.appliers[n.Name] = a
 	}
 	stats, err := a.Apply(t)
 	if err != nil {
@@ -115,24 +110,16 @@ func (e *Enforcer) apply(n *lab.Node, t *nft.Table) (nft.Stats, error) {
 	return stats, nil
 }
 
-// cleanConntrack deletes the node's UDP conntrack entries that the change
-// from prev to next made stale, as the agent does.
-func (e *Enforcer) cleanConntrack(n *lab.Node, prev, next *proxy.Model) error {
-	if e.NoConntrackCleanup {
-		return nil
+func (e *Enforcer) proxier(n *lab.Node) (*proxier.Proxier, error) {
+	if p, ok := e.proxiers[n.Name]; ok {
+		return p, nil
 	}
-	c := e.cleaners[n.Name]
-	if c == nil {
-		var err error
-		if c, err = conntrack.NewCleaner(n.Handle); err != nil {
-			return fmt.Errorf("node %s: %w", n.Name, err)
-		}
-		e.cleaners[n.Name] = c
+	p, err := proxier.New(proxier.Options{Node: n.Name, NetNS: n.Handle})
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	if _, err := c.Delete(conntrack.TargetsOf(proxy.StaleUDP(prev, next))); err != nil {
-		return fmt.Errorf("node %s: %w", n.Name, err)
-	}
-	return nil
+	e.proxiers[n.Name] = p
+	return p, nil
 }
 
 // Close releases the netlink connections; the rulesets stay in the
@@ -142,8 +129,8 @@ func (e *Enforcer) Close() {
 		a.Close()
 	}
 	e.appliers = map[string]*nft.Applier{}
-	for _, c := range e.cleaners {
-		c.Close()
+	for _, p := range e.proxiers {
+		p.Close()
 	}
-	e.cleaners = map[string]*conntrack.Cleaner{}
+	e.proxiers = map[string]*proxier.Proxier{}
 }

@@ -20,8 +20,6 @@ import (
 	"github.com/netpol/netpol/pkg/proxy"
 )
 
-const serviceBenchNode = "node-0"
-
 // serviceSnapshot is a cluster of three nodes and n ClusterIP Services
 // (TCP 80 -> 8080), each with eps ready endpoints spread over the nodes.
 // Service i is 10.96.0.0 + i + 1; endpoints come from 10.244.0.0/16.
@@ -73,21 +71,8 @@ func nthAddr(base netip.Addr, n int) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// serviceNodeLab is a lab with only the benchmark node: a namespace to
-// program.
-func serviceNodeLab(b *testing.B) *lab.Lab {
-	snap := serviceSnapshot(0, 0)
-	snap.Nodes = snap.Nodes[:1]
-	l, err := lab.Up(context.Background(), snap, lab.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { l.Down() })
-	return l
-}
-
 func compileServices(b *testing.B, snap *cluster.Snapshot) *nft.Table {
-	m, t := proxy.NewSyncer(serviceBenchNode, proxy.Options{}, proxy.CompileOptions{}).Sync(snap)
+	m, t := proxy.NewSyncer(benchNode, proxy.Options{}, proxy.CompileOptions{}).Sync(snap)
 	if len(m.Errors) > 0 {
 		b.Fatal(m.Errors[0])
 	}
@@ -103,8 +88,8 @@ func BenchmarkServicesFullSync(b *testing.B) {
 	for _, sc := range []struct{ services, endpoints int }{{10000, 10}, {30000, 2}} {
 		b.Run(fmt.Sprintf("%dx%d", sc.services, sc.endpoints), func(b *testing.B) {
 			snap := serviceSnapshot(sc.services, sc.endpoints)
-			l := serviceNodeLab(b)
-			a, err := nft.NewApplier(int(l.Node(serviceBenchNode).Handle), proxy.DefaultTable)
+			l := nodeOnlyLab(b, serviceSnapshot(0, 0))
+			a, err := nft.NewApplier(int(l.Node(benchNode).Handle), proxy.DefaultTable)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -157,13 +142,13 @@ func BenchmarkServiceAdd(b *testing.B) {
 			more := *base
 			more.Services = append(slices.Clone(base.Services), grown.Services...)
 			more.EndpointSlices = append(slices.Clone(base.EndpointSlices), grown.EndpointSlices...)
-			l := serviceNodeLab(b)
-			a, err := nft.NewApplier(int(l.Node(serviceBenchNode).Handle), proxy.DefaultTable)
+			l := nodeOnlyLab(b, serviceSnapshot(0, 0))
+			a, err := nft.NewApplier(int(l.Node(benchNode).Handle), proxy.DefaultTable)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer a.Close()
-			syncer := proxy.NewSyncer(serviceBenchNode, proxy.Options{}, proxy.CompileOptions{})
+			syncer := proxy.NewSyncer(benchNode, proxy.Options{}, proxy.CompileOptions{})
 			if _, t := syncer.Sync(base); true {
 				if _, err := a.Apply(t); err != nil {
 					b.Fatal(err)
@@ -209,13 +194,13 @@ func BenchmarkServiceConnRate(b *testing.B) {
 		ip := map[string]string{"client": "10.244.0.250", "server": "10.244.0.251"}[name]
 		base.Pods = append(base.Pods, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name},
-			Spec:       corev1.PodSpec{NodeName: serviceBenchNode, Containers: []corev1.Container{{Name: "c"}}},
+			Spec:       corev1.PodSpec{NodeName: benchNode, Containers: []corev1.Container{{Name: "c"}}},
 			Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}},
 		})
 	}
 	// The measured Service: 10.96.255.1:80 -> server:8080.
 	vip := netip.MustParseAddrPort("10.96.255.1:80")
-	node, ready := serviceBenchNode, true
+	node, ready := benchNode, true
 	base.Services = append(base.Services, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "measured"},
 		Spec: corev1.ServiceSpec{ClusterIP: vip.Addr().String(), ClusterIPs: []string{vip.Addr().String()},
@@ -236,7 +221,7 @@ func BenchmarkServiceConnRate(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.Down() })
-	a, err := nft.NewApplier(int(l.Node(serviceBenchNode).Handle), proxy.DefaultTable)
+	a, err := nft.NewApplier(int(l.Node(benchNode).Handle), proxy.DefaultTable)
 	if err != nil {
 		b.Fatal(err)
 	}

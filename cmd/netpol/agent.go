@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
@@ -37,17 +38,11 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 			}
 			opts.Logger = logger
 			opts.Kubeconfig = in.kubeconfig
-			if len(nodePortAddr) > 0 {
-				if opts.NodePortAddresses, err = agent.ParseAddrs(nodePortAddr); err != nil {
-					return fmt.Errorf("--nodeport-addresses: %w", err)
-				}
+			if opts.NodePortAddresses, err = parseList(nodePortAddr, netip.ParseAddr); err != nil {
+				return fmt.Errorf("--nodeport-addresses: %w", err)
 			}
-			for _, s := range clusterCIDRs {
-				p, err := netip.ParsePrefix(s)
-				if err != nil {
-					return fmt.Errorf("--cluster-cidr: %w", err)
-				}
-				opts.ClusterCIDRs = append(opts.ClusterCIDRs, p)
+			if opts.ClusterCIDRs, err = parseList(clusterCIDRs, netip.ParsePrefix); err != nil {
+				return fmt.Errorf("--cluster-cidr: %w", err)
 			}
 			if cleanup {
 				if err := agent.Cleanup(opts); err != nil {
@@ -106,4 +101,17 @@ func newLogger(cmd *cobra.Command, format, level string) (*slog.Logger, error) {
 	logger := slog.New(h)
 	klog.SetSlogLogger(logger)
 	return logger, nil
+}
+
+// parseList parses a list flag's values; nil when there are none.
+func parseList[T any](values []string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
+	for _, v := range values {
+		x, err := parse(strings.TrimSpace(v))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, nil
 }

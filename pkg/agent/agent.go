@@ -29,6 +29,7 @@ import (
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
+	"github.com/netpol/netpol/pkg/proxy/proxier"
 )
 
 // Options configure the agent.
@@ -107,7 +108,7 @@ type Agent struct {
 	log     *slog.Logger
 	src     *sources
 	applier *nft.Applier
-	proxy   *serviceProxy // nil with NoProxy
+	proxy   *proxier.Proxier // nil with NoProxy
 	metrics *metrics
 	status  *statusWriter
 	ctx     context.Context
@@ -168,7 +169,7 @@ func New(opts Options) (*Agent, error) {
 	a := &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), applier: applier, metrics: newMetrics(),
 		kick: make(chan struct{}, 1), reported: map[string]bool{}}
 	if !opts.NoProxy {
-		if a.proxy, err = newServiceProxy(opts, a.log); err != nil {
+		if a.proxy, err = newProxier(opts, a); err != nil {
 			applier.Close()
 			return nil, err
 		}
@@ -196,21 +197,20 @@ func openApplier(netns, table string) (*nft.Applier, error) {
 	return nft.NewApplier(fd, table)
 }
 
-// Cleanup removes everything the agent programmed (the table) and returns.
+// Cleanup removes everything the agent programmed (both tables) and returns.
 func Cleanup(opts Options) error {
 	opts.defaults()
-	a, err := openApplier(opts.NetNS, opts.Table)
-	if err != nil {
-		return err
+	var errs []error
+	for _, table := range []string{opts.Table, opts.ProxyTable} {
+		a, err := openApplier(opts.NetNS, table)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, a.Delete())
+		a.Close()
 	}
-	defer a.Close()
-	errs := []error{a.Delete()}
-	p, err := openApplier(opts.NetNS, opts.ProxyTable)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	defer p.Close()
-	return errors.Join(append(errs, p.Delete())...)
+	return errors.Join(errs...)
 }
 
 // changed records an informer event and asks for a sync.
@@ -236,7 +236,7 @@ func (a *Agent) trigger() {
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.applier.Close()
 	if a.proxy != nil {
-		defer a.proxy.close()
+		defer a.proxy.Close()
 	}
 	stopServers, err := a.serve()
 	if err != nil {
@@ -338,16 +338,16 @@ func (a *Agent) sync() error {
 		return err
 	}
 	if a.proxy != nil {
-		natStats, natCounts, warnings, err := a.proxy.sync(snap)
-		a.reportProblems(warnings, nil)
+		res, err := a.proxy.Sync(snap)
+		a.reportProblems(append(res.Model.Errors, res.Failures...), nil)
 		if err != nil {
 			a.metrics.syncs.WithLabelValues("error").Inc()
 			return fmt.Errorf("services: %w", err)
 		}
-		stats.Messages += natStats.Messages
-		if natStats.Messages > 0 {
-			a.log.Info("programmed services", "messages", natStats.Messages, "elements-added", natStats.ElementsAdded,
-				"elements-deleted", natStats.ElementsDeleted, "chains-added", natStats.ChainsAdded, "sets", natCounts.Sets)
+		stats.Messages += res.Stats.Messages
+		if res.Stats.Messages > 0 {
+			a.log.Info("programmed services", "messages", res.Stats.Messages, "elements-added", res.Stats.ElementsAdded,
+				"elements-deleted", res.Stats.ElementsDeleted, "chains-added", res.Stats.ChainsAdded, "sets", res.Counts.Sets)
 		}
 	}
 	took := time.Since(start)

@@ -1,7 +1,6 @@
 package nft
 
 import (
-	"fmt"
 	"net/netip"
 	"strings"
 
@@ -135,61 +134,24 @@ func (b *Builder) ICMPv6NeighborDiscovery() *Builder {
 	return b
 }
 
-func (b *Builder) addr(f *Family, side Side, reg uint32) {
-	off := f.SrcOffset
-	if side == Dst {
-		off = f.DstOffset
-	}
-	b.exprs = append(b.exprs, &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: f.AddrLen})
-}
-
-// l4ProtoPort loads `meta l4proto . th dport` into the 32-bit registers
-// starting at reg.
-func (b *Builder) l4ProtoPort(reg uint32) {
-	b.exprs = append(b.exprs,
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg},
-		&expr.Payload{DestRegister: reg + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
-}
-
-func (b *Builder) lookup(set string) {
-	b.exprs = append(b.exprs, &expr.Lookup{SourceRegister: 1, SetName: set})
-}
-
 // AddrInSet matches `ip saddr @set` (or daddr, or ip6).
 func (b *Builder) AddrInSet(f *Family, side Side, set string) *Builder {
-	b.family(f)
-	b.addr(f, side, 1)
-	b.lookup(set)
-	b.words = append(b.words, fmt.Sprintf("%s %s @%s", f.Name, side, set))
-	return b
+	return b.In(f, set, AddrOf(f, side))
 }
 
 // L4ProtoPortInSet matches `meta l4proto . th dport @set`.
 func (b *Builder) L4ProtoPortInSet(set string) *Builder {
-	b.l4ProtoPort(8) // 32-bit registers 8 and 9 are the start of register 1
-	b.lookup(set)
-	b.words = append(b.words, fmt.Sprintf("meta l4proto . th dport @%s", set))
-	return b
+	return b.In(nil, set, L4Proto(), DstPort())
 }
 
 // AddrL4ProtoPortInSet matches `ip saddr . meta l4proto . th dport @set`.
 func (b *Builder) AddrL4ProtoPortInSet(f *Family, side Side, set string) *Builder {
-	b.family(f)
-	b.addr(f, side, 1)
-	// The address fills AddrLen/4 32-bit registers from 8.
-	b.l4ProtoPort(8 + f.AddrLen/4)
-	b.lookup(set)
-	b.words = append(b.words, fmt.Sprintf("%s %s . meta l4proto . th dport @%s", f.Name, side, set))
-	return b
+	return b.In(f, set, AddrOf(f, side), L4Proto(), DstPort())
 }
 
 // Vmap ends the rule with `ip saddr vmap @map`.
 func (b *Builder) Vmap(f *Family, side Side, vmap string) *Rule {
-	b.family(f)
-	b.addr(f, side, 1)
-	b.exprs = append(b.exprs, &expr.Lookup{SourceRegister: 1, SetName: vmap, IsDestRegSet: true, DestRegister: 0})
-	b.words = append(b.words, fmt.Sprintf("%s %s vmap @%s", f.Name, side, vmap))
-	return b.rule()
+	return b.VmapKey(f, vmap, AddrOf(f, side))
 }
 
 // Verdict ends the rule with a verdict.

@@ -11,9 +11,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// This file holds the Builder's keys and statements for service NAT:
-// concatenated keys of packet fields and computed numbers, map lookups
-// that feed DNAT, dynamic-set updates, marks, masquerade and reject.
+// This file holds the Builder's keys and statements: concatenated keys of
+// packet fields and computed numbers (every set and map lookup goes
+// through In, NotIn or VmapKey), map lookups that feed DNAT, dynamic-set
+// updates, marks, masquerade and reject.
 
 // firstReg is the first 32-bit register (NFT_REG32_00); a key or value
 // is loaded from it upwards, each field taking whole registers.

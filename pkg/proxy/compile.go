@@ -134,9 +134,7 @@ func compilePort(p *ServicePort, nodePortAddresses []netip.Addr) (*fragment, err
 	}
 	f := nft.FamilyOf(p.ClusterIP)
 	fr := &fragment{}
-	add := func(set string, e nft.Element) {
-		fr.elems = append(fr.elems, contribution{set + "." + f.Suffix, e})
-	}
+	add := func(set string, e nft.Element) { fr.add(f, set, e) }
 	for _, ep := range p.ReachableEndpoints() {
 		if nft.FamilyOf(ep.Address) != f || ep.Port < 1 || ep.Port > 65535 {
 			return nil, fmt.Errorf("service port %s: endpoint %s: not an %s address and port", p, ep, p.Family)
@@ -150,7 +148,8 @@ func compilePort(p *ServicePort, nodePortAddresses []netip.Addr) (*fragment, err
 	add(setFrontends, nft.Element{Key: cip.key(f)})
 	fr.route(p, f, cip, p.InternalEndpoints(), mainScope)
 
-	for _, fe := range externalFrontends(p, proto, f, nodePortAddresses) {
+	for _, ap := range p.externalAddrPorts(nodePortAddresses) {
+		fe := frontend{ap.Addr(), proto, ap.Port()}
 		if p.ExternalPolicyLocal {
 			add(setLocalExternal, nft.Element{Key: fe.key(f)})
 			fr.route(p, f, fe, p.ClusterEndpoints, clusterScope)
@@ -174,29 +173,33 @@ func compilePort(p *ServicePort, nodePortAddresses []netip.Addr) (*fragment, err
 	return fr, nil
 }
 
-// externalFrontends are the NodePort (on each NodePort address of the
-// family), load-balancer IP and externalIP frontends.
-func externalFrontends(p *ServicePort, proto uint8, f *nft.Family, nodePortAddresses []netip.Addr) []frontend {
-	var out []frontend
+// externalAddrPorts are where the port is reached from outside: the
+// NodePort on each NodePort address of its family, and the service port on
+// its load-balancer IPs and external IPs.
+func (p *ServicePort) externalAddrPorts(nodePortAddresses []netip.Addr) []netip.AddrPort {
+	var out []netip.AddrPort
 	if p.NodePort != 0 {
 		for _, a := range nodePortAddresses {
-			if nft.FamilyOf(a) == f {
-				out = append(out, frontend{a, proto, uint16(p.NodePort)})
+			if nft.FamilyOf(a) == nft.FamilyOf(p.ClusterIP) {
+				out = append(out, netip.AddrPortFrom(a, uint16(p.NodePort)))
 			}
 		}
 	}
 	for _, ip := range append(slices.Clone(p.LoadBalancerIPs), p.ExternalIPs...) {
-		out = append(out, frontend{ip, proto, uint16(p.Port)})
+		out = append(out, netip.AddrPortFrom(ip, uint16(p.Port)))
 	}
 	return out
+}
+
+// add contributes an element to the shared set base of family f.
+func (fr *fragment) add(f *nft.Family, base string, e nft.Element) {
+	fr.elems = append(fr.elems, contribution{base + "." + f.Suffix, e})
 }
 
 // route sends a frontend to its endpoints in one scope.
 func (fr *fragment) route(p *ServicePort, f *nft.Family, fe frontend, eps []Endpoint, sc scope) {
 	key := fe.key(f)
-	add := func(set string, e nft.Element) {
-		fr.elems = append(fr.elems, contribution{set + "." + f.Suffix, e})
-	}
+	add := func(set string, e nft.Element) { fr.add(f, set, e) }
 	if len(eps) == 0 {
 		switch {
 		case sc == clusterScope:

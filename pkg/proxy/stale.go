@@ -21,28 +21,29 @@ import (
 //     must go so the next datagram is NATed.
 //
 // Both lists are sorted and without duplicates.
+//
+// A port the two models share unchanged (the same *ServicePort, as the
+// Syncer keeps them) changes nothing and costs no more than a map lookup.
 func StaleUDP(prev, next *Model) (frontends, endpoints []netip.AddrPort) {
 	if prev == nil {
 		prev = &Model{}
 	}
-	nextEndpoints := map[string]map[netip.AddrPort]bool{}
-	for _, p := range next.Services {
-		if p.Protocol != corev1.ProtocolUDP {
+	prevPorts, nextPorts := udpPorts(prev), udpPorts(next)
+	prevFrontends := map[netip.AddrPort]bool{} // frontends of changed ports that had endpoints
+	for k, p := range prevPorts {
+		n := nextPorts[k]
+		if n == p {
 			continue
 		}
-		set := map[netip.AddrPort]bool{}
-		for _, ep := range p.ReachableEndpoints() {
-			set[ep.addrPort()] = true
-		}
-		nextEndpoints[p.String()] = set
-	}
-	prevFrontends := map[netip.AddrPort]bool{} // frontends that had endpoints
-	for _, p := range prev.Services {
-		if p.Protocol != corev1.ProtocolUDP {
-			continue
+		var still map[netip.AddrPort]bool
+		if n != nil {
+			still = map[netip.AddrPort]bool{}
+			for _, ep := range n.ReachableEndpoints() {
+				still[ep.addrPort()] = true
+			}
 		}
 		for _, ep := range p.ReachableEndpoints() {
-			if !nextEndpoints[p.String()][ep.addrPort()] {
+			if !still[ep.addrPort()] {
 				endpoints = append(endpoints, ep.addrPort())
 			}
 		}
@@ -52,17 +53,34 @@ func StaleUDP(prev, next *Model) (frontends, endpoints []netip.AddrPort) {
 			}
 		}
 	}
-	for _, p := range next.Services {
-		if p.Protocol != corev1.ProtocolUDP {
+	for k, n := range nextPorts {
+		if prevPorts[k] == n {
 			continue
 		}
-		for _, fe := range p.frontends(next.NodePortAddresses) {
+		for _, fe := range n.frontends(next.NodePortAddresses) {
 			if fe.hasEndpoints && !prevFrontends[fe.AddrPort] {
 				frontends = append(frontends, fe.AddrPort)
 			}
 		}
 	}
 	return sortedUnique(frontends), sortedUnique(endpoints)
+}
+
+// servicePortKey names a ServicePort across models.
+type servicePortKey struct {
+	namespace, name, port string
+	family                corev1.IPFamily
+}
+
+// udpPorts indexes a model's UDP ports.
+func udpPorts(m *Model) map[servicePortKey]*ServicePort {
+	out := map[servicePortKey]*ServicePort{}
+	for _, p := range m.Services {
+		if p.Protocol == corev1.ProtocolUDP {
+			out[servicePortKey{p.Namespace, p.Name, p.PortName, p.Family}] = p
+		}
+	}
+	return out
 }
 
 func (e Endpoint) addrPort() netip.AddrPort { return netip.AddrPortFrom(e.Address, uint16(e.Port)) }
@@ -77,15 +95,8 @@ type servedFrontend struct {
 func (p *ServicePort) frontends(nodePortAddresses []netip.Addr) []servedFrontend {
 	out := []servedFrontend{{netip.AddrPortFrom(p.ClusterIP, uint16(p.Port)), len(p.InternalEndpoints()) > 0}}
 	external := len(p.ExternalEndpoints()) > 0
-	if p.NodePort != 0 {
-		for _, a := range nodePortAddresses {
-			if a.Is4() == p.ClusterIP.Is4() {
-				out = append(out, servedFrontend{netip.AddrPortFrom(a, uint16(p.NodePort)), external})
-			}
-		}
-	}
-	for _, ip := range append(slices.Clone(p.LoadBalancerIPs), p.ExternalIPs...) {
-		out = append(out, servedFrontend{netip.AddrPortFrom(ip, uint16(p.Port)), external})
+	for _, ap := range p.externalAddrPorts(nodePortAddresses) {
+		out = append(out, servedFrontend{ap, external})
 	}
 	return out
 }
