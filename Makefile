@@ -3,10 +3,24 @@ GO      ?= go
 BIN     := bin/netpol
 PKGS    := ./...
 
-.PHONY: build test lint bench fuzz demo clean e2e e2e-deps
+.PHONY: build install uninstall test lint bench fuzz demo clean e2e e2e-deps
+
+# Where `make install` puts netpol (and kubectl-netpol, so that
+# `kubectl netpol ...` works): $(DESTDIR)$(PREFIX)/bin.
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
 
 build:
+	@echo "building $(BIN) (the first build downloads Go modules; minutes on a cold machine)" >&2
 	$(GO) build -o $(BIN) ./cmd/netpol
+
+install: build
+	install -d $(DESTDIR)$(BINDIR)
+	install -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/netpol
+	ln -sf netpol $(DESTDIR)$(BINDIR)/kubectl-netpol
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/netpol $(DESTDIR)$(BINDIR)/kubectl-netpol
 
 # The README's main job: a 2-node lab (network namespaces, real nftables)
 # with the example policies and Service; prints the kernel's observed truth
