@@ -21,6 +21,20 @@ const sockBuf = 4 << 20
 // ErrClosed is returned by an Applier after Close.
 var ErrClosed = errors.New("nft: applier closed")
 
+// Kernel is one inet table in one network namespace, as the node programmer
+// uses it: *Applier is the real one, NewFake an in-memory one for tests
+// without root.
+type Kernel interface {
+	Apply(desired *Table) (Stats, error)
+	Plan(desired *Table) (*Plan, error)
+	Read() (*Table, error)
+	Verify() (bool, error)
+	Delete() error
+	Close() error
+}
+
+var _ Kernel = (*Applier)(nil)
+
 // Applier makes one inet table in one network namespace match a desired
 // Table, one kernel transaction per Apply. It is safe for concurrent use
 // (calls are serialised).
@@ -34,6 +48,14 @@ type Applier struct {
 	// cache is what the last successful Apply left in the kernel; nil means
 	// unknown, and the next Apply reads the kernel first.
 	cache *Table
+	// gen is the namespace's nftables generation when the cache was last
+	// known to be the kernel's table; genKnown is false when some other
+	// commit may have come in between (Verify then reads back).
+	gen      uint32
+	genKnown bool
+	nl       *netlink.Conn // for the generation; opened on first use
+	// mem, in a Fake, stands in for the kernel.
+	mem *memKernel
 }
 
 // NewApplier returns an Applier for the inet table in the network namespace
@@ -76,13 +98,85 @@ func (a *Applier) Apply(desired *Table) (Stats, error) {
 		return Stats{}, err
 	}
 	if !plan.Empty() {
-		if err := a.send(plan); err != nil {
+		// The generation moves by exactly one for our commit; anything
+		// else means another commit came in between, which Verify
+		// must not take for ours.
+		before, berr := a.generation()
+		if err := a.transact(plan); err != nil {
 			a.cache = nil
+			a.genKnown = false
 			return Stats{}, err
 		}
+		after, aerr := a.generation()
+		a.genKnown = a.genKnown && berr == nil && aerr == nil && before == a.gen && after == before+1
+		a.gen = after
 	}
 	a.commit(plan, desired)
 	return plan.Stats, nil
+}
+
+// Verify checks cheaply (one netlink round trip for the namespace's
+// nftables generation, which every committed transaction increments)
+// whether the table may have changed since this Applier last knew it. If
+// it may have, Verify drops the cache, so that the next Apply reads the
+// kernel back and repairs whatever differs, and returns true. A commit to
+// another table of the namespace counts too: the generation is per
+// namespace, so a false alarm costs one read-back, never a wrong table.
+func (a *Applier) Verify() (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false, ErrClosed
+	}
+	if a.cache == nil {
+		return true, nil
+	}
+	gen, err := a.generation()
+	if err == nil && a.genKnown && gen == a.gen {
+		return false, nil
+	}
+	a.cache = nil
+	a.genKnown = false
+	return true, err
+}
+
+// generation is the namespace's nftables ruleset generation.
+func (a *Applier) generation() (uint32, error) {
+	if a.mem != nil {
+		return a.mem.generation(), nil
+	}
+	if a.nl == nil {
+		nl, err := dialNetfilter(a.nsFd)
+		if err != nil {
+			return 0, err
+		}
+		a.nl = nl
+	}
+	gen, err := readGeneration(a.nl)
+	if err != nil {
+		a.nl.Close()
+		a.nl = nil
+	}
+	return gen, err
+}
+
+// readKernel reads the table back, nil if absent.
+func (a *Applier) readKernel() (*Table, error) {
+	if a.mem != nil {
+		return a.mem.read(), nil
+	}
+	if err := a.ensureConn(); err != nil {
+		return nil, err
+	}
+	return readTable(a.conn, a.nsFd, a.table)
+}
+
+// transact sends the plan as one transaction.
+func (a *Applier) transact(p *Plan) error {
+	if a.mem != nil {
+		return a.mem.exec(p)
+	}
+	return a.send(p)
 }
 
 // Plan returns what Apply(desired) would send now, without sending it.
@@ -104,13 +198,15 @@ func (a *Applier) plan(desired *Table) (*Plan, error) {
 	}
 	current := a.cache
 	if current == nil {
-		if err := a.ensureConn(); err != nil {
-			return nil, err
-		}
-		cur, err := readTable(a.conn, a.nsFd, a.table)
+		// The read is the kernel's table as of the generation before it
+		// if the generation did not move meanwhile.
+		before, berr := a.generation()
+		cur, err := a.readKernel()
 		if err != nil {
 			return nil, err
 		}
+		after, aerr := a.generation()
+		a.gen, a.genKnown = after, berr == nil && aerr == nil && before == after
 		// The kernel state is the cache from now on; a nil (absent)
 		// table makes the plan add it.
 		if cur != nil {
@@ -137,20 +233,28 @@ func (a *Applier) plan(desired *Table) (*Plan, error) {
 func (a *Applier) Read() (*Table, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.ensureConn(); err != nil {
-		return nil, err
+	if a.closed {
+		return nil, ErrClosed
 	}
-	return readTable(a.conn, a.nsFd, a.table)
+	return a.readKernel()
 }
 
 // Delete removes the table if it is there.
 func (a *Applier) Delete() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.cache = nil
+	a.genKnown = false
+	if a.mem != nil {
+		if a.closed {
+			return ErrClosed
+		}
+		a.mem.deleteTable()
+		return nil
+	}
 	if err := a.ensureConn(); err != nil {
 		return err
 	}
-	a.cache = nil
 	a.conn.DelTable(&nftables.Table{Name: a.table, Family: nftables.TableFamilyINet})
 	if err := a.conn.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("delete table %s: %w", a.table, err)
@@ -170,6 +274,10 @@ func (a *Applier) Close() error {
 	if a.conn != nil {
 		err = a.conn.CloseLasting()
 		a.conn = nil
+	}
+	if a.nl != nil {
+		a.nl.Close()
+		a.nl = nil
 	}
 	if a.nsFd >= 0 {
 		if cerr := unix.Close(a.nsFd); err == nil {

@@ -116,6 +116,34 @@ func ruleComment(udata []byte) (string, bool) {
 	return "", false
 }
 
+// readGeneration asks for the namespace's nftables ruleset generation:
+// every committed transaction (in any table) increments it.
+func readGeneration(nl *netlink.Conn) (uint32, error) {
+	msgs, err := nl.Execute(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
+		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("nft: reading the ruleset generation: %w", err)
+	}
+	for _, m := range msgs {
+		if len(m.Data) < 4 {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return 0, err
+		}
+		ad.ByteOrder = binary.BigEndian
+		for ad.Next() {
+			if ad.Type() == unix.NFTA_GEN_ID {
+				return ad.Uint32(), nil
+			}
+		}
+	}
+	return 0, errors.New("nft: no ruleset generation in the kernel's answer")
+}
+
 // setInfo is the header of one kernel set.
 type setInfo struct {
 	name                                      string

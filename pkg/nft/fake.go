@@ -1,0 +1,225 @@
+package nft
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Fake is an Applier whose kernel is in memory (as knftables' Fake): the
+// Applier's own diffing, caching and Verify run unchanged, and each plan is
+// executed operation by operation on the in-memory table, rejected as a
+// whole where the kernel would reject it (a missing chain, set or element).
+// Tests change the "kernel" behind the Applier's back with Tamper and make
+// transactions fail with FailWith. It needs no privileges.
+type Fake struct {
+	*Applier
+	mem *memKernel
+}
+
+// NewFake returns a Fake managing the inet table named table, absent at
+// first.
+func NewFake(table string) *Fake {
+	m := &memKernel{name: table}
+	return &Fake{Applier: &Applier{table: table, nsFd: -1, mem: m}, mem: m}
+}
+
+// Kernel returns a copy of the table the fake kernel holds (nil: absent),
+// in read-back form.
+func (f *Fake) Kernel() *Table { return f.mem.read() }
+
+// Tamper changes the kernel's table as another program would (fn gets a
+// copy, nil when absent, and returns the new table, nil to delete it); the
+// generation moves, as for any commit.
+func (f *Fake) Tamper(fn func(*Table) *Table) {
+	f.mem.mu.Lock()
+	defer f.mem.mu.Unlock()
+	f.mem.table = fn(copyTable(f.mem.table))
+	f.mem.gen++
+}
+
+// FailWith makes every transaction fail with what fn returns (nil: the
+// transaction goes through); nil fn turns failures off. fn runs with the
+// fake locked and may block (to hold a sync).
+func (f *Fake) FailWith(fn func(*Plan) error) {
+	f.mem.mu.Lock()
+	defer f.mem.mu.Unlock()
+	f.mem.fail = fn
+}
+
+// Transactions counts the transactions committed.
+func (f *Fake) Transactions() int {
+	f.mem.mu.Lock()
+	defer f.mem.mu.Unlock()
+	return f.mem.commits
+}
+
+// memKernel is one table of an in-memory kernel.
+type memKernel struct {
+	mu      sync.Mutex
+	name    string
+	table   *Table // nil: absent
+	gen     uint32
+	commits int
+	fail    func(*Plan) error
+}
+
+func (m *memKernel) generation() uint32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gen
+}
+
+func (m *memKernel) read() *Table {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return copyTable(m.table)
+}
+
+func (m *memKernel) deleteTable() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.table != nil {
+		m.table = nil
+		m.gen++
+	}
+}
+
+// exec runs the plan on a copy and keeps it only if every operation
+// succeeded: one atomic transaction.
+func (m *memKernel) exec(p *Plan) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		if err := m.fail(p); err != nil {
+			return err
+		}
+	}
+	t := copyTable(m.table)
+	for _, op := range p.Ops {
+		var err error
+		if t, err = execOp(t, m.name, op); err != nil {
+			return fmt.Errorf("table %s: transaction of %d messages failed: %s: %w", m.name, len(p.Ops), p.opText(op), err)
+		}
+	}
+	m.table = t
+	m.gen++
+	m.commits++
+	return nil
+}
+
+// execOp does what the kernel does with one message.
+func execOp(t *Table, name string, op Op) (*Table, error) {
+	if op.Kind == OpAddTable {
+		if t == nil {
+			t = NewTable(name)
+		}
+		return t, nil
+	}
+	if t == nil {
+		return nil, unix.ENOENT
+	}
+	switch op.Kind {
+	case OpAddChain:
+		c := t.Chains[op.Chain.Name]
+		if c == nil {
+			c = &Chain{Name: op.Chain.Name}
+			t.Chains[c.Name] = c
+		}
+		c.Base = copyHook(op.Chain.Base)
+	case OpFlushChain, OpDeleteChain, OpAddRule:
+		c := t.Chains[op.Chain.Name]
+		if c == nil {
+			return nil, unix.ENOENT
+		}
+		switch op.Kind {
+		case OpFlushChain:
+			c.Rules = nil
+		case OpDeleteChain:
+			if len(c.Rules) > 0 {
+				return nil, unix.EBUSY
+			}
+			delete(t.Chains, c.Name)
+		default:
+			c.Rules = append(c.Rules, &Rule{id: op.Rule.ID()})
+		}
+	case OpAddSet:
+		if t.Sets[op.Set.Name] == nil {
+			s := copySetSpec(op.Set)
+			t.Sets[s.Name] = s
+		}
+	case OpDeleteSet:
+		if t.Sets[op.Set.Name] == nil {
+			return nil, unix.ENOENT
+		}
+		delete(t.Sets, op.Set.Name)
+	case OpAddElements, OpDeleteElements:
+		s := t.Sets[op.Set.Name]
+		if s == nil {
+			return nil, unix.ENOENT
+		}
+		for _, e := range op.Elements {
+			e = normalElement(s, e)
+			i := slices.IndexFunc(s.Elements, func(x Element) bool { return sameKey(x, e) })
+			switch {
+			case op.Kind == OpAddElements && i < 0:
+				s.Elements = append(s.Elements, copyElement(e))
+			case op.Kind == OpAddElements:
+				s.Elements[i] = copyElement(e)
+			case i < 0:
+				return nil, unix.ENOENT
+			default:
+				s.Elements = slices.Delete(s.Elements, i, i+1)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("unknown plan operation %d", op.Kind)
+	}
+	return t, nil
+}
+
+// sameKey: the kernel finds an element by its key (and key end).
+func sameKey(a, b Element) bool {
+	return string(a.Key) == string(b.Key) && string(a.KeyEnd) == string(b.KeyEnd)
+}
+
+// copyTable copies a table in read-back form: rules by ID, sets with
+// their spec and elements (none for dynamic sets, as Read skips them).
+func copyTable(t *Table) *Table {
+	if t == nil {
+		return nil
+	}
+	c := NewTable(t.Name)
+	for name, ch := range t.Chains {
+		cc := &Chain{Name: ch.Name, Base: copyHook(ch.Base)}
+		for _, r := range ch.Rules {
+			cc.Rules = append(cc.Rules, &Rule{id: r.ID()})
+		}
+		c.Chains[name] = cc
+	}
+	for name, s := range t.Sets {
+		cs := copySetSpec(s)
+		if !s.Dynamic {
+			for _, e := range s.Elements {
+				cs.Elements = append(cs.Elements, copyElement(normalElement(s, e)))
+			}
+		}
+		c.Sets[name] = cs
+	}
+	return c
+}
+
+func copySetSpec(s *Set) *Set {
+	return &Set{Name: s.Name, Fields: slices.Clone(s.Fields), Interval: s.Interval, Verdict: s.Verdict,
+		Data: slices.Clone(s.Data), Timeout: s.Timeout, Dynamic: s.Dynamic}
+}
+
+func copyHook(h *Hook) *Hook {
+	if h == nil {
+		return nil
+	}
+	c := *h
+	return &c
+}
