@@ -6,28 +6,25 @@ package conformance
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/netpol/netpol/pkg/cluster"
-	"github.com/netpol/netpol/pkg/compiler"
-	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
-	"github.com/netpol/netpol/pkg/proxy/proxier"
 )
 
-// Enforcer programs every node of a lab, as the agent does on a real node:
-// compile the node's policy table and apply the difference, then sync its
-// Services through a proxier.Proxier (NAT table, conntrack cleanup). It
-// keeps one Applier and one Proxier per node, so each Sync after the first
-// is an incremental transaction.
+// Enforcer programs every node of a lab as the agent programs a real node:
+// through one node.Programmer per node (the agent's own: the policy table
+// compiled and applied as a difference, then the Services through a
+// proxier.Proxier with its conntrack cleanup), so each Sync after the
+// first is an incremental transaction and the lab tests run the agent's
+// sync code.
 type Enforcer struct {
-	lab      *lab.Lab
-	appliers map[string]*nft.Applier     // policy tables, by node
-	proxiers map[string]*proxier.Proxier // by node
+	lab   *lab.Lab
+	nodes map[string]*node.Programmer
 	// NoConntrackCleanup turns off the deletion of stale UDP conntrack
 	// entries after a sync (the agent always does it; tests turn it off
 	// to show what it is for).
@@ -36,7 +33,7 @@ type Enforcer struct {
 
 // NewEnforcer prepares to program l's nodes.
 func NewEnforcer(l *lab.Lab) *Enforcer {
-	return &Enforcer{lab: l, appliers: map[string]*nft.Applier{}, proxiers: map[string]*proxier.Proxier{}}
+	return &Enforcer{lab: l, nodes: map[string]*node.Programmer{}}
 }
 
 // SyncReport is what one Sync did.
@@ -59,78 +56,64 @@ type NodeSync struct {
 	ProxyCounts nft.Counts
 }
 
-// Sync compiles snap for every lab node and applies it.
+// Sync compiles snap for every lab node and applies it. Unlike the agent,
+// which retries each table on its own, it fails on any table's error,
+// Service failures after the commit (conntrack, health checks) included.
 func (e *Enforcer) Sync(snap *cluster.Snapshot) (*SyncReport, error) {
 	start := time.Now()
-	model := policy.Build(snap)
-	resolved := eval.New(snap, model).Resolved()
-	rep := &SyncReport{Model: model, Nodes: map[string]NodeSync{}, Services: map[string]*proxy.Model{}}
+	in := node.Prepare(snap)
+	rep := &SyncReport{Model: in.Model, Nodes: map[string]NodeSync{}, Services: map[string]*proxy.Model{}}
 	for _, n := range e.lab.Nodes() {
-		table, err := compiler.Compile(resolved, compiler.Options{Node: n.Name})
-		if err != nil {
-			return nil, fmt.Errorf("node %s: %w", n.Name, err)
-		}
-		stats, err := e.applyPolicy(n, table)
-		if err != nil {
-			return nil, err
-		}
-		p, err := e.proxier(n)
+		p, err := e.programmer(n)
 		if err != nil {
 			return nil, err
 		}
 		p.NoConntrackCleanup = e.NoConntrackCleanup
-		res, err := p.Sync(snap)
-		if err == nil {
-			err = errors.Join(res.Failures...)
+		res := p.Sync(in, node.All)
+		if err := errors.Join(res.Err(), errors.Join(res.Services.Failures...)); err != nil {
+			return nil, err
 		}
-		if err != nil {
-			return nil, fmt.Errorf("node %s: services: %w", n.Name, err)
-		}
-		rep.Services[n.Name] = res.Model
-		rep.Nodes[n.Name] = NodeSync{Stats: stats, Counts: table.Count(), ProxyStats: res.Stats, ProxyCounts: res.Counts}
+		rep.Services[n.Name] = res.Services.Model
+		rep.Nodes[n.Name] = NodeSync{Stats: res.Policy.Stats, Counts: res.Policy.Counts,
+			ProxyStats: res.Services.Stats, ProxyCounts: res.Services.Counts}
 	}
 	rep.Duration = time.Since(start)
 	return rep, nil
 }
 
-// applyPolicy makes node n's policy table match t.
-func (e *Enforcer) applyPolicy(n *lab.Node, t *nft.Table) (nft.Stats, error) {
-	a, ok := e.appliers[n.Name]
-	if !ok {
-		var err error
-		if a, err = nft.NewApplier(int(n.Handle), t.Name); err != nil {
-			return nft.Stats{}, fmt.Errorf("node %s: %w", n.Name, err)
+// Verify checks every node's tables for changes made behind the
+// Enforcer's back (the agent does it at its resync period) and returns
+// the nodes whose tables the next Sync reads back.
+func (e *Enforcer) Verify() (map[string]node.Tables, error) {
+	drifted := map[string]node.Tables{}
+	var errs []error
+	for name, p := range e.nodes {
+		d, err := p.Verify(node.All)
+		if d != 0 {
+			drifted[name] = d
 		}
-		e.appliers[n.Name] = a
+		errs = append(errs, err)
 	}
-	stats, err := a.Apply(t)
-	if err != nil {
-		return stats, fmt.Errorf("node %s: applying table %s: %w", n.Name, t.Name, err)
-	}
-	return stats, nil
+	return drifted, errors.Join(errs...)
 }
 
-func (e *Enforcer) proxier(n *lab.Node) (*proxier.Proxier, error) {
-	if p, ok := e.proxiers[n.Name]; ok {
+func (e *Enforcer) programmer(n *lab.Node) (*node.Programmer, error) {
+	if p, ok := e.nodes[n.Name]; ok {
 		return p, nil
 	}
-	p, err := proxier.New(proxier.Options{Node: n.Name, NetNS: n.Handle})
+	p, err := node.New(node.Options{Node: n.Name, NetNS: n.Handle})
 	if err != nil {
-		return nil, fmt.Errorf("node %s: %w", n.Name, err)
+		return nil, err
 	}
-	e.proxiers[n.Name] = p
+	e.nodes[n.Name] = p
 	return p, nil
 }
 
 // Close releases the netlink connections; the rulesets stay in the
 // kernel (the lab's Down removes them with the namespaces).
 func (e *Enforcer) Close() {
-	for _, a := range e.appliers {
-		a.Close()
-	}
-	e.appliers = map[string]*nft.Applier{}
-	for _, p := range e.proxiers {
+	for _, p := range e.nodes {
 		p.Close()
 	}
-	e.proxiers = map[string]*proxier.Proxier{}
+	e.nodes = map[string]*node.Programmer{}
 }

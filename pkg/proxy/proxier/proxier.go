@@ -35,6 +35,9 @@ type Options struct {
 	// Build.NodePortAddresses; all addresses when nil).
 	HealthChecks bool
 	Logger       *slog.Logger
+	// Kernel, when set, is the NAT table to program (an nft.Fake in
+	// tests) instead of an Applier opened in NetNS.
+	Kernel nft.Kernel
 }
 
 // Proxier keeps one node's NAT table in step with the cluster.
@@ -46,7 +49,7 @@ type Proxier struct {
 	log     *slog.Logger
 	ns      netns.NsHandle // our copy; netns.None() for the caller's
 	syncer  *proxy.Syncer
-	applier *nft.Applier
+	applier nft.Kernel
 	cleaner *conntrack.Cleaner
 	health  *healthcheck.Server // nil without HealthChecks
 	// programmed is the model of the last successful apply; conntrack
@@ -73,9 +76,12 @@ func New(opts Options) (*Proxier, error) {
 		p.ns = netns.NsHandle(fd)
 	}
 	var err error
-	if p.applier, err = nft.NewApplier(int(p.ns), opts.Table); err != nil {
-		p.Close()
-		return nil, err
+	p.applier = opts.Kernel
+	if p.applier == nil {
+		if p.applier, err = nft.NewApplier(int(p.ns), opts.Table); err != nil {
+			p.Close()
+			return nil, err
+		}
 	}
 	if p.cleaner, err = conntrack.NewCleaner(p.ns); err != nil {
 		p.Close()
@@ -125,6 +131,11 @@ func (p *Proxier) Sync(snap *cluster.Snapshot) (Result, error) {
 	}
 	return res, nil
 }
+
+// Verify checks whether the NAT table may have changed behind the
+// Proxier's back; if so the next Sync reads it back and repairs it (see
+// nft.Applier.Verify).
+func (p *Proxier) Verify() (bool, error) { return p.applier.Verify() }
 
 // Close stops the health-check servers and releases the connections; the
 // NAT table stays in the kernel.

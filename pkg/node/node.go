@@ -1,0 +1,238 @@
+// Package node programs one node's kernel from a cluster snapshot: the
+// policy table (the compiler's ruleset for the node, applied as the
+// difference from what the kernel holds) and the Service NAT table
+// (proxier.Proxier). The agent runs one Programmer; the lab's
+// conformance.Enforcer runs one per lab node, so the lab's kernel tests run
+// the agent's own code. Each table succeeds or fails on its own, so that a
+// caller can retry one without holding back the other.
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
+	"github.com/netpol/netpol/pkg/proxy"
+	"github.com/netpol/netpol/pkg/proxy/proxier"
+)
+
+// Options configure a Programmer.
+type Options struct {
+	Node string
+	// NetNS is the network namespace to program; <= 0 (netns.None())
+	// means the caller's. The Programmer keeps its own copies.
+	NetNS netns.NsHandle
+	// Table is the policy table (default compiler.DefaultTable).
+	Table string
+	// NoProxy leaves Services alone: no NAT table.
+	NoProxy bool
+	// ProxyTable is the NAT table (default proxy.DefaultTable).
+	ProxyTable string
+	// Build tunes the service model (NodePort addresses, cluster CIDRs).
+	Build proxy.Options
+	// HealthChecks serves the eTP Local health-check node ports.
+	HealthChecks bool
+	Logger       *slog.Logger
+}
+
+// Tables is a set of the node's tables.
+type Tables uint8
+
+const (
+	Policy Tables = 1 << iota
+	Services
+	All = Policy | Services
+)
+
+func (t Tables) String() string {
+	switch t {
+	case Policy:
+		return "policy"
+	case Services:
+		return "services"
+	case All:
+		return "policy+services"
+	}
+	return "none"
+}
+
+// Programmer keeps one node's tables in step with the cluster.
+type Programmer struct {
+	// NoConntrackCleanup turns off the deletion of stale UDP conntrack
+	// entries (the agent never sets it; tests do, to show what it does).
+	NoConntrackCleanup bool
+
+	opts   Options
+	policy nft.Kernel
+	proxy  *proxier.Proxier // nil with NoProxy
+}
+
+// New opens the node's tables in opts.NetNS; nothing is sent yet.
+func New(opts Options) (*Programmer, error) {
+	fd := -1
+	if opts.NetNS > 0 {
+		fd = int(opts.NetNS)
+	}
+	opts.defaults()
+	a, err := nft.NewApplier(fd, opts.Table)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", opts.Node, err)
+	}
+	return newProgrammer(opts, a, nil)
+}
+
+// NewWith is New with the kernel tables given (nft.Fake in tests); nat
+// is unused with NoProxy. The Programmer owns them from now on.
+func NewWith(opts Options, policyTable, nat nft.Kernel) (*Programmer, error) {
+	opts.defaults()
+	return newProgrammer(opts, policyTable, nat)
+}
+
+func newProgrammer(opts Options, policyTable, nat nft.Kernel) (*Programmer, error) {
+	p := &Programmer{opts: opts, policy: policyTable}
+	if opts.NoProxy {
+		return p, nil
+	}
+	var err error
+	p.proxy, err = proxier.New(proxier.Options{Node: opts.Node, NetNS: opts.NetNS, Build: opts.Build, Table: opts.ProxyTable,
+		HealthChecks: opts.HealthChecks, Logger: opts.Logger, Kernel: nat})
+	if err != nil {
+		policyTable.Close()
+		return nil, fmt.Errorf("node %s: %w", opts.Node, err)
+	}
+	return p, nil
+}
+
+func (o *Options) defaults() {
+	if o.Table == "" {
+		o.Table = compiler.DefaultTable
+	}
+	if o.ProxyTable == "" {
+		o.ProxyTable = proxy.DefaultTable
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Input is what a sync starts from: the snapshot, its policy model and the
+// evaluator's resolution of it. One Input serves every node.
+type Input struct {
+	Snapshot *cluster.Snapshot
+	Model    *policy.Model
+	Resolved *eval.Resolved
+}
+
+// Prepare builds the policy model and the resolution of snap.
+func Prepare(snap *cluster.Snapshot) *Input {
+	model := policy.Build(snap)
+	return &Input{Snapshot: snap, Model: model, Resolved: eval.New(snap, model).Resolved()}
+}
+
+// Result is what one Sync did, table by table.
+type Result struct {
+	Policy   PolicyResult
+	Services ServicesResult
+}
+
+// PolicyResult is the policy table's share of a sync.
+type PolicyResult struct {
+	Ran bool // the table was asked for
+	// Table is the compiled table (also when applying it failed).
+	Table  *nft.Table
+	Stats  nft.Stats
+	Counts nft.Counts
+	// Err means the kernel kept its previous table.
+	Err error
+}
+
+// ServicesResult is the NAT table's share of a sync; Result.Failures
+// happened after the commit (conntrack cleanup, health checks).
+type ServicesResult struct {
+	Ran bool
+	proxier.Result
+	// Err means the kernel kept its previous table.
+	Err error
+}
+
+// Err joins the tables' errors.
+func (r Result) Err() error { return errors.Join(r.Policy.Err, r.Services.Err) }
+
+// Failed lists the tables whose sync failed.
+func (r Result) Failed() Tables {
+	var t Tables
+	if r.Policy.Err != nil {
+		t |= Policy
+	}
+	if r.Services.Err != nil {
+		t |= Services
+	}
+	return t
+}
+
+// Sync programs the chosen tables from in; the NAT table is skipped with
+// NoProxy. A table's failure does not keep the other from being synced.
+func (p *Programmer) Sync(in *Input, tables Tables) Result {
+	var res Result
+	if tables&Policy != 0 {
+		r := &res.Policy
+		r.Ran = true
+		r.Table, r.Err = compiler.Compile(in.Resolved, compiler.Options{Node: p.opts.Node, Table: p.opts.Table})
+		if r.Err == nil {
+			r.Counts = r.Table.Count()
+			r.Stats, r.Err = p.policy.Apply(r.Table)
+		}
+		if r.Err != nil {
+			r.Err = fmt.Errorf("node %s: policy table %s: %w", p.opts.Node, p.opts.Table, r.Err)
+		}
+	}
+	if tables&Services != 0 && p.proxy != nil {
+		r := &res.Services
+		r.Ran = true
+		p.proxy.NoConntrackCleanup = p.NoConntrackCleanup
+		r.Result, r.Err = p.proxy.Sync(in.Snapshot)
+		if r.Err != nil {
+			r.Err = fmt.Errorf("node %s: services: %w", p.opts.Node, r.Err)
+		}
+	}
+	return res
+}
+
+// Verify checks cheaply whether the chosen tables may have been changed
+// behind the Programmer's back (nft.Applier.Verify) and returns those that
+// may have: their next Sync reads them back and repairs them.
+func (p *Programmer) Verify(tables Tables) (Tables, error) {
+	var drifted Tables
+	var errs []error
+	if tables&Policy != 0 {
+		d, err := p.policy.Verify()
+		if d {
+			drifted |= Policy
+		}
+		errs = append(errs, err)
+	}
+	if tables&Services != 0 && p.proxy != nil {
+		d, err := p.proxy.Verify()
+		if d {
+			drifted |= Services
+		}
+		errs = append(errs, err)
+	}
+	return drifted, errors.Join(errs...)
+}
+
+// Close releases the netlink connections and stops the health-check
+// servers; the tables stay in the kernel.
+func (p *Programmer) Close() {
+	p.policy.Close()
+	if p.proxy != nil {
+		p.proxy.Close()
+	}
+}
