@@ -1,6 +1,9 @@
 # netpol — see README.md. Every target works on a fresh machine with Go.
 GO      ?= go
 BIN     := bin/netpol
+# The commit `netpol version` prints when the build has no VCS stamp
+# (GOFLAGS=-buildvcs=false, a tarball).
+COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo " (modified)")
 PKGS    := ./...
 
 .PHONY: build install uninstall test lint bench fuzz demo clean e2e e2e-deps
@@ -12,7 +15,7 @@ BINDIR  ?= $(PREFIX)/bin
 
 build:
 	@echo "building $(BIN) (the first build downloads Go modules; minutes on a cold machine)" >&2
-	$(GO) build -o $(BIN) ./cmd/netpol
+	$(GO) build -ldflags '-X "main.gitCommit=$(COMMIT)"' -o $(BIN) ./cmd/netpol
 
 install: build
 	install -d $(DESTDIR)$(BINDIR)

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"strings"
+	"net/netip"
 
 	"github.com/spf13/cobra"
 
@@ -10,18 +10,38 @@ import (
 )
 
 func newExplainCommand(in *inputFlags) *cobra.Command {
-	var port, output, family string
+	var (
+		port, output, family string
+		exitCode             bool
+	)
 	cmd := &cobra.Command{
 		Use:   "explain SRC DST",
 		Short: "Explain why a connection is allowed or denied",
 		Long: `Explain evaluates one connection in both directions (the source's egress, the
 destination's ingress) and says which tier, policy and rule decided, and why
-each earlier rule did not. SRC and DST are pods (namespace/name) or IP
-addresses; DST may also be a Service, svc/NAMESPACE/NAME, with --port its
-service port: each endpoint the source's node would send the connection to
-is explained at its target port (policy sees the endpoint, after DNAT).`,
-		Example: "  netpol explain -f cluster.yaml x/a y/b --port tcp/80\n  netpol explain x/a 10.0.0.7 --port udp/53 -o json\n  netpol explain x/a svc/y/web --port tcp/80",
-		Args:    cobra.ExactArgs(2),
+each earlier rule did not (with what it wanted: peers, ports, named ports as
+the destination declares them).
+
+SRC is a pod (namespace/name) or an IP address. DST is a pod, an IP address, or
+a Service, explained after DNAT as the kernel sees it:
+  svc/NAMESPACE/NAME or service/NAMESPACE/NAME   its ClusterIP; --port is the service port
+  nodeport/NODE/NAMESPACE/NAME                   its NodePort on NODE's address; --port is the node port
+  an address that is a Service's ClusterIP, load-balancer IP or external IP
+  (with one of its ports), or a node's address with a NodePort
+Each endpoint the DNATing node may choose is explained at its target port,
+from the client or, when the Service masquerades it, from the node. A Service
+is allowed iff every such endpoint is.
+
+Exit status: 0 when the explanation was printed (whatever the verdict), 1 on
+an error or when some input object was invalid (reported on stderr); with
+--exit-code, also 1 when the connection is denied.`,
+		Example: "  netpol explain -f cluster.yaml x/a y/b --port tcp/80\n" +
+			"  netpol explain x/a 10.0.0.7 --port udp/53 -o json\n" +
+			"  netpol explain x/a svc/y/web --port tcp/80\n" +
+			"  netpol explain 192.168.77.254 nodeport/node-1/y/web --port tcp/30080\n" +
+			"  netpol explain x/a y/b --exit-code >/dev/null && echo allowed",
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: completeEndpoints(in),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkFormat(output, "text", "json", "yaml"); err != nil {
 				return err
@@ -34,41 +54,59 @@ is explained at its target port (policy sees the endpoint, after DNAT).`,
 			if err != nil {
 				return err
 			}
+			target, isService, err := parseServiceName(args[1])
+			if err != nil {
+				return err
+			}
 			l, err := in.load(cmd.Context(), cmd.InOrStdin(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
+			if !isService {
+				if a, err := netip.ParseAddr(args[1]); err == nil {
+					target, isService = serviceByAddress(l.snap, a, probe)
+				}
+			}
 			out := cmd.OutOrStdout()
-			if strings.HasPrefix(args[1], "svc/") {
-				sv, err := explainService(l, args[0], args[1], probe, fam)
+			style := terminalStyle(out)
+			rules := report.NewRules(l.model, l.snap)
+			var allowed bool
+			var result any
+			var text func()
+			if isService {
+				sv, err := explainService(l, args[0], target, probe, fam)
 				if err != nil {
 					return err
 				}
-				if ok, err := writeStructured(out, output, sv); ok {
-					if err != nil {
-						return err
-					}
-					return l.done()
+				allowed, result = sv.Allowed, sv
+				text = func() { writeServiceVerdict(out, sv, style, rules) }
+			} else {
+				v, err := l.evaluator.Explain(args[0], args[1], probe, fam)
+				if err != nil {
+					return err
 				}
-				writeServiceVerdict(out, sv, terminalStyle(out))
-				return l.done()
+				allowed, result = v.Allowed, v
+				text = func() { report.ExplainRules(out, v, style, rules) }
 			}
-			v, err := l.evaluator.Explain(args[0], args[1], probe, fam)
-			if err != nil {
+			if ok, err := writeStructured(out, output, result); ok {
+				if err != nil {
+					return err
+				}
+			} else {
+				text()
+			}
+			if err := l.done(); err != nil {
 				return err
 			}
-			if ok, err := writeStructured(out, output, v); ok {
-				if err != nil {
-					return err
-				}
-				return l.done()
+			if exitCode && !allowed {
+				return &deniedError{}
 			}
-			report.Explain(out, v, terminalStyle(out))
-			return l.done()
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&port, "port", "tcp/80", "protocol/port of the connection (tcp, udp or sctp)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	cmd.Flags().StringVar(&family, "family", "", "address family for dual-stack pods: ipv4 or ipv6 (default: the destination's primary address)")
+	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit with status 1 when the connection is denied (for scripts)")
 	return cmd
 }

@@ -4,28 +4,54 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
+	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/proxy"
 	"github.com/netpol/netpol/pkg/report"
 )
 
+// Frontends of a Service: how a connection reaches it before DNAT.
+const (
+	frontendClusterIP    = "ClusterIP"
+	frontendNodePort     = "NodePort"
+	frontendLoadBalancer = "LoadBalancer"
+	frontendExternalIP   = "ExternalIP"
+)
+
 // serviceVerdict explains a connection to a Service: policy sees the
 // endpoint the connection is sent to (after DNAT), so each endpoint the
-// source's node would choose is explained on its own.
+// DNATing node may choose is explained on its own. Allowed is true iff
+// there is such an endpoint and policy allows every one of them.
 type serviceVerdict struct {
-	From      string            `json:"from"`
-	Service   string            `json:"service"`
-	ClusterIP string            `json:"clusterIP"`
-	Protocol  corev1.Protocol   `json:"protocol"`
-	Port      int32             `json:"port"`
-	Node      string            `json:"node"`
-	Endpoints []endpointVerdict `json:"endpoints"`
-	// Note says what happens with no endpoint (kube-proxy rejects).
+	From string `json:"from"`
+	// To is the destination as given (svc/..., nodeport/..., or an
+	// address); Frontend says how it reaches the Service.
+	To        string          `json:"to"`
+	Allowed   bool            `json:"allowed"`
+	Service   string          `json:"service"`
+	Frontend  string          `json:"frontend"`
+	ClusterIP string          `json:"clusterIP"`
+	Address   string          `json:"address"` // the address dialed
+	Protocol  corev1.Protocol `json:"protocol"`
+	Port      int32           `json:"port"` // the port dialed
+	// Node is the node whose rules DNAT the connection.
+	Node string `json:"node"`
+	// PolicySource is the source policy sees after DNAT: the client, or
+	// the node's address when the client is masqueraded.
+	PolicySource string            `json:"policySource"`
+	Endpoints    []endpointVerdict `json:"endpoints"`
+	// Note says what the Service's traffic policy and masquerading do, and
+	// what happens with no endpoint.
 	Note string `json:"note,omitempty"`
+	// DroppedBy says why the connection fails when it does:
+	// "no endpoint", "traffic policy" or "policy".
+	DroppedBy string `json:"droppedBy,omitempty"`
 }
 
 type endpointVerdict struct {
@@ -35,55 +61,366 @@ type endpointVerdict struct {
 	Verdict  *eval.Verdict `json:"verdict"`
 }
 
-// explainService resolves "svc/NAMESPACE/NAME" for a source pod: the
-// service port of probe's protocol and port, in the source's family, with
-// the endpoints the source's node uses for ClusterIP traffic (readiness,
-// terminating fallback, internalTrafficPolicy, topology hints), each
-// explained at its target port.
-func explainService(l *loaded, src, svc string, probe eval.Probe, family eval.Family) (*serviceVerdict, error) {
-	ns, name, ok := strings.Cut(strings.TrimPrefix(svc, "svc/"), "/")
-	if !ok || name == "" {
-		return nil, fmt.Errorf("%q: a service is svc/NAMESPACE/NAME", svc)
+// serviceTarget is a destination that DNAT rewrites: one frontend of a
+// Service.
+type serviceTarget struct {
+	given     string
+	namespace string
+	name      string
+	frontend  string
+	node      string     // NodePort: the node whose address is dialed
+	addr      netip.Addr // the address dialed, when given as one
+}
+
+// parseServiceName reads the names explain accepts for a Service:
+// svc/NS/NAME and service/NS/NAME (its ClusterIP), nodeport/NODE/NS/NAME
+// (its NodePort on NODE's address). ok is false for other names.
+func parseServiceName(s string) (serviceTarget, bool, error) {
+	kind, rest, _ := strings.Cut(s, "/")
+	t := serviceTarget{given: s}
+	switch kind {
+	case "svc", "service":
+		ns, name, ok := strings.Cut(rest, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return t, true, fmt.Errorf("%q: a Service is %s/NAMESPACE/NAME", s, kind)
+		}
+		t.namespace, t.name, t.frontend = ns, name, frontendClusterIP
+		return t, true, nil
+	case "nodeport":
+		parts := strings.Split(rest, "/")
+		if len(parts) != 3 || slices.Contains(parts, "") {
+			return t, true, fmt.Errorf("%q: a NodePort is nodeport/NODE/NAMESPACE/NAME", s)
+		}
+		t.node, t.namespace, t.name, t.frontend = parts[0], parts[1], parts[2], frontendNodePort
+		return t, true, nil
 	}
-	srcNS, srcName, _ := strings.Cut(src, "/")
-	pod := l.snap.Pod(srcNS, srcName)
-	if pod == nil {
-		return nil, fmt.Errorf("source: pod %s is not in the snapshot (a service's endpoints depend on the source's node)", src)
+	return t, false, nil
+}
+
+// serviceByAddress finds the Service frontend at addr and probe's port: a
+// ClusterIP, load-balancer IP or external IP with that port, or a node
+// address with a NodePort of that number. ok is false when addr and port
+// are not a Service frontend (the connection is not DNATed).
+func serviceByAddress(snap *cluster.Snapshot, addr netip.Addr, probe eval.Probe) (serviceTarget, bool) {
+	addr = addr.Unmap()
+	t := serviceTarget{given: addr.String(), addr: addr}
+	hasPort := func(svc *corev1.Service, nodePort bool) bool {
+		for _, p := range svc.Spec.Ports {
+			proto := p.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			if proto != probe.Protocol {
+				continue
+			}
+			if (!nodePort && p.Port == probe.Port) || (nodePort && p.NodePort == probe.Port) {
+				return true
+			}
+		}
+		return false
+	}
+	is := func(list []string) bool {
+		return slices.ContainsFunc(list, func(s string) bool {
+			a, err := netip.ParseAddr(s)
+			return err == nil && a.Unmap() == addr
+		})
+	}
+	services := slices.Clone(snap.Services)
+	sort.Slice(services, func(i, j int) bool {
+		return services[i].Namespace+"/"+services[i].Name < services[j].Namespace+"/"+services[j].Name
+	})
+	for _, svc := range services {
+		t.namespace, t.name = svc.Namespace, svc.Name
+		ips := svc.Spec.ClusterIPs
+		if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+			ips = []string{svc.Spec.ClusterIP}
+		}
+		var lbs []string
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			lbs = append(lbs, in.IP)
+		}
+		switch {
+		case is(ips) && hasPort(svc, false):
+			t.frontend = frontendClusterIP
+		case is(lbs) && hasPort(svc, false):
+			t.frontend = frontendLoadBalancer
+		case is(svc.Spec.ExternalIPs) && hasPort(svc, false):
+			t.frontend = frontendExternalIP
+		default:
+			continue
+		}
+		return t, true
+	}
+	for _, n := range snap.Nodes {
+		var addrs []string
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+				addrs = append(addrs, a.Address)
+			}
+		}
+		if !is(addrs) {
+			continue
+		}
+		for _, svc := range services {
+			if hasPort(svc, true) {
+				t.namespace, t.name, t.frontend, t.node = svc.Namespace, svc.Name, frontendNodePort, n.Name
+				return t, true
+			}
+		}
+	}
+	return serviceTarget{}, false
+}
+
+// explainSource is the client of a Service connection.
+type explainSource struct {
+	name     string // as given: namespace/pod or an address
+	pod      *corev1.Pod
+	node     string // the node it runs on or is ("" outside the cluster)
+	addr     netip.Addr
+	external bool // neither a pod nor a node address
+}
+
+func resolveSource(snap *cluster.Snapshot, s string) (explainSource, error) {
+	src := explainSource{name: s}
+	if a, err := netip.ParseAddr(s); err == nil {
+		src.addr = a.Unmap()
+		for _, p := range snap.Pods {
+			if p.Spec.HostNetwork {
+				continue
+			}
+			for _, ip := range p.Status.PodIPs {
+				if b, err := netip.ParseAddr(ip.IP); err == nil && b.Unmap() == src.addr {
+					src.pod, src.node = p, p.Spec.NodeName
+					return src, nil
+				}
+			}
+		}
+		if n := nodeWithAddress(snap, src.addr); n != "" {
+			src.node = n
+			return src, nil
+		}
+		src.external = true
+		return src, nil
+	}
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok {
+		return src, fmt.Errorf("source %q is neither namespace/pod nor an IP address", s)
+	}
+	src.pod = snap.Pod(ns, name)
+	if src.pod == nil {
+		return src, fmt.Errorf("source: pod %s is not in the snapshot", s)
+	}
+	src.node = src.pod.Spec.NodeName
+	if a, err := netip.ParseAddr(src.pod.Status.PodIP); err == nil {
+		src.addr = a.Unmap()
+	}
+	return src, nil
+}
+
+func nodeWithAddress(snap *cluster.Snapshot, a netip.Addr) string {
+	for _, n := range snap.Nodes {
+		for _, na := range n.Status.Addresses {
+			if b, err := netip.ParseAddr(na.Address); err == nil && b.Unmap() == a {
+				return n.Name
+			}
+		}
+	}
+	return ""
+}
+
+// nodeAddress is the node's first InternalIP (else any address) of fam.
+func nodeAddress(snap *cluster.Snapshot, node string, fam corev1.IPFamily) netip.Addr {
+	for _, n := range snap.Nodes {
+		if n.Name != node {
+			continue
+		}
+		var fallback netip.Addr
+		for _, na := range n.Status.Addresses {
+			a, err := netip.ParseAddr(na.Address)
+			if err != nil || (a.Is6() != (fam == corev1.IPv6Protocol)) {
+				continue
+			}
+			if na.Type == corev1.NodeInternalIP {
+				return a
+			}
+			if !fallback.IsValid() {
+				fallback = a
+			}
+		}
+		return fallback
+	}
+	return netip.Addr{}
+}
+
+// explainService explains src -> t on probe (the protocol and the port
+// dialed): the node whose rules DNAT the connection (the source's for a
+// ClusterIP, the dialed node's for a NodePort, the source's or else the
+// first node for load-balancer and external IPs), that node's endpoints
+// for the frontend under the Service's traffic policies, and each one as
+// policy sees it: at its target port, from the client or, when the client
+// is masqueraded, from the node.
+func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe, family eval.Family) (*serviceVerdict, error) {
+	snap := l.snap
+	var svc *corev1.Service
+	for _, s := range snap.Services {
+		if s.Namespace == t.namespace && s.Name == t.name {
+			svc = s
+		}
+	}
+	if svc == nil {
+		return nil, fmt.Errorf("no such Service %s/%s in the snapshot", t.namespace, t.name)
+	}
+	src, err := resolveSource(snap, srcName)
+	if err != nil {
+		return nil, err
+	}
+	node := src.node
+	switch t.frontend {
+	case frontendClusterIP:
+		if src.external {
+			return nil, fmt.Errorf("source %s is neither a pod nor a node: a ClusterIP is reached from inside the cluster (from outside, use nodeport/NODE/%s/%s)", src.name, t.namespace, t.name)
+		}
+	case frontendNodePort:
+		node = t.node
+		if nodeAddress(snap, node, corev1.IPv4Protocol) == (netip.Addr{}) && nodeAddress(snap, node, corev1.IPv6Protocol) == (netip.Addr{}) {
+			return nil, fmt.Errorf("nodeport: node %s is not in the snapshot or has no address", node)
+		}
+	default:
+		if node == "" {
+			// From outside, a load-balancer or external IP is routed to a
+			// node; the lab routes them to the first node by name.
+			names := make([]string, 0, len(snap.Nodes))
+			for _, n := range snap.Nodes {
+				names = append(names, n.Name)
+			}
+			sort.Strings(names)
+			if len(names) == 0 {
+				return nil, fmt.Errorf("%s: the snapshot has no Node to receive the connection", t.given)
+			}
+			node = names[0]
+		}
+	}
+	if node == "" {
+		return nil, fmt.Errorf("source %s has no node (spec.nodeName)", src.name)
 	}
 	fam := corev1.IPv4Protocol
-	if a, err := netip.ParseAddr(pod.Status.PodIP); err == nil && a.Is6() {
+	switch {
+	case family == eval.FamilyIPv4:
+	case family == eval.FamilyIPv6:
+		fam = corev1.IPv6Protocol
+	case t.addr.IsValid():
+		if t.addr.Is6() {
+			fam = corev1.IPv6Protocol
+		}
+	case src.addr.IsValid() && src.addr.Is6():
 		fam = corev1.IPv6Protocol
 	}
-	switch family {
-	case eval.FamilyIPv4:
-		fam = corev1.IPv4Protocol
-	case eval.FamilyIPv6:
-		fam = corev1.IPv6Protocol
-	}
-	model := proxy.Build(l.snap, pod.Spec.NodeName, proxy.Options{})
+	model := proxy.Build(snap, node, proxy.Options{})
 	var sp *proxy.ServicePort
+	var have []string
 	for _, s := range model.Services {
-		if s.Namespace == ns && s.Name == name && s.Protocol == probe.Protocol && s.Port == probe.Port && s.Family == fam {
-			sp = s
+		if s.Namespace != t.namespace || s.Name != t.name {
+			continue
+		}
+		p := eval.Probe{Protocol: s.Protocol, Port: s.Port}.String()
+		if s.NodePort != 0 {
+			p += fmt.Sprintf(" (NodePort %d)", s.NodePort)
+		}
+		have = append(have, fmt.Sprintf("%s %s", s.Family, p))
+		if s.Protocol != probe.Protocol || s.Family != fam {
+			continue
+		}
+		switch t.frontend {
+		case frontendNodePort:
+			if s.NodePort != 0 && (s.NodePort == probe.Port || s.Port == probe.Port) {
+				sp = s
+			}
+		default:
+			if s.Port == probe.Port {
+				sp = s
+			}
 		}
 	}
 	if sp == nil {
-		return nil, fmt.Errorf("service %s/%s has no %s port %s with a ClusterIP", ns, name, fam, probe)
+		what := fmt.Sprintf("port %s", probe)
+		if t.frontend == frontendNodePort {
+			what = fmt.Sprintf("NodePort %s", probe)
+		}
+		if len(have) == 0 {
+			return nil, fmt.Errorf("Service %s/%s has no %s %s (it has no port node %s proxies: headless, ExternalName or without ports)", t.namespace, t.name, fam, what, node)
+		}
+		return nil, fmt.Errorf("Service %s/%s has no %s %s; it has %s", t.namespace, t.name, fam, what, strings.Join(have, ", "))
 	}
-	sv := &serviceVerdict{From: src, Service: ns + "/" + name, ClusterIP: sp.ClusterIP.String(), Protocol: sp.Protocol,
-		Port: sp.Port, Node: pod.Spec.NodeName, Endpoints: []endpointVerdict{}}
-	eps := sp.InternalEndpoints()
-	if len(eps) == 0 {
-		sv.Note = "no endpoint serves this port for this node: the connection is rejected (ICMP port unreachable), before any policy"
+	sv := &serviceVerdict{From: src.name, To: t.given, Service: t.namespace + "/" + t.name, Frontend: t.frontend,
+		ClusterIP: sp.ClusterIP.String(), Protocol: sp.Protocol, Port: probe.Port, Node: node, PolicySource: src.name, Endpoints: []endpointVerdict{}}
+	switch {
+	case t.addr.IsValid():
+		sv.Address = t.addr.String()
+	case t.frontend == frontendNodePort:
+		sv.Address = nodeAddress(snap, node, fam).String()
+		sv.Port = sp.NodePort
+	default:
+		sv.Address = sv.ClusterIP
 	}
+	// Which endpoints, and who policy sees as the client.
+	var eps []proxy.Endpoint
+	var notes []string
+	masquerade := false
+	podNetwork := src.pod != nil && !src.pod.Spec.HostNetwork
+	if t.frontend == frontendClusterIP {
+		eps = sp.InternalEndpoints()
+		if sp.InternalPolicyLocal {
+			notes = append(notes, fmt.Sprintf("internalTrafficPolicy Local: only endpoints on node %s", node))
+		}
+	} else {
+		switch {
+		case !sp.ExternalPolicyLocal:
+			eps = sp.ExternalEndpoints()
+			masquerade = true
+			notes = append(notes, "externalTrafficPolicy Cluster: the client is masqueraded, so policy sees node "+node)
+		case podNetwork:
+			eps = sp.ClusterEndpoints
+			notes = append(notes, "externalTrafficPolicy Local: a pod's connection uses every cluster endpoint, keeping its address")
+		case !src.external && src.node == node:
+			eps = sp.ClusterEndpoints
+			masquerade = true
+			notes = append(notes, fmt.Sprintf("externalTrafficPolicy Local: node %s itself uses every cluster endpoint, masqueraded", node))
+		default:
+			eps = sp.LocalEndpoints
+			notes = append(notes, fmt.Sprintf("externalTrafficPolicy Local: only endpoints on node %s, and the client keeps its address", node))
+		}
+	}
+	policySrc := src.name
+	if masquerade {
+		a := nodeAddress(snap, node, fam)
+		if !a.IsValid() {
+			return nil, fmt.Errorf("node %s has no %s address to masquerade the client to", node, fam)
+		}
+		policySrc = a.String()
+		sv.PolicySource = a.String() + " (node " + node + ")"
+	}
+	switch {
+	case !sp.AnyEndpoints:
+		sv.DroppedBy = "no endpoint"
+		notes = append(notes, "the Service has no endpoint: the connection is rejected (ICMP port unreachable), before any policy")
+	case len(eps) == 0:
+		sv.DroppedBy = "traffic policy"
+		notes = append(notes, fmt.Sprintf("no endpoint serves this port for node %s under the Service's traffic policy: the connection is dropped, before any policy", node))
+	}
+	sv.Note = strings.Join(notes, "; ")
+	sv.Allowed = len(eps) > 0
 	for _, ep := range eps {
 		dst := ep.Address.String()
 		if ep.PodName != "" {
 			dst = ep.PodNamespace + "/" + ep.PodName
 		}
-		v, err := l.evaluator.Explain(src, dst, eval.Probe{Protocol: probe.Protocol, Port: ep.Port}, familyOf(fam))
+		v, err := l.evaluator.Explain(policySrc, dst, eval.Probe{Protocol: probe.Protocol, Port: ep.Port}, familyOf(fam))
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %s: %w", dst, err)
+		}
+		if !v.Allowed {
+			sv.Allowed = false
+			sv.DroppedBy = "policy"
 		}
 		sv.Endpoints = append(sv.Endpoints, endpointVerdict{Endpoint: dst, Address: ep.Address.String(), Port: ep.Port, Verdict: v})
 	}
@@ -97,14 +434,48 @@ func familyOf(f corev1.IPFamily) eval.Family {
 	return eval.FamilyIPv4
 }
 
-func writeServiceVerdict(out io.Writer, sv *serviceVerdict, style report.Style) {
-	fmt.Fprintf(out, "%s -> service %s %s/%d (ClusterIP %s), endpoints as node %s chooses them: %d\n",
-		sv.From, sv.Service, strings.ToLower(string(sv.Protocol)), sv.Port, sv.ClusterIP, sv.Node, len(sv.Endpoints))
+// why says in one sentence why a connection to the Service fails ("" when
+// every endpoint is allowed).
+func (sv *serviceVerdict) why() string {
+	switch sv.DroppedBy {
+	case "policy":
+		var denied []string
+		for _, e := range sv.Endpoints {
+			if !e.Verdict.Allowed {
+				denied = append(denied, e.Endpoint)
+			}
+		}
+		return fmt.Sprintf("policy after DNAT denies %s -> endpoint %s", sv.PolicySource, strings.Join(denied, ", "))
+	case "":
+		return ""
+	}
+	return sv.Note
+}
+
+func writeServiceVerdict(out io.Writer, sv *serviceVerdict, style report.Style, rules *report.Rules) {
+	verdict := "ALLOWED"
+	if !sv.Allowed {
+		verdict = "DENIED"
+	}
+	if style.Color {
+		verdict = style.Verdict(sv.Allowed)
+	}
+	what := "ClusterIP " + sv.ClusterIP
+	if sv.Frontend != frontendClusterIP {
+		what = fmt.Sprintf("%s %s, ClusterIP %s", sv.Frontend, sv.Address, sv.ClusterIP)
+	}
+	fmt.Fprintf(out, "%s -> service %s %s/%d (%s): %s\n", sv.From, sv.Service, strings.ToLower(string(sv.Protocol)), sv.Port, what, verdict)
+	fmt.Fprintf(out, "  endpoints as node %s chooses them: %d\n", sv.Node, len(sv.Endpoints))
 	if sv.Note != "" {
-		fmt.Fprintf(out, "  %s\n", sv.Note)
+		for _, n := range strings.Split(sv.Note, "; ") {
+			fmt.Fprintf(out, "  %s\n", n)
+		}
+	}
+	if w := sv.why(); w != "" && sv.DroppedBy == "policy" {
+		fmt.Fprintf(out, "  %s\n", w)
 	}
 	for _, e := range sv.Endpoints {
 		fmt.Fprintf(out, "\nendpoint %s (%s port %d), policy sees the connection after DNAT:\n", e.Endpoint, e.Address, e.Port)
-		report.Explain(out, e.Verdict, style)
+		report.ExplainRules(out, e.Verdict, style, rules)
 	}
 }

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
@@ -20,11 +23,44 @@ type inputFlags struct {
 	context    string
 }
 
-func (in *inputFlags) register(cmd *cobra.Command) {
-	f := cmd.PersistentFlags()
-	f.StringArrayVarP(&in.files, "filename", "f", nil, "file, directory or - (stdin) with the cluster state as YAML or JSON (repeatable); without it, read the live cluster")
-	f.StringVar(&in.kubeconfig, "kubeconfig", "", "path to the kubeconfig (default: KUBECONFIG, then ~/.kube/config, then in-cluster)")
-	f.StringVar(&in.context, "context", "", "kubeconfig context to use")
+// inputAnnotation on a command says which input flags it takes: inputFiles
+// (-f only), inputKube (--kubeconfig only) or inputNone. Commands without
+// it take all three.
+const (
+	inputAnnotation = "netpol/input"
+	inputFiles      = "files"
+	inputKube       = "kubeconfig"
+	inputNone       = "none"
+)
+
+// registerInputFlags gives every runnable command below root the input
+// flags its annotation says it uses, so help shows flags only where they
+// act.
+func (in *inputFlags) registerAll(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		in.registerAll(c)
+	}
+	if root.Runnable() && root.HasParent() {
+		in.register(root, root.Annotations[inputAnnotation])
+	}
+}
+
+func (in *inputFlags) register(cmd *cobra.Command, mode string) {
+	f := cmd.Flags()
+	if mode == "" || mode == inputFiles {
+		help := "file, directory or - (stdin) with the cluster state as YAML or JSON (repeatable); without it, read the live cluster"
+		if mode == inputFiles {
+			help = "file, directory or - (stdin) with the cluster state as YAML or JSON (repeatable; required)"
+		}
+		f.StringArrayVarP(&in.files, "filename", "f", nil, help)
+		cmd.MarkFlagFilename("filename", "yaml", "yml", "json")
+	}
+	if mode == "" || mode == inputKube {
+		f.StringVar(&in.kubeconfig, "kubeconfig", "", "path to the kubeconfig (default: KUBECONFIG, then ~/.kube/config, then in-cluster)")
+	}
+	if mode == "" {
+		f.StringVar(&in.context, "context", "", "kubeconfig context to use")
+	}
 }
 
 // partialError means output was produced but some input was invalid; the
@@ -32,6 +68,12 @@ func (in *inputFlags) register(cmd *cobra.Command) {
 type partialError struct{ n int }
 
 func (e *partialError) Error() string { return fmt.Sprintf("%d problem(s) in the input", e.n) }
+
+// deniedError is --exit-code's status for a denied connection; the
+// verdict was already printed.
+type deniedError struct{}
+
+func (e *deniedError) Error() string { return "the connection is denied" }
 
 // loaded is the pipeline up to the evaluator: snapshot -> model -> evaluator.
 type loaded struct {
@@ -42,6 +84,7 @@ type loaded struct {
 }
 
 // load reads the cluster state and prints every problem found to stderr.
+// Reading no object at all is an error that names the paths.
 func (in *inputFlags) load(ctx context.Context, stdin io.Reader, stderr io.Writer) (*loaded, error) {
 	var (
 		snap   *cluster.Snapshot
@@ -49,14 +92,24 @@ func (in *inputFlags) load(ctx context.Context, stdin io.Reader, stderr io.Write
 	)
 	if len(in.files) > 0 {
 		snap, report = cluster.LoadPaths(in.files, stdin)
+		if report.Objects == 0 && len(report.Errors) == 0 {
+			return nil, fmt.Errorf("no Kubernetes object read from %s", strings.Join(report.Empty, "; "))
+		}
 	} else {
 		var err error
 		snap, report, err = cluster.LoadLive(ctx, cluster.LiveOptions{Kubeconfig: in.kubeconfig, Context: in.context})
 		if err != nil {
+			if emptyConfig(err) {
+				return nil, errors.New("no kubeconfig found (looked at --kubeconfig, KUBECONFIG, ~/.kube/config and the in-cluster service account): " +
+					"give one with --kubeconfig PATH or KUBECONFIG, or read files with -f PATH")
+			}
 			return nil, fmt.Errorf("reading the cluster (use -f to read files instead): %w", err)
 		}
 	}
 	model := policy.Build(snap)
+	for _, e := range report.Empty {
+		fmt.Fprintln(stderr, "note: nothing read from", e)
+	}
 	for _, n := range report.Notes {
 		fmt.Fprintln(stderr, "note:", n)
 	}
@@ -66,11 +119,34 @@ func (in *inputFlags) load(ctx context.Context, stdin io.Reader, stderr io.Write
 	for _, w := range model.Warnings {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
-	errs := append(report.Errors, model.Errors...)
-	for _, e := range errs {
+	for _, e := range report.Errors {
 		fmt.Fprintln(stderr, "error:", e)
 	}
-	return &loaded{snap: snap, model: model, evaluator: eval.New(snap, model), problems: len(errs)}, nil
+	for _, e := range model.Errors {
+		fmt.Fprintln(stderr, "error:", withOrigin(snap, e))
+	}
+	return &loaded{snap: snap, model: model, evaluator: eval.New(snap, model), problems: len(report.Errors) + len(model.Errors)}, nil
+}
+
+// withOrigin prefixes an object's error with the file and document it was
+// read from.
+func withOrigin(snap *cluster.Snapshot, err error) string {
+	var oe *policy.ObjectError
+	if errors.As(err, &oe) {
+		if src, ok := snap.Origin[oe.Object]; ok && src.File != "" {
+			return fmt.Sprintf("%s: %s", src, err)
+		}
+	}
+	return err.Error()
+}
+
+func emptyConfig(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if clientcmd.IsEmptyConfig(err) {
+			return true
+		}
+	}
+	return false
 }
 
 // done turns input problems into the exit status once output is written.

@@ -1,35 +1,80 @@
-// Command netpol explains, tabulates and (later) enforces Kubernetes
-// network policy. This package only wires flags to the pkg/ pipeline and
-// prints; the work happens below it.
+// Command netpol explains, tabulates and enforces Kubernetes network
+// policy. This package only wires flags to the pkg/ pipeline and prints;
+// the work happens below it.
 package main
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
 
 func main() {
-	if err := newRootCommand().Execute(); err != nil {
-		var partial *partialError
-		if !errors.As(err, &partial) {
-			fmt.Fprintln(os.Stderr, "error:", err)
-		}
-		os.Exit(1)
+	root := newRootCommand()
+	// Installed as kubectl-netpol, kubectl runs it as `kubectl netpol`.
+	if name := filepath.Base(os.Args[0]); strings.HasPrefix(name, "kubectl-") {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl netpol"}
 	}
+	if err := root.Execute(); err != nil {
+		os.Exit(exitStatus(err, os.Stderr))
+	}
+}
+
+// exitStatus prints err unless its output was already written (input
+// problems, a denied --exit-code verdict) and returns the exit status: 1.
+func exitStatus(err error, stderr *os.File) int {
+	var (
+		partial *partialError
+		denied  *deniedError
+	)
+	if !errors.As(err, &partial) && !errors.As(err, &denied) {
+		fmt.Fprintln(stderr, "error:", err)
+	}
+	return 1
 }
 
 func newRootCommand() *cobra.Command {
 	in := &inputFlags{}
 	root := &cobra.Command{
-		Use:           "netpol",
-		Short:         "Kubernetes network policy: explain, truth tables, enforcement",
+		Use:   "netpol",
+		Short: "Kubernetes network policy: explain, truth tables, enforcement",
+		Long: "Kubernetes network policy: explain, truth tables, enforcement.\n\n" +
+			"Exit status: 0 on success; 1 on an error, when some input object was invalid (the rest\n" +
+			"is still evaluated and printed; each problem is on stderr), when `lab probe --compare`\n" +
+			"finds a difference, or when `explain --exit-code` finds the connection denied.",
+		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	in.register(root)
-	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in), newAgentCommand(in), newModelCommand())
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in), newAgentCommand(in), newModelCommand(), newVersionCommand())
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "agent":
+			annotate(c, inputKube)
+		case "model", "version":
+			annotate(c, inputNone)
+		}
+	}
+	in.registerAll(root)
+	registerCompletions(root, in)
 	return root
+}
+
+// annotate sets which input flags cmd and its subcommands take (see
+// inputAnnotation), unless they say so themselves.
+func annotate(cmd *cobra.Command, mode string) {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	if _, ok := cmd.Annotations[inputAnnotation]; !ok {
+		cmd.Annotations[inputAnnotation] = mode
+	}
+	for _, c := range cmd.Commands() {
+		annotate(c, mode)
+	}
 }

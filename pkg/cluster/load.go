@@ -37,6 +37,12 @@ type Report struct {
 	// Notes are things worth a line on stderr that are not errors, such as
 	// unknown fields in objects other than policies.
 	Notes []string
+	// Objects counts the documents read that were not empty (objects of
+	// any kind, valid or not; a List counts its items).
+	Objects int
+	// Empty names each path that held no object, with why ("empty",
+	// "no .yaml, .yml or .json file").
+	Empty []string
 }
 
 func newReport() *Report {
@@ -50,6 +56,8 @@ func (r *Report) Merge(other *Report) {
 		r.Skipped[k] += v
 	}
 	r.Notes = append(r.Notes, other.Notes...)
+	r.Objects += other.Objects
+	r.Empty = append(r.Empty, other.Empty...)
 }
 
 // SkippedNote is the one-line note about skipped kinds, or "".
@@ -69,11 +77,12 @@ func (r *Report) SkippedNote() string {
 
 // LoadPaths reads every path (a file, a directory of .yaml/.yml/.json files,
 // or "-" for stdin) into one snapshot. Duplicate objects are errors: the
-// first one read is kept.
+// first one read is kept. Report.Empty names the paths that held no object.
 func LoadPaths(paths []string, stdin io.Reader) (*Snapshot, *Report) {
 	snap := New()
 	report := newReport()
 	for _, p := range paths {
+		before := report.Objects
 		if p == "-" {
 			data, err := io.ReadAll(stdin)
 			if err != nil {
@@ -81,6 +90,9 @@ func LoadPaths(paths []string, stdin io.Reader) (*Snapshot, *Report) {
 				continue
 			}
 			report.Merge(snap.AddDocuments(data, "<stdin>", false))
+			if report.Objects == before {
+				report.Empty = append(report.Empty, "- (stdin): no object")
+			}
 			continue
 		}
 		files, err := expandPath(p)
@@ -88,6 +100,11 @@ func LoadPaths(paths []string, stdin io.Reader) (*Snapshot, *Report) {
 			report.Errors = append(report.Errors, err)
 			continue
 		}
+		if len(files) == 0 {
+			report.Empty = append(report.Empty, p+": a directory without .yaml, .yml or .json files")
+			continue
+		}
+		errs := len(report.Errors)
 		for _, f := range files {
 			data, err := os.ReadFile(f)
 			if err != nil {
@@ -95,6 +112,13 @@ func LoadPaths(paths []string, stdin io.Reader) (*Snapshot, *Report) {
 				continue
 			}
 			report.Merge(snap.AddDocuments(data, f, false))
+		}
+		if report.Objects == before && len(report.Errors) == errs {
+			what := "no object (an empty file, or only comments and empty documents)"
+			if len(files) > 1 || files[0] != p {
+				what = fmt.Sprintf("no object in its %d .yaml/.yml/.json file(s)", len(files))
+			}
+			report.Empty = append(report.Empty, p+": "+what)
 		}
 	}
 	return snap, report
@@ -159,6 +183,11 @@ func (s *Snapshot) addObject(data []byte, src Source, replace bool, report *Repo
 	if len(data) == 0 || string(data) == "null" {
 		return // an empty document, as between two "---"
 	}
+	if !bytes.HasPrefix(data, []byte("{")) {
+		report.Objects++
+		report.Errors = append(report.Errors, fmt.Errorf("%s: not a Kubernetes object: the document is %s, not a mapping with apiVersion and kind", src, documentKind(data)))
+		return
+	}
 	var head struct {
 		metav1.TypeMeta `json:",inline"`
 		Metadata        struct {
@@ -169,10 +198,12 @@ func (s *Snapshot) addObject(data []byte, src Source, replace bool, report *Repo
 	}
 	// Case-sensitive, as the typed decode below: "metAdata" is not metadata.
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(data, &head); err != nil {
-		report.Errors = append(report.Errors, fmt.Errorf("%s: not a Kubernetes object: %w", src, err))
+		report.Objects++
+		report.Errors = append(report.Errors, fmt.Errorf("%s: not a Kubernetes object: %s", src, plainJSONError(err)))
 		return
 	}
 	if head.Kind == "" || head.APIVersion == "" {
+		report.Objects++
 		report.Errors = append(report.Errors, fmt.Errorf("%s: object %q has no apiVersion or kind", src, head.Metadata.Name))
 		return
 	}
@@ -182,6 +213,7 @@ func (s *Snapshot) addObject(data []byte, src Source, replace bool, report *Repo
 		}
 		return
 	}
+	report.Objects++
 	kind, ok := kinds[head.Kind]
 	if !ok {
 		report.Skipped[head.APIVersion+" "+head.Kind]++
@@ -237,6 +269,65 @@ func (s *Snapshot) addObject(data []byte, src Source, replace bool, report *Repo
 		}
 	}
 	s.Origin[key] = src
+}
+
+// documentKind says what a JSON document that is not an object is.
+func documentKind(data []byte) string {
+	switch data[0] {
+	case '[':
+		return "a list"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "a number"
+}
+
+// plainJSONError says what a decoding error means without Go type names:
+// "metadata.name is a number, not a string".
+func plainJSONError(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := te.Field
+		if field == "" {
+			field = "the document"
+		}
+		want := te.Type.Kind().String()
+		switch want {
+		case "struct", "map":
+			want = "a mapping"
+		case "slice", "array":
+			want = "a list"
+		case "string":
+			want = "a string"
+		case "bool":
+			want = "a boolean"
+		default:
+			want = "a number"
+		}
+		return fmt.Sprintf("%s is %s, not %s", field, jsonValueName(te.Value), want)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, se.Error())
+	}
+	return err.Error()
+}
+
+func jsonValueName(v string) string {
+	switch v {
+	case "object":
+		return "a mapping"
+	case "array":
+		return "a list"
+	case "string", "number", "bool":
+		if v == "bool" {
+			return "a boolean"
+		}
+		return "a " + v
+	}
+	return v
 }
 
 type groupVersion struct{ group, version string }
@@ -310,6 +401,17 @@ var kinds = map[string]kindInfo{
 		"v1beta1":  decodeInto(addClusterPolicy),
 		"v1alpha2": decodeInto(addClusterPolicy),
 	}},
+}
+
+// SupportedKinds lists what the loader reads, as "KIND apiVersion[, ...]",
+// sorted by kind.
+func SupportedKinds() []string {
+	out := make([]string, 0, len(kinds))
+	for k, info := range kinds {
+		out = append(out, k+" "+info.supported())
+	}
+	sort.Strings(out)
+	return out
 }
 
 func addClusterPolicy(s *Snapshot, o *cnpv1beta1.ClusterNetworkPolicy) {

@@ -285,19 +285,22 @@ func npPeer(namespace string, peer networkingv1.NetworkPolicyPeer, field string,
 			return Peer{}, false
 		}
 		pe := Peer{Kind: PeerIPBlock, CIDRs: []netip.Prefix{cidr}}
+		valid := true // report every invalid entry, not only the first
 		for k, ex := range peer.IPBlock.Except {
 			exField := fmt.Sprintf("%s.ipBlock.except[%d]", field, k)
 			e, ok := parseCIDR(ex, exField, o)
 			if !ok {
-				return Peer{}, false
+				valid = false
+				continue
 			}
 			if e.Addr().Is4() != cidr.Addr().Is4() || !cidr.Contains(e.Addr()) || e.Bits() <= cidr.Bits() {
 				o.fieldf(exField, "%s is not a strict subset of cidr %s", ex, peer.IPBlock.CIDR)
-				return Peer{}, false
+				valid = false
+				continue
 			}
 			pe.Except = append(pe.Except, e)
 		}
-		return pe, true
+		return pe, valid
 	}
 	if peer.PodSelector == nil && peer.NamespaceSelector == nil {
 		o.fieldf(field, "must set podSelector, namespaceSelector or ipBlock")
@@ -519,14 +522,16 @@ func (ap adminPeer) convert(field string, o *objectErrors) (Peer, bool) {
 		return pe, pe.Nodes != nil
 	case len(ap.networks) > 0:
 		pe := Peer{Kind: PeerIPBlock}
+		valid := true // report every invalid entry, not only the first
 		for k, n := range ap.networks {
 			cidr, ok := parseCIDR(n, fmt.Sprintf("%s.networks[%d]", field, k), o)
 			if !ok {
-				return Peer{}, false
+				valid = false
+				continue
 			}
 			pe.CIDRs = append(pe.CIDRs, cidr)
 		}
-		return pe, true
+		return pe, valid
 	}
 	return Peer{Kind: PeerDomainNames, DomainNames: ap.domainNames}, true
 }

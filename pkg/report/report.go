@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/policy"
@@ -32,6 +31,9 @@ func (s Style) paint(code, text string) string {
 	return code + text + reset
 }
 
+// Verdict is "ALLOWED" or "DENIED", coloured for a terminal.
+func (s Style) Verdict(allowed bool) string { return s.verdict(allowed) }
+
 func (s Style) verdict(allowed bool) string {
 	if allowed {
 		return s.paint(green, "ALLOWED")
@@ -39,9 +41,14 @@ func (s Style) verdict(allowed bool) string {
 	return s.paint(red, "DENIED")
 }
 
-// Explain writes the verdict as a person would explain it: one line per
-// tier per direction, then the decision quoting the deciding rule.
-func Explain(w io.Writer, v *eval.Verdict, s Style) {
+// Explain writes the verdict as a person would explain it: per direction,
+// each tier with every rule that did not decide on its own line, then the
+// decision quoting the deciding rule.
+func Explain(w io.Writer, v *eval.Verdict, s Style) { ExplainRules(w, v, s, nil) }
+
+// ExplainRules is Explain that also says, with rules, what each rule that
+// did not match wanted (its peers or ports, named ports resolved).
+func ExplainRules(w io.Writer, v *eval.Verdict, s Style, rules *Rules) {
 	fmt.Fprintf(w, "%s -> %s %s/%d: %s\n", endpoint(v.From, v.FromIP), endpoint(v.To, v.ToIP), v.Protocol, v.Port, s.verdict(v.Allowed))
 	if v.Reason != "" {
 		fmt.Fprintf(w, "  %s\n", v.Reason)
@@ -52,19 +59,28 @@ func Explain(w io.Writer, v *eval.Verdict, s Style) {
 		dv   *eval.DirectionVerdict
 	}{{"Egress", v.Egress}, {"Ingress", v.Ingress}} {
 		fmt.Fprintf(w, "\n%s of %s: %s\n", d.name, d.dv.Subject, s.verdict(d.dv.Allowed))
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		if d.dv.Applies {
 			for _, tier := range []policy.Tier{policy.TierAdmin, policy.TierNetworkPolicy, policy.TierBaseline} {
-				if line := tierLine(d.dv, tier); line != "" {
-					fmt.Fprintf(tw, "  %s tier:\t%s\n", tier, line)
+				summary, steps := tierLines(d.dv, tier, rules, v.To)
+				switch {
+				case summary == "" && len(steps) == 0:
+				case len(steps) == 0:
+					fmt.Fprintf(w, "  %s tier: %s\n", tier, summary)
+				default:
+					fmt.Fprintf(w, "  %s tier:\n", tier)
+					for _, st := range steps {
+						fmt.Fprintf(w, "    - %s\n", st)
+					}
 				}
 			}
 		}
-		fmt.Fprintf(tw, "  Decision:\t%s\n", decision(d.dv, s))
-		for _, a := range d.dv.Ambiguous {
-			fmt.Fprintf(tw, "  Ambiguous:\t%s\n", a)
+		fmt.Fprintf(w, "  Decision: %s\n", decision(d.dv, s))
+		if strings.Contains(d.dv.Reason, "fails closed") && d.dv.Rule != "" {
+			fmt.Fprintf(w, "  Why: %s\n", d.dv.Reason)
 		}
-		tw.Flush()
+		for _, a := range d.dv.Ambiguous {
+			fmt.Fprintf(w, "  Ambiguous: %s\n", a)
+		}
 	}
 }
 
@@ -75,14 +91,20 @@ func endpoint(name, ip string) string {
 	return fmt.Sprintf("%s (%s)", name, ip)
 }
 
-// tierLine summarizes what one tier did before (or at) the decision.
-func tierLine(dv *eval.DirectionVerdict, tier policy.Tier) string {
+// tierLines summarizes what one tier did before (or at) the decision: a
+// one-line summary when no rule was skipped, else one line per skipped
+// rule (with what it wanted, when rules can say).
+func tierLines(dv *eval.DirectionVerdict, tier policy.Tier, rules *Rules, dst string) (string, []string) {
 	t := tier.String()
 	selected := dv.SelectedBy[t]
 	var parts []string
+	rulesSkipped := 0
 	for _, st := range dv.Skipped {
 		if st.Tier != t {
 			continue
+		}
+		if st.Rule != "" {
+			rulesSkipped++
 		}
 		if st.Policy == "" {
 			parts = append(parts, st.Why)
@@ -92,20 +114,26 @@ func tierLine(dv *eval.DirectionVerdict, tier policy.Tier) string {
 			parts = append(parts, fmt.Sprintf("%s: %s", st.Policy, st.Why))
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s %s (%s): %s", st.Policy, st.Rule, st.Action, st.Why))
+		line := fmt.Sprintf("%s %s (%s): %s", st.Policy, st.Rule, st.Action, st.Why)
+		if wanted := rules.Wanted(st.Policy, st.Rule, st.Why, dst); wanted != "" {
+			line += "; " + wanted
+		}
+		parts = append(parts, line)
 	}
 	reached := dv.Tier == t || len(parts) > 0 || tierBefore(tier, dv.Tier)
 	switch {
 	case !reached:
-		return ""
+		return "", nil
 	case len(selected) == 0 && tier != policy.TierNetworkPolicy:
-		return "no policy selects " + dv.Subject
+		return "no policy selects " + dv.Subject, nil
 	case len(parts) == 0 && dv.Tier == t:
-		return "selected by " + strings.Join(selected, ", ")
+		return "selected by " + strings.Join(selected, ", "), nil
 	case len(parts) == 0:
-		return "selected by " + strings.Join(selected, ", ") + "; no rule matched"
+		return "selected by " + strings.Join(selected, ", ") + "; no rule matched", nil
+	case len(parts) == 1 && rulesSkipped == 0:
+		return parts[0], nil // one summary, not a rule: on the tier's line
 	}
-	return strings.Join(parts, "; ")
+	return "", parts
 }
 
 // tierBefore reports whether tier a was evaluated before the deciding tier.

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/netpol/netpol/pkg/cluster"
+)
+
+// completionSnapshot reads the cluster state the command line names, for
+// shell completion: quietly, and briefly for a live cluster.
+func (in *inputFlags) completionSnapshot(ctx context.Context) *cluster.Snapshot {
+	if len(in.files) > 0 {
+		var files []string
+		for _, f := range in.files {
+			if f != "-" { // stdin is the shell's, not a state file
+				files = append(files, f)
+			}
+		}
+		snap, _ := cluster.LoadPaths(files, strings.NewReader(""))
+		return snap
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	snap, _, err := cluster.LoadLive(ctx, cluster.LiveOptions{Kubeconfig: in.kubeconfig, Context: in.context})
+	if err != nil {
+		return nil
+	}
+	return snap
+}
+
+// completeEndpoints completes explain's SRC (pods as namespace/name) and
+// DST (pods, svc/NAMESPACE/NAME, nodeport/NODE/NAMESPACE/NAME).
+func completeEndpoints(in *inputFlags) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) >= 2 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		snap := in.completionSnapshot(cmd.Context())
+		if snap == nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []string
+		for _, p := range snap.Pods {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+		if len(args) == 1 {
+			for _, s := range snap.Services {
+				out = append(out, "svc/"+s.Namespace+"/"+s.Name)
+				for _, port := range s.Spec.Ports {
+					if port.NodePort != 0 {
+						for _, n := range snap.Nodes {
+							out = append(out, "nodeport/"+n.Name+"/"+s.Namespace+"/"+s.Name)
+						}
+						break
+					}
+				}
+			}
+		}
+		return matching(out, toComplete), cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeNodes completes a Node name.
+func completeNodes(in *inputFlags) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		snap := in.completionSnapshot(cmd.Context())
+		if snap == nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []string
+		for _, n := range snap.Nodes {
+			out = append(out, n.Name)
+		}
+		return matching(out, toComplete), cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeNamespaces completes a Namespace name (of a namespace or a pod).
+func completeNamespaces(in *inputFlags) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		snap := in.completionSnapshot(cmd.Context())
+		if snap == nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		seen := map[string]bool{}
+		var out []string
+		add := func(ns string) {
+			if !seen[ns] {
+				seen[ns] = true
+				out = append(out, ns)
+			}
+		}
+		for _, n := range snap.Namespaces {
+			add(n.Name)
+		}
+		for _, p := range snap.Pods {
+			add(p.Namespace)
+		}
+		return matching(out, toComplete), cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+func matching(all []string, prefix string) []cobra.Completion {
+	sort.Strings(all)
+	var out []cobra.Completion
+	for i, s := range all {
+		if strings.HasPrefix(s, prefix) && (i == 0 || all[i-1] != s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func fixed(values ...string) cobra.CompletionFunc {
+	return cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp)
+}
+
+// registerCompletions adds flag completion to every command: -o values (from
+// the flag's help text, "one of: a, b or c"), --family, --node and -n.
+func registerCompletions(root *cobra.Command, in *inputFlags) {
+	for _, c := range root.Commands() {
+		registerCompletions(c, in)
+	}
+	complete := func(flag string, f cobra.CompletionFunc) {
+		if root.Flags().Lookup(flag) != nil {
+			if _, ok := root.GetFlagCompletionFunc(flag); !ok {
+				_ = root.RegisterFlagCompletionFunc(flag, f)
+			}
+		}
+	}
+	if o := root.Flags().Lookup("output"); o != nil {
+		complete("output", fixed(formatsOf(o.Usage)...))
+	}
+	complete("family", fixed("ipv4", "ipv6"))
+	complete("log-format", fixed("text", "json"))
+	complete("log-level", fixed("debug", "info", "warn", "error"))
+	complete("node", completeNodes(in))
+	complete("node-name", completeNodes(in))
+	complete("namespace", completeNamespaces(in))
+}
+
+// formatsOf reads "output format: table, json or yaml" as its values.
+func formatsOf(usage string) []string {
+	_, list, ok := strings.Cut(usage, ":")
+	if !ok {
+		return nil
+	}
+	list = strings.ReplaceAll(list, " or ", ", ")
+	var out []string
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f != "" && !strings.ContainsAny(f, " ()") {
+			out = append(out, f)
+		}
+	}
+	return out
+}
