@@ -14,10 +14,12 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -25,11 +27,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/netpol/netpol/pkg/compiler"
-	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
-	"github.com/netpol/netpol/pkg/policy"
+	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/proxy"
-	"github.com/netpol/netpol/pkg/proxy/proxier"
 )
 
 // Options configure the agent.
@@ -107,24 +107,44 @@ type Agent struct {
 	opts    Options
 	log     *slog.Logger
 	src     *sources
-	applier *nft.Applier
-	proxy   *proxier.Proxier // nil with NoProxy
+	prog    *node.Programmer
 	metrics *metrics
 	status  *statusWriter
-	ctx     context.Context
+	// tables are the node's tables (services absent with NoProxy), each
+	// with its own pending changes and backoff.
+	tables []*tableState
 
 	kick chan struct{}
 
-	mu           sync.Mutex
-	pendingSince time.Time // first change not yet programmed
-	lastSuccess  time.Time
-	ready        atomic.Bool
+	mu          sync.Mutex
+	lastSuccess time.Time
+	ready       atomic.Bool
 	// programmed is the table of the last successful sync; /debug/model
 	// renders it on request, not on every sync.
 	programmed atomic.Pointer[programmedTable]
 	generation int64
-	reported   map[string]bool // policy problems already logged
+	// reported are the problems already logged, by kind (policy,
+	// services): each kind is re-found only when its table syncs.
+	reported map[string]map[string]bool
 }
+
+// tableState is one table's share of the loop. A table that fails is
+// retried with its own exponential backoff; the other table keeps
+// syncing at the normal pace meanwhile. Guarded by Agent.mu.
+type tableState struct {
+	table node.Tables
+	// pending is when the first change not yet programmed into this
+	// table was seen (zero: none).
+	pending time.Time
+	// resync asks for a sync without a change (the periodic resync).
+	resync  bool
+	backoff time.Duration
+	retryAt time.Time // after a failure: no attempt before this
+	synced  bool      // programmed at least once
+}
+
+// maxBackoff caps the retry interval of a failing table.
+const maxBackoff = 30 * time.Second
 
 // RestConfig loads the client configuration: the kubeconfig file, or the
 // in-cluster config when it is empty.
@@ -144,7 +164,7 @@ func RestConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// New prepares an agent: API clients and the node's kernel applier.
+// New prepares an agent: API clients and the node's kernel tables.
 func New(opts Options) (*Agent, error) {
 	opts.defaults()
 	if opts.NodeName == "" {
@@ -162,24 +182,47 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	applier, err := openApplier(opts.NetNS, opts.Table)
+	ns := netns.None()
+	if opts.NetNS != "" {
+		if ns, err = netns.GetFromPath(netnsPath(opts.NetNS)); err != nil {
+			return nil, fmt.Errorf("network namespace %s: %w", opts.NetNS, err)
+		}
+		defer ns.Close() // the programmer keeps its own copies
+	}
+	prog, err := node.New(programmerOptions(opts, ns))
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), applier: applier, metrics: newMetrics(),
-		kick: make(chan struct{}, 1), reported: map[string]bool{}}
+	return newAgent(opts, kube, dyn, prog), nil
+}
+
+// programmerOptions are the node programmer's options for the agent's.
+func programmerOptions(opts Options, ns netns.NsHandle) node.Options {
+	return node.Options{Node: opts.NodeName, NetNS: ns, Table: opts.Table, NoProxy: opts.NoProxy,
+		ProxyTable: opts.ProxyTable, HealthChecks: true, Logger: opts.Logger.With("node", opts.NodeName),
+		Build: proxy.Options{NodePortAddresses: opts.NodePortAddresses, ClusterCIDRs: opts.ClusterCIDRs}}
+}
+
+// newAgent wires an agent from its parts: tests pass fake clients and a
+// programmer over nft.Fake tables. The agent owns prog from now on.
+func newAgent(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, prog *node.Programmer) *Agent {
+	opts.defaults()
+	a := &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), prog: prog, metrics: newMetrics(),
+		kick: make(chan struct{}, 1), reported: map[string]map[string]bool{}}
+	a.tables = []*tableState{{table: node.Policy}}
 	if !opts.NoProxy {
-		if a.proxy, err = newProxier(opts, a); err != nil {
-			applier.Close()
-			return nil, err
-		}
+		a.tables = append(a.tables, &tableState{table: node.Services})
 	}
 	a.src = newSources(kube, dyn, a.log, a.changed)
 	if !opts.NoStatus {
-		a.status = &statusWriter{kube: kube, dyn: dyn, namespace: opts.StatusNamespace, identity: opts.NodeName,
-			log: func(msg string, args ...any) { a.log.Info(msg, args...) }, onLeader: a.trigger}
+		a.status = newStatusWriter(kube, dyn, opts.StatusNamespace, opts.NodeName,
+			func(msg string, args ...any) { a.log.Info(msg, args...) }, func() {
+				// A new leader writes status at the next sync.
+				a.markPending(time.Now())
+				a.trigger()
+			})
 	}
-	return a, nil
+	return a
 }
 
 // openApplier opens the applier for the network namespace named by netns
@@ -216,12 +259,19 @@ func Cleanup(opts Options) error {
 // changed records an informer event and asks for a sync.
 func (a *Agent) changed(resource string) {
 	a.metrics.events.WithLabelValues(resource).Inc()
+	a.markPending(time.Now())
+	a.trigger()
+}
+
+// markPending notes a change not yet programmed into any table.
+func (a *Agent) markPending(now time.Time) {
 	a.mu.Lock()
-	if a.pendingSince.IsZero() {
-		a.pendingSince = time.Now()
+	for _, ts := range a.tables {
+		if ts.pending.IsZero() {
+			ts.pending = now
+		}
 	}
 	a.mu.Unlock()
-	a.trigger()
 }
 
 func (a *Agent) trigger() {
@@ -232,151 +282,236 @@ func (a *Agent) trigger() {
 }
 
 // Run serves health and metrics, waits for the caches, and syncs until ctx
-// ends. The kernel table is left in place on return (fail-static).
+// ends. The kernel tables are left in place on return (fail-static).
 func (a *Agent) Run(ctx context.Context) error {
-	defer a.applier.Close()
-	if a.proxy != nil {
-		defer a.proxy.Close()
-	}
+	defer a.prog.Close()
 	stopServers, err := a.serve()
 	if err != nil {
 		return err
 	}
 	defer stopServers()
 	a.log.Info("starting", "table", a.opts.Table, "netns", a.opts.NetNS)
-	a.ctx = ctx
 	if err := a.src.start(ctx); err != nil {
 		return fmt.Errorf("starting the watches: %w", err)
 	}
 	if a.status != nil {
 		go a.status.run(ctx)
+		go a.status.writeLoop(ctx)
 	}
-	a.mu.Lock()
-	if a.pendingSince.IsZero() {
-		a.pendingSince = time.Now()
-	}
-	a.mu.Unlock()
+	a.markPending(time.Now())
 	return a.loop(ctx)
 }
 
 // loop runs coalesced syncs: a change triggers a sync, but no sooner than
 // MinSyncInterval after the previous one started, so a burst of events
-// becomes a handful of transactions. A failed sync is retried with
-// exponential backoff; the kernel keeps the previous state meanwhile.
+// becomes a handful of transactions. Each table is synced when it has a
+// change to program and is not backing off after a failure; the kernel
+// keeps a failed table's previous state meanwhile. Every ResyncPeriod (from
+// the previous resync, however busy the loop is) both tables are checked
+// for changes made behind the agent's back and repaired.
 func (a *Agent) loop(ctx context.Context) error {
-	const maxBackoff = 30 * time.Second
-	backoff := time.Duration(0)
-	resync := time.NewTimer(0) // the first sync runs at once
-	defer resync.Stop()
+	wake := time.NewTimer(0) // the first sync runs at once
+	defer wake.Stop()
 	var last time.Time
+	nextResync := time.Now().Add(a.opts.ResyncPeriod)
 	for {
 		select {
 		case <-ctx.Done():
 			a.log.Info("stopping; the kernel keeps enforcing the last programmed state")
 			return nil
 		case <-a.kick:
-		case <-resync.C:
+		case <-wake.C:
 		}
-		wait := time.Until(last.Add(a.opts.MinSyncInterval))
-		if backoff > wait {
-			wait = time.Until(last.Add(backoff))
-		}
-		if wait > 0 {
+		if wait := time.Until(last.Add(a.opts.MinSyncInterval)); wait > 0 {
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-time.After(wait):
 			}
 		}
-		last = time.Now()
-		a.mu.Lock()
-		since := a.pendingSince
-		a.pendingSince = time.Time{}
-		a.mu.Unlock()
-		err := a.sync()
-		if err != nil {
+		now := time.Now()
+		resync := !now.Before(nextResync)
+		if resync {
+			nextResync = now.Add(a.opts.ResyncPeriod)
 			a.mu.Lock()
-			if a.pendingSince.IsZero() || (!since.IsZero() && since.Before(a.pendingSince)) {
-				a.pendingSince = since
+			for _, ts := range a.tables {
+				ts.resync = true
 			}
 			a.mu.Unlock()
-			backoff = min(max(2*backoff, 100*time.Millisecond), maxBackoff)
-			a.log.Error("sync failed; the kernel keeps the previous state", "err", err, "retry-in", backoff)
-			a.trigger()
+		}
+		if due := a.due(now); due != 0 {
+			last = now
+			a.syncTables(due, resync)
+		}
+		stopTimer(wake)
+		wake.Reset(time.Until(a.nextWake(nextResync)))
+	}
+}
+
+func stopTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+}
+
+// due lists the tables with pending changes that are not backing off.
+func (a *Agent) due(now time.Time) node.Tables {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var due node.Tables
+	for _, ts := range a.tables {
+		if (!ts.pending.IsZero() || ts.resync) && !now.Before(ts.retryAt) {
+			due |= ts.table
+		}
+	}
+	return due
+}
+
+// nextWake is when the loop must run without an event: the next resync,
+// or the retry of a failed table.
+func (a *Agent) nextWake(resync time.Time) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	next := resync
+	for _, ts := range a.tables {
+		if (!ts.pending.IsZero() || ts.resync) && ts.retryAt.After(time.Now()) && ts.retryAt.Before(next) {
+			next = ts.retryAt
+		}
+	}
+	return next
+}
+
+// syncTables syncs the due tables and keeps each table's pending changes
+// and backoff.
+func (a *Agent) syncTables(due node.Tables, verify bool) {
+	type taken struct {
+		pending time.Time
+		resync  bool
+	}
+	since := map[node.Tables]taken{}
+	a.mu.Lock()
+	for _, ts := range a.tables {
+		if due&ts.table != 0 {
+			since[ts.table] = taken{ts.pending, ts.resync}
+			ts.pending, ts.resync = time.Time{}, false
+		}
+	}
+	a.mu.Unlock()
+	failed := a.sync(due, verify)
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, ts := range a.tables {
+		s, ok := since[ts.table]
+		if !ok {
 			continue
 		}
-		backoff = 0
-		if !since.IsZero() {
-			a.metrics.programmingLatency.Observe(time.Since(since).Seconds())
+		if failed&ts.table != 0 {
+			if !s.pending.IsZero() && (ts.pending.IsZero() || s.pending.Before(ts.pending)) {
+				ts.pending = s.pending
+			}
+			ts.resync = ts.resync || s.resync
+			ts.backoff = min(max(2*ts.backoff, 100*time.Millisecond), maxBackoff)
+			ts.retryAt = now.Add(ts.backoff)
+			continue
 		}
-		if !a.ready.Swap(true) {
-			a.log.Info("initial sync done")
+		ts.backoff, ts.retryAt, ts.synced = 0, time.Time{}, true
+		if !s.pending.IsZero() {
+			a.metrics.programmingLatency.WithLabelValues(ts.table.String()).Observe(now.Sub(s.pending).Seconds())
 		}
-		resync.Reset(a.opts.ResyncPeriod)
+	}
+	// Healthy and ready mean every table: one that keeps failing shows.
+	for _, ts := range a.tables {
+		if !ts.synced || ts.backoff > 0 {
+			return
+		}
+	}
+	a.lastSuccess = now
+	if !a.ready.Swap(true) {
+		a.log.Info("initial sync done")
 	}
 }
 
 // sync builds the snapshot from the caches, compiles the node's ruleset
-// and applies the difference as one transaction.
-func (a *Agent) sync() error {
+// and applies the difference to each due table, and returns the tables
+// that failed. With verify (the periodic resync) it first checks the
+// tables for changes made behind its back, so that they are read back and
+// repaired. Status writes are queued for their own goroutine: they never
+// hold up kernel programming.
+func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 	start := time.Now()
 	snap, policies, report, err := a.src.snapshot()
 	if err != nil {
 		a.metrics.syncs.WithLabelValues("error").Inc()
-		return fmt.Errorf("snapshot: %w", err)
+		a.log.Error("sync failed; the kernel keeps the previous state", "err", fmt.Errorf("snapshot: %w", err))
+		return due
 	}
-	model := policy.Build(snap)
-	a.reportProblems(append(report.Errors, model.Errors...), model.Warnings)
-	table, err := compiler.Compile(eval.New(snap, model).Resolved(), compiler.Options{Node: a.opts.NodeName, Table: a.opts.Table})
-	if err != nil {
-		a.metrics.syncs.WithLabelValues("error").Inc()
-		return err
+	in := node.Prepare(snap)
+	a.reportProblems("policy", append(report.Errors, in.Model.Errors...), in.Model.Warnings)
+	if verify {
+		if drifted, err := a.prog.Verify(due); err != nil {
+			a.log.Warn("checking the kernel tables", "err", err)
+		} else if drifted != 0 {
+			a.log.Debug("re-reading the kernel tables (the ruleset changed since the last sync)", "tables", drifted.String())
+		}
 	}
-	stats, err := a.applier.Apply(table)
-	if err != nil {
-		a.metrics.syncs.WithLabelValues("error").Inc()
-		return err
+	res := a.prog.Sync(in, due)
+	failed := res.Failed()
+	var messages int
+	if r := res.Policy; r.Ran && r.Err == nil {
+		messages += r.Stats.Messages
+		a.metrics.setCounts(r.Counts)
+		if r.Stats.Messages > 0 {
+			a.metrics.transactionSize.Observe(float64(r.Stats.Messages))
+			a.log.Info("programmed", "messages", r.Stats.Messages, "elements-added", r.Stats.ElementsAdded,
+				"elements-deleted", r.Stats.ElementsDeleted, "chains-rewritten", r.Stats.ChainsRewritten,
+				"chains-added", r.Stats.ChainsAdded, "rules", r.Counts.Rules)
+		}
+		a.mu.Lock()
+		a.generation++
+		gen := a.generation
+		a.mu.Unlock()
+		a.programmed.Store(&programmedTable{generation: gen, table: r.Table})
+		if a.status != nil && a.status.leader.Load() {
+			a.status.enqueue(desiredStatus(policies, in.Model))
+		}
 	}
-	if a.proxy != nil {
-		res, err := a.proxy.Sync(snap)
-		a.reportProblems(append(res.Model.Errors, res.Failures...), nil)
+	if r := res.Services; r.Ran {
+		problems := r.Failures
+		if r.Model != nil {
+			problems = append(slices.Clip(r.Model.Errors), r.Failures...)
+		}
+		a.reportProblems("services", problems, nil)
+		if r.Err == nil {
+			messages += r.Stats.Messages
+			if r.Stats.Messages > 0 {
+				a.metrics.transactionSize.Observe(float64(r.Stats.Messages))
+				a.log.Info("programmed services", "messages", r.Stats.Messages, "elements-added", r.Stats.ElementsAdded,
+					"elements-deleted", r.Stats.ElementsDeleted, "chains-added", r.Stats.ChainsAdded, "sets", r.Counts.Sets)
+			}
+		}
+	}
+	for _, err := range []error{res.Policy.Err, res.Services.Err} {
 		if err != nil {
-			a.metrics.syncs.WithLabelValues("error").Inc()
-			return fmt.Errorf("services: %w", err)
-		}
-		stats.Messages += res.Stats.Messages
-		if res.Stats.Messages > 0 {
-			a.log.Info("programmed services", "messages", res.Stats.Messages, "elements-added", res.Stats.ElementsAdded,
-				"elements-deleted", res.Stats.ElementsDeleted, "chains-added", res.Stats.ChainsAdded, "sets", res.Counts.Sets)
+			a.log.Error("sync failed; the kernel keeps the previous state of this table", "err", err)
 		}
 	}
-	took := time.Since(start)
-	a.metrics.syncDuration.Observe(took.Seconds())
-	counts := table.Count()
-	a.metrics.setCounts(counts)
-	result := "unchanged"
-	if stats.Messages > 0 {
-		result = "success"
-		a.metrics.transactionSize.Observe(float64(stats.Messages))
-		a.log.Info("programmed", "took", took.Round(time.Microsecond), "messages", stats.Messages,
-			"elements-added", stats.ElementsAdded, "elements-deleted", stats.ElementsDeleted,
-			"chains-rewritten", stats.ChainsRewritten, "chains-added", stats.ChainsAdded, "rules", counts.Rules)
+	a.metrics.syncDuration.Observe(time.Since(start).Seconds())
+	switch {
+	case failed != 0:
+		a.metrics.syncs.WithLabelValues("error").Inc()
+	case messages > 0:
+		a.metrics.syncs.WithLabelValues("success").Inc()
+	default:
+		a.metrics.syncs.WithLabelValues("unchanged").Inc()
 	}
-	a.metrics.syncs.WithLabelValues(result).Inc()
-	a.metrics.lastSuccess.SetToCurrentTime()
-	a.mu.Lock()
-	a.lastSuccess = time.Now()
-	a.generation++
-	gen := a.generation
-	a.mu.Unlock()
-	a.programmed.Store(&programmedTable{generation: gen, table: table})
-	if a.status != nil && a.status.leader.Load() {
-		// Status is best effort: the next sync retries what failed.
-		if err := a.status.write(a.ctx, desiredStatus(policies, model)); err != nil {
-			a.log.Warn("writing policy status", "err", err)
-		}
+	if failed == 0 {
+		a.metrics.lastSuccess.SetToCurrentTime()
 	}
-	return nil
+	return failed
 }
 
 // programmedTable is a table the kernel holds and the sync that applied
@@ -386,25 +521,31 @@ type programmedTable struct {
 	table      *nft.Table
 }
 
-// reportProblems logs each policy problem once (they are re-found at every
-// sync) and counts them.
-func (a *Agent) reportProblems(errs []error, warnings []string) {
-	a.metrics.policyErrors.Set(float64(len(errs) + len(warnings)))
+// reportProblems logs each problem of one kind once (they are re-found at
+// every sync of that kind's table) and counts them: policy problems in
+// netpol_policy_errors, Service problems in netpol_service_errors.
+func (a *Agent) reportProblems(kind string, errs []error, warnings []string) {
+	gauge := a.metrics.policyErrors
+	if kind == "services" {
+		gauge = a.metrics.serviceErrors
+	}
+	gauge.Set(float64(len(errs) + len(warnings)))
+	reported := a.reported[kind]
 	seen := map[string]bool{}
 	for _, e := range errs {
 		msg := e.Error()
 		seen[msg] = true
-		if !a.reported[msg] {
-			a.log.Warn("policy error", "err", msg)
+		if !reported[msg] {
+			a.log.Warn(kind+" error", "err", msg)
 		}
 	}
 	for _, w := range warnings {
 		seen[w] = true
-		if !a.reported[w] {
-			a.log.Warn("policy warning", "warning", w)
+		if !reported[w] {
+			a.log.Warn(kind+" warning", "warning", w)
 		}
 	}
-	a.reported = seen
+	a.reported[kind] = seen
 }
 
 // health reports whether the agent keeps the kernel up to date.
@@ -412,8 +553,10 @@ func (a *Agent) health() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
-	if !a.pendingSince.IsZero() && a.ready.Load() && now.Sub(a.pendingSince) > a.opts.HealthTimeout {
-		return fmt.Errorf("changes seen %v ago are not programmed yet", now.Sub(a.pendingSince).Round(time.Second))
+	for _, ts := range a.tables {
+		if !ts.pending.IsZero() && a.ready.Load() && now.Sub(ts.pending) > a.opts.HealthTimeout {
+			return fmt.Errorf("changes seen %v ago are not programmed into the %s table yet", now.Sub(ts.pending).Round(time.Second), ts.table)
+		}
 	}
 	if !a.lastSuccess.IsZero() && now.Sub(a.lastSuccess) > a.opts.ResyncPeriod+a.opts.HealthTimeout {
 		return fmt.Errorf("the last successful sync was %v ago", now.Sub(a.lastSuccess).Round(time.Second))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -89,10 +90,10 @@ func TestHealth(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := &Agent{opts: Options{}}
+			a := &Agent{opts: Options{}, tables: []*tableState{{table: node.Policy}, {table: node.Services}}}
 			a.opts.defaults()
 			a.ready.Store(tt.ready)
-			a.pendingSince, a.lastSuccess = tt.pendingSince, tt.lastSuccess
+			a.tables[1].pending, a.lastSuccess = tt.pendingSince, tt.lastSuccess
 			if err := a.health(); (err == nil) != tt.healthy {
 				t.Errorf("health() = %v, want healthy=%v", err, tt.healthy)
 			}

@@ -10,17 +10,18 @@ import (
 // metrics are the agent's Prometheus metrics, in their own registry.
 type metrics struct {
 	registry *prometheus.Registry
-	// syncDuration: snapshot + compile + kernel transaction.
+	// syncDuration: snapshot + compile + kernel transactions.
 	syncDuration prometheus.Histogram
 	// programmingLatency: from the first event of a change to the commit of
 	// the transaction that carries it.
-	programmingLatency prometheus.Histogram
-	syncs              *prometheus.CounterVec // result=success|error|unchanged
-	events             *prometheus.CounterVec // resource
-	kernelObjects      *prometheus.GaugeVec   // kind=chains|rules|sets|elements
-	transactionSize    prometheus.Histogram   // netlink messages per transaction
+	programmingLatency *prometheus.HistogramVec // table=policy|services
+	syncs              *prometheus.CounterVec   // result=success|error|unchanged
+	events             *prometheus.CounterVec   // resource
+	kernelObjects      *prometheus.GaugeVec     // kind=chains|rules|sets|elements
+	transactionSize    prometheus.Histogram     // netlink messages per transaction
 	lastSuccess        prometheus.Gauge
 	policyErrors       prometheus.Gauge
+	serviceErrors      prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -29,8 +30,8 @@ func newMetrics() *metrics {
 		registry: prometheus.NewRegistry(),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "netpol_sync_duration_seconds",
 			Help: "Time of one sync: snapshot, compile and the kernel transaction.", Buckets: buckets}),
-		programmingLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "netpol_programming_latency_seconds",
-			Help: "Time from an object change seen by the agent to the commit of the kernel transaction that carries it.", Buckets: buckets}),
+		programmingLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "netpol_programming_latency_seconds",
+			Help: "Time from an object change seen by the agent to the commit of the kernel transaction that carries it, by table.", Buckets: buckets}, []string{"table"}),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "netpol_syncs_total",
 			Help: "Syncs by result: success (a transaction was committed), unchanged (nothing to send), error."}, []string{"result"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "netpol_informer_events_total",
@@ -43,9 +44,11 @@ func newMetrics() *metrics {
 			Help: "Unix time of the last successful sync."}),
 		policyErrors: prometheus.NewGauge(prometheus.GaugeOpts{Name: "netpol_policy_errors",
 			Help: "Problems found in the cluster's policies at the last sync (rejected objects, rules failing closed)."}),
+		serviceErrors: prometheus.NewGauge(prometheus.GaugeOpts{Name: "netpol_service_errors",
+			Help: "Problems found in the cluster's Services at the last sync of the NAT table, and failures after its commit (conntrack cleanup, health checks)."}),
 	}
 	m.registry.MustRegister(m.syncDuration, m.programmingLatency, m.syncs, m.events, m.kernelObjects,
-		m.transactionSize, m.lastSuccess, m.policyErrors,
+		m.transactionSize, m.lastSuccess, m.policyErrors, m.serviceErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,68 @@ type statusWriter struct {
 	log       func(msg string, args ...any)
 	// onLeader asks for a sync, so a new leader writes status at once.
 	onLeader func()
+
+	// The sync loop queues the statuses it wants and goes on; writeLoop
+	// writes the latest (at client QPS, N changed policies take N/QPS
+	// seconds, which must not stall kernel programming).
+	mu      sync.Mutex
+	queued  []policyStatus
+	pending bool
+	kick    chan struct{}
+	// retry is how long a failed write waits before it is tried again.
+	retry time.Duration
+}
+
+func newStatusWriter(kube kubernetes.Interface, dyn dynamic.Interface, namespace, identity string, log func(string, ...any), onLeader func()) *statusWriter {
+	return &statusWriter{kube: kube, dyn: dyn, namespace: namespace, identity: identity, log: log, onLeader: onLeader,
+		kick: make(chan struct{}, 1), retry: 5 * time.Second}
+}
+
+// enqueue replaces whatever is waiting to be written with statuses.
+func (w *statusWriter) enqueue(statuses []policyStatus) {
+	w.mu.Lock()
+	w.queued, w.pending = statuses, true
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop writes the queued statuses until ctx ends. A failed write is
+// tried again after a pause unless newer statuses came meanwhile.
+func (w *statusWriter) writeLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.kick:
+		}
+		w.mu.Lock()
+		statuses, ok := w.queued, w.pending
+		w.queued, w.pending = nil, false
+		w.mu.Unlock()
+		if !ok || !w.leader.Load() {
+			continue
+		}
+		if err := w.write(ctx, statuses); err != nil && ctx.Err() == nil {
+			w.log("writing policy status failed; retrying", "err", err, "retry-in", w.retry)
+			w.mu.Lock()
+			if !w.pending {
+				w.queued, w.pending = statuses, true
+			}
+			w.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(w.retry):
+			}
+			select {
+			case w.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // run takes part in the election until ctx ends.
