@@ -61,7 +61,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.NodeName, "node-name", agent.Hostname(), "the Node this agent programs (default: NODE_NAME, else the host name)")
+	f.StringVar(&opts.NodeName, "node-name", agent.Hostname(), "the Node this agent programs: NODE_NAME, else the host name")
 	f.StringVar(&opts.NetNS, "netns", "", "program this network namespace (a name under /run/netns or a path) instead of the agent's own; for the lab")
 	f.StringVar(&opts.Table, "table", "", "nftables table name (default netpol)")
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":9753", "Prometheus metrics listen address (empty: off)")

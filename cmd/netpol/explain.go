@@ -63,8 +63,10 @@ an error or when some input object was invalid (reported on stderr); with
 				return err
 			}
 			if !isService {
-				if a, err := netip.ParseAddr(args[1]); err == nil {
-					target, isService = serviceByAddress(l.snap, a, probe)
+				if a, perr := netip.ParseAddr(args[1]); perr == nil {
+					if target, isService, err = serviceByAddress(l.snap, a, probe); err != nil {
+						return err
+					}
 				}
 			}
 			out := cmd.OutOrStdout()

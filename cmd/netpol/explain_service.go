@@ -42,10 +42,11 @@ type serviceVerdict struct {
 	Port      int32           `json:"port"` // the port dialed
 	// Node is the node whose rules DNAT the connection.
 	Node string `json:"node"`
-	// PolicySource is the source policy sees after DNAT: the client, or
-	// the node's address when the client is masqueraded.
-	PolicySource string            `json:"policySource"`
-	Endpoints    []endpointVerdict `json:"endpoints"`
+	// EgressBeforeDNAT is the source pod's egress verdict when its own
+	// node does not DNAT the connection (a NodePort on another node): its
+	// node sees the node address and port dialed, not the endpoint.
+	EgressBeforeDNAT *eval.Verdict     `json:"egressBeforeDNAT,omitempty"`
+	Endpoints        []endpointVerdict `json:"endpoints"`
 	// Note says what the Service's traffic policy and masquerading do, and
 	// what happens with no endpoint.
 	Note string `json:"note,omitempty"`
@@ -55,10 +56,18 @@ type serviceVerdict struct {
 }
 
 type endpointVerdict struct {
-	Endpoint string        `json:"endpoint"` // namespace/pod, or the address
-	Address  string        `json:"address"`
-	Port     int32         `json:"port"`
-	Verdict  *eval.Verdict `json:"verdict"`
+	Endpoint string `json:"endpoint"` // namespace/pod, or the address
+	Address  string `json:"address"`
+	Port     int32  `json:"port"`
+	Node     string `json:"node,omitempty"`
+	// PolicySource is the source the endpoint's ingress policy sees: the
+	// client, or the DNATing node's address when the client is
+	// masqueraded on its way to an endpoint on another node.
+	PolicySource string `json:"policySource"`
+	// Allowed is the connection's verdict to this endpoint: Verdict's,
+	// or with EgressBeforeDNAT, that egress and Verdict's ingress.
+	Allowed bool          `json:"allowed"`
+	Verdict *eval.Verdict `json:"verdict"`
 }
 
 // serviceTarget is a destination that DNAT rewrites: one frontend of a
@@ -100,8 +109,9 @@ func parseServiceName(s string) (serviceTarget, bool, error) {
 // serviceByAddress finds the Service frontend at addr and probe's port: a
 // ClusterIP, load-balancer IP or external IP with that port, or a node
 // address with a NodePort of that number. ok is false when addr and port
-// are not a Service frontend (the connection is not DNATed).
-func serviceByAddress(snap *cluster.Snapshot, addr netip.Addr, probe eval.Probe) (serviceTarget, bool) {
+// are not a Service frontend (the connection is not DNATed); a ClusterIP
+// without that port is an error (the node rejects such connections).
+func serviceByAddress(snap *cluster.Snapshot, addr netip.Addr, probe eval.Probe) (serviceTarget, bool, error) {
 	addr = addr.Unmap()
 	t := serviceTarget{given: addr.String(), addr: addr}
 	hasPort := func(svc *corev1.Service, nodePort bool) bool {
@@ -140,7 +150,9 @@ func serviceByAddress(snap *cluster.Snapshot, addr netip.Addr, probe eval.Probe)
 			lbs = append(lbs, in.IP)
 		}
 		switch {
-		case is(ips) && hasPort(svc, false):
+		case is(ips) && !hasPort(svc, false):
+			return t, false, fmt.Errorf("%s is the ClusterIP of Service %s/%s, which has no port %s (the node rejects such connections)", addr, svc.Namespace, svc.Name, probe)
+		case is(ips):
 			t.frontend = frontendClusterIP
 		case is(lbs) && hasPort(svc, false):
 			t.frontend = frontendLoadBalancer
@@ -149,7 +161,7 @@ func serviceByAddress(snap *cluster.Snapshot, addr netip.Addr, probe eval.Probe)
 		default:
 			continue
 		}
-		return t, true
+		return t, true, nil
 	}
 	for _, n := range snap.Nodes {
 		var addrs []string
@@ -164,11 +176,11 @@ func serviceByAddress(snap *cluster.Snapshot, addr netip.Addr, probe eval.Probe)
 		for _, svc := range services {
 			if hasPort(svc, true) {
 				t.namespace, t.name, t.frontend, t.node = svc.Namespace, svc.Name, frontendNodePort, n.Name
-				return t, true
+				return t, true, nil
 			}
 		}
 	}
-	return serviceTarget{}, false
+	return serviceTarget{}, false, nil
 }
 
 // explainSource is the client of a Service connection.
@@ -352,7 +364,7 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 		return nil, fmt.Errorf("Service %s/%s has no %s %s; it has %s", t.namespace, t.name, fam, what, strings.Join(have, ", "))
 	}
 	sv := &serviceVerdict{From: src.name, To: t.given, Service: t.namespace + "/" + t.name, Frontend: t.frontend,
-		ClusterIP: sp.ClusterIP.String(), Protocol: sp.Protocol, Port: probe.Port, Node: node, PolicySource: src.name, Endpoints: []endpointVerdict{}}
+		ClusterIP: sp.ClusterIP.String(), Protocol: sp.Protocol, Port: probe.Port, Node: node, Endpoints: []endpointVerdict{}}
 	switch {
 	case t.addr.IsValid():
 		sv.Address = t.addr.String()
@@ -377,27 +389,35 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 		case !sp.ExternalPolicyLocal:
 			eps = sp.ExternalEndpoints()
 			masquerade = true
-			notes = append(notes, "externalTrafficPolicy Cluster: the client is masqueraded, so policy sees node "+node)
+			notes = append(notes, fmt.Sprintf("externalTrafficPolicy Cluster: every cluster endpoint; the client is masqueraded to node %s's address on the way to an endpoint on another node (policy there sees node %s)", node, node))
 		case podNetwork:
 			eps = sp.ClusterEndpoints
 			notes = append(notes, "externalTrafficPolicy Local: a pod's connection uses every cluster endpoint, keeping its address")
 		case !src.external && src.node == node:
 			eps = sp.ClusterEndpoints
 			masquerade = true
-			notes = append(notes, fmt.Sprintf("externalTrafficPolicy Local: node %s itself uses every cluster endpoint, masqueraded", node))
+			notes = append(notes, fmt.Sprintf("externalTrafficPolicy Local: node %s itself uses every cluster endpoint", node))
 		default:
 			eps = sp.LocalEndpoints
 			notes = append(notes, fmt.Sprintf("externalTrafficPolicy Local: only endpoints on node %s, and the client keeps its address", node))
 		}
 	}
-	policySrc := src.name
-	if masquerade {
-		a := nodeAddress(snap, node, fam)
-		if !a.IsValid() {
-			return nil, fmt.Errorf("node %s has no %s address to masquerade the client to", node, fam)
+	// Policy runs in the forward chain, between DNAT (prerouting) and
+	// masquerading (postrouting): an endpoint on the DNATing node sees the
+	// client; one on another node sees the DNATing node when masqueraded.
+	nodeAddr := nodeAddress(snap, node, fam)
+	if masquerade && !nodeAddr.IsValid() {
+		return nil, fmt.Errorf("node %s has no %s address to masquerade the client to", node, fam)
+	}
+	// A pod whose own node does not DNAT the connection (a NodePort of
+	// another node) is judged for egress there, against the address dialed.
+	if podNetwork && src.node != node {
+		before, err := l.evaluator.Explain(src.name, nodeAddr.String(), probe, familyOf(fam))
+		if err != nil {
+			return nil, fmt.Errorf("source %s before DNAT: %w", src.name, err)
 		}
-		policySrc = a.String()
-		sv.PolicySource = a.String() + " (node " + node + ")"
+		sv.EgressBeforeDNAT = before
+		notes = append(notes, fmt.Sprintf("node %s of %s does not DNAT it: %s's egress is judged there against %s port %d", src.node, src.name, src.name, nodeAddr, probe.Port))
 	}
 	switch {
 	case !sp.AnyEndpoints:
@@ -407,23 +427,45 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 		sv.DroppedBy = "traffic policy"
 		notes = append(notes, fmt.Sprintf("no endpoint serves this port for node %s under the Service's traffic policy: the connection is dropped, before any policy", node))
 	}
-	sv.Note = strings.Join(notes, "; ")
 	sv.Allowed = len(eps) > 0
 	for _, ep := range eps {
 		dst := ep.Address.String()
 		if ep.PodName != "" {
 			dst = ep.PodNamespace + "/" + ep.PodName
 		}
+		policySrc, shown := src.name, src.name
+		if masquerade && ep.NodeName != node {
+			policySrc, shown = nodeAddr.String(), nodeAddr.String()+" (node "+node+")"
+		}
 		v, err := l.evaluator.Explain(policySrc, dst, eval.Probe{Protocol: probe.Protocol, Port: ep.Port}, familyOf(fam))
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %s: %w", dst, err)
 		}
-		if !v.Allowed {
-			sv.Allowed = false
-			sv.DroppedBy = "policy"
+		allowed := v.Allowed
+		hairpin := src.pod != nil && policySrc == src.name && ep.PodNamespace == src.pod.Namespace && ep.PodName == src.pod.Name && src.node != node
+		if hairpin {
+			// The endpoint is the client, reached through another node
+			// without masquerading: it answers itself directly, and the
+			// reply never returns through node for un-DNAT.
+			allowed = false
+			sv.DroppedBy = "hairpin"
+			notes = append(notes, fmt.Sprintf("endpoint %s is the client itself, reached through node %s without masquerading: its reply does not return through %s, so the connection fails", dst, node, node))
+		} else if sv.EgressBeforeDNAT != nil {
+			allowed = sv.EgressBeforeDNAT.Egress.Allowed && (v.Ingress == nil || v.Ingress.Allowed)
+			if v.Reason != "" { // the pod itself, through a remote node
+				allowed = sv.EgressBeforeDNAT.Egress.Allowed
+			}
 		}
-		sv.Endpoints = append(sv.Endpoints, endpointVerdict{Endpoint: dst, Address: ep.Address.String(), Port: ep.Port, Verdict: v})
+		if !allowed {
+			sv.Allowed = false
+			if !hairpin {
+				sv.DroppedBy = "policy"
+			}
+		}
+		sv.Endpoints = append(sv.Endpoints, endpointVerdict{Endpoint: dst, Address: ep.Address.String(), Port: ep.Port, Node: ep.NodeName,
+			PolicySource: shown, Allowed: allowed, Verdict: v})
 	}
+	sv.Note = strings.Join(notes, "; ")
 	return sv, nil
 }
 
@@ -439,15 +481,24 @@ func familyOf(f corev1.IPFamily) eval.Family {
 func (sv *serviceVerdict) why() string {
 	switch sv.DroppedBy {
 	case "policy":
+		if sv.EgressBeforeDNAT != nil && !sv.EgressBeforeDNAT.Egress.Allowed {
+			return fmt.Sprintf("policy before DNAT denies %s's egress to %s port %d (%s)", sv.From, sv.Address, sv.Port, sv.EgressBeforeDNAT.Egress.Reason)
+		}
 		var denied []string
 		for _, e := range sv.Endpoints {
-			if !e.Verdict.Allowed {
-				denied = append(denied, e.Endpoint)
+			if !e.Allowed {
+				denied = append(denied, e.PolicySource+" -> endpoint "+e.Endpoint)
 			}
 		}
-		return fmt.Sprintf("policy after DNAT denies %s -> endpoint %s", sv.PolicySource, strings.Join(denied, ", "))
+		return "policy after DNAT denies " + strings.Join(denied, ", ")
 	case "":
 		return ""
+	case "hairpin":
+		for _, n := range strings.Split(sv.Note, "; ") {
+			if strings.Contains(n, "the client itself") {
+				return n
+			}
+		}
 	}
 	return sv.Note
 }
@@ -474,8 +525,12 @@ func writeServiceVerdict(out io.Writer, sv *serviceVerdict, style report.Style, 
 	if w := sv.why(); w != "" && sv.DroppedBy == "policy" {
 		fmt.Fprintf(out, "  %s\n", w)
 	}
+	if sv.EgressBeforeDNAT != nil {
+		fmt.Fprintf(out, "\nbefore DNAT, on the node of %s (egress only):\n", sv.From)
+		report.ExplainRules(out, sv.EgressBeforeDNAT, style, rules)
+	}
 	for _, e := range sv.Endpoints {
-		fmt.Fprintf(out, "\nendpoint %s (%s port %d), policy sees the connection after DNAT:\n", e.Endpoint, e.Address, e.Port)
+		fmt.Fprintf(out, "\nendpoint %s (%s port %d), policy sees the connection after DNAT from %s:\n", e.Endpoint, e.Address, e.Port, e.PolicySource)
 		report.ExplainRules(out, e.Verdict, style, rules)
 	}
 }

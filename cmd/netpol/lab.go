@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -55,18 +56,31 @@ func startLab(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix st
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if len(l.snap.Nodes) == 0 {
+		return nil, nil, nil, fmt.Errorf("the state in %s has no Node objects: the lab makes one network namespace per Node and puts each pod on its spec.nodeName; add the Nodes (kubectl get nodes -o yaml)", strings.Join(in.files, ", "))
+	}
 	if len(probes) == 0 {
 		if probes, err = tableProbes(l.evaluator.Table(eval.TableOptions{})); err != nil {
 			return nil, nil, nil, err
 		}
 	}
+	// The lab names its namespaces PREFIX-underlay, PREFIX-n-0, ...: a
+	// prefix given with its dash ("netpol-x-") must not double it.
+	prefix = strings.TrimRight(prefix, "-")
+	if prefix != "" && !strings.HasPrefix(prefix+"-", labPrefix) {
+		return nil, nil, nil, fmt.Errorf("--prefix %q: lab prefixes start with %q", prefix, labPrefix)
+	}
+	stderr := cmd.ErrOrStderr()
+	fmt.Fprintf(stderr, "lab: bringing up %d node(s) and %d pod(s) as network namespaces...\n", len(l.snap.Nodes), len(l.snap.Pods))
 	lb, err := lab.Up(ctx, l.snap, lab.Options{Prefix: prefix, ExtraPorts: probes})
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	fmt.Fprintf(stderr, "lab %s is up: %s\n", lb.Prefix(), labSize(lb))
 	for _, n := range lb.Notes() {
-		fmt.Fprintln(cmd.ErrOrStderr(), "note:", n)
+		fmt.Fprintln(stderr, "note:", n)
 	}
+	fmt.Fprintf(stderr, "lab %s: programming %d node(s)\n", lb.Prefix(), len(lb.Nodes()))
 	enf := conformance.NewEnforcer(lb)
 	if _, err := enf.Sync(l.snap); err != nil {
 		enf.Close()
@@ -81,9 +95,16 @@ func newLabUpCommand(in *inputFlags) *cobra.Command {
 		Use:   "up -f PATH",
 		Short: "Bring a lab up from a state file and keep it until interrupted",
 		Long: "Bring a lab up from a state file, program every node, print where everything is, and keep\n" +
-			"the probe servers running until SIGINT or SIGTERM; then tear everything down.",
+			"the probe servers running until SIGINT or SIGTERM (or until `netpol lab down` removes its\n" +
+			"namespaces); then tear everything down and say what was removed.\n\n" +
+			"The probe servers are not HTTP: on TCP (and SCTP) they write the pod's namespace/name and\n" +
+			"close; on UDP they answer each datagram with it. So a connection test is, from a pod's\n" +
+			"namespace (bash's /dev/tcp needs no other tool):\n" +
+			"  sudo ip netns exec POD-NETNS timeout 2 bash -c 'cat </dev/tcp/POD-IP/PORT'\n" +
+			"which prints the answering pod, or fails after 2 seconds when policy drops it.",
 		Example: "  sudo netpol lab up -f examples/demo\n" +
-			"  sudo ip netns exec <pod namespace> curl http://<pod ip>:80  # in another terminal",
+			"  # in another terminal (lab up prints the namespaces and addresses):\n" +
+			"  sudo ip netns exec netpol-1a2b3c-p-0 timeout 2 bash -c 'cat </dev/tcp/10.244.2.10/8080'",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signalContext(cmd.Context())
@@ -94,11 +115,22 @@ func newLabUpCommand(in *inputFlags) *cobra.Command {
 			}
 			defer enf.Close()
 			defer lb.Down()
-			writeLabStatus(cmd.OutOrStdout(), lb)
-			fmt.Fprintln(cmd.OutOrStdout(), "lab is up; press Ctrl-C (or `netpol lab down`) to tear it down")
-			<-ctx.Done()
+			out := cmd.OutOrStdout()
+			writeLabStatus(out, lb)
+			if try := tryCommand(lb); try != "" {
+				fmt.Fprintf(out, "try (in another terminal):\n  %s\n", try)
+			}
+			fmt.Fprintf(out, "lab is up; press Ctrl-C (or run `netpol lab down --prefix %s`) to tear it down\n", lb.Prefix())
+			size := labSize(lb)
+			gone := waitLab(ctx, lb, time.Second)
+			enf.Close()
 			if err := lb.Down(); err != nil {
 				return err
+			}
+			if gone != "" {
+				fmt.Fprintf(out, "%s; stopped the probe servers and removed the rest of lab %s (%s)\n", gone, lb.Prefix(), size)
+			} else {
+				fmt.Fprintf(out, "removed lab %s: %s\n", lb.Prefix(), size)
 			}
 			return l.done()
 		},
@@ -165,19 +197,27 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stderr := cmd.ErrOrStderr()
+			fmt.Fprintf(stderr, "lab %s: probing %d pod(s) x %d pod(s) x %d port(s)\n", lb.Prefix(), len(lb.Pods()), len(lb.Pods()), len(probes))
 			observed, notes, probeErr := lb.Probe(ctx, lab.ProbeOptions{Probes: probes, Family: fam, SkipUnsupported: true})
 			var svcRows []report.ServiceResult
 			var svcObs []lab.ServiceObservation
 			if services && probeErr == nil {
+				fmt.Fprintf(stderr, "lab %s: probing every Service port\n", lb.Prefix())
 				var svcNotes []string
 				svcObs, svcNotes, probeErr = lb.ProbeServices(ctx, lab.ServiceProbeOptions{Family: fam})
 				notes = append(notes, svcNotes...)
 				svcRows = serviceRows(svcObs)
+				for i := range svcRows {
+					svcRows[i].Why = serviceWhy(l, svcObs[i])
+				}
 			}
 			enf.Close()
+			size := labSize(lb)
 			if err := errors.Join(probeErr, lb.Down()); err != nil {
 				return err
 			}
+			fmt.Fprintf(stderr, "lab %s removed: %s\n", lb.Prefix(), size)
 			for _, n := range notes {
 				fmt.Fprintln(cmd.ErrOrStderr(), "note:", n)
 			}
@@ -231,6 +271,115 @@ func serviceRows(obs []lab.ServiceObservation) []report.ServiceResult {
 	return rows
 }
 
+// serviceWhy says why a Service probe timed out: the Service's traffic
+// policy (no endpoint for that node) or policy after DNAT, from the client
+// or (NodePort, externalTrafficPolicy Cluster) its masqueraded address;
+// "" for probes that did not time out.
+func serviceWhy(l *loaded, o lab.ServiceObservation) string {
+	if o.Allowed || o.Result != lab.ResultTimeout {
+		return ""
+	}
+	t, ok, err := parseServiceName(o.To)
+	if !ok || err != nil {
+		return ""
+	}
+	t.addr = o.ToAddr
+	from := o.From
+	if from == lab.ExternalSource {
+		from = o.FromAddr.String()
+	}
+	sv, err := explainService(l, from, t, eval.Probe{Protocol: o.Protocol, Port: o.Port}, familyOf(o.Family))
+	if err != nil {
+		return "not explained: " + err.Error()
+	}
+	if w := sv.why(); w != "" {
+		return w
+	}
+	return "policy and the Service's traffic policy allow it: not explained by either"
+}
+
+// labSize counts what a lab is made of, for progress messages.
+func labSize(lb *lab.Lab) string {
+	pods, hostNet := 0, 0
+	for _, p := range lb.Pods() {
+		if p.HostNetwork {
+			hostNet++
+		} else {
+			pods++
+		}
+	}
+	s := fmt.Sprintf("%d network namespaces (underlay, %d node(s), %d pod(s))", 1+len(lb.Nodes())+pods, len(lb.Nodes()), pods)
+	if hostNet > 0 {
+		s += fmt.Sprintf(", %d host-network pod(s) in their nodes'", hostNet)
+	}
+	return s
+}
+
+// tryCommand is a connection test that works in the lab: from the first
+// pod's namespace to the first other pod's first served TCP port.
+func tryCommand(lb *lab.Lab) string {
+	pods := lb.Pods()
+	for _, from := range pods {
+		if from.HostNetwork {
+			continue
+		}
+		for _, to := range pods {
+			if to.Name == from.Name || len(to.Addrs) == 0 {
+				continue
+			}
+			for _, p := range to.Serves {
+				if p.Protocol == "TCP" {
+					return fmt.Sprintf("sudo ip netns exec %s timeout 2 bash -c 'cat </dev/tcp/%s/%d'   # %s -> %s: prints %s, or fails if denied",
+						from.NetNS, to.Addrs[0], p.Port, from.Name, to.Name, to.Name)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// waitLab returns when ctx is done ("") or when some of the lab's
+// namespaces were removed from elsewhere (`netpol lab down`): then it says
+// so.
+func waitLab(ctx context.Context, lb *lab.Lab, every time.Duration) string {
+	want := map[string]bool{}
+	for _, n := range lb.Nodes() {
+		want[n.NetNS] = true
+	}
+	for _, p := range lb.Pods() {
+		want[p.NetNS] = true
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-tick.C:
+		}
+		labs, err := lab.List(lb.Prefix() + "-")
+		if err != nil {
+			continue
+		}
+		have := map[string]bool{}
+		for _, names := range labs {
+			for _, n := range names {
+				have[n] = true
+			}
+		}
+		var missing []string
+		for n := range want {
+			if !have[n] {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) > 0 {
+			sort.Strings(missing)
+			return fmt.Sprintf("%d of the lab's network namespaces were removed from elsewhere (%s ...; `netpol lab down`?)", len(missing), missing[0])
+		}
+	}
+}
+
 // writeLabTable prints the observed table and, with --services, the
 // Service probes: in the same results array for json and yaml, as a
 // second section for text.
@@ -252,8 +401,25 @@ func writeLabTable(out io.Writer, t *eval.Table, rows []report.ServiceResult, se
 }
 
 func writeServiceSection(out io.Writer, rows []report.ServiceResult) {
-	fmt.Fprintln(out, "\n== Services (ClusterIP from every pod; NodePort from every pod and from outside) ==")
+	fmt.Fprintln(out, "\n== "+serviceHeader(rows)+" ==")
 	report.ServiceProbes(out, rows, terminalStyle(out))
+}
+
+// serviceHeader says what the Service probes were: ClusterIPs from every
+// pod and, only when the Services have them, NodePorts.
+func serviceHeader(rows []report.ServiceResult) string {
+	clusterIP, nodePort := 0, 0
+	for _, r := range rows {
+		if strings.HasPrefix(r.To, "nodeport/") {
+			nodePort++
+		} else {
+			clusterIP++
+		}
+	}
+	if nodePort == 0 {
+		return fmt.Sprintf("Services: ClusterIP from every pod (%d probes); no NodePorts", clusterIP)
+	}
+	return fmt.Sprintf("Services: ClusterIP from every pod (%d probes), NodePort from every pod and from outside (%d probes)", clusterIP, nodePort)
 }
 
 // comparison is the --compare output for json and yaml. Differences

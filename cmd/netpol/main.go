@@ -58,6 +58,15 @@ func newRootCommand() *cobra.Command {
 			annotate(c, inputKube)
 		case "model", "version":
 			annotate(c, inputNone)
+		case "lab":
+			for _, sub := range c.Commands() {
+				switch sub.Name() {
+				case "up", "probe":
+					annotate(sub, inputFiles) // the lab is built from a state file
+				default:
+					annotate(sub, inputNone)
+				}
+			}
 		}
 	}
 	in.registerAll(root)

@@ -8,6 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/report"
 )
 
@@ -47,4 +48,37 @@ func terminalStyle(w io.Writer) report.Style {
 	}
 	info, err := f.Stat()
 	return report.Style{Color: err == nil && info.Mode()&os.ModeCharDevice != 0}
+}
+
+// deniedOnly is t with only its denied cells.
+func deniedOnly(t *eval.Table) *eval.Table {
+	out := *t
+	out.Results = make([]eval.Result, 0, len(t.Results)/2)
+	for _, r := range t.Results {
+		if !r.Allowed {
+			out.Results = append(out.Results, r)
+		}
+	}
+	return &out
+}
+
+// noPodsNotes says on stderr which namespaces asked for have no pods.
+func noPodsNotes(stderr io.Writer, l *loaded, namespaces []string) {
+	for _, ns := range namespaces {
+		found := false
+		for _, p := range l.snap.Pods {
+			if p.Namespace == ns {
+				found = true
+				break
+			}
+		}
+		if found {
+			continue
+		}
+		if l.snap.Namespace(ns) == nil {
+			fmt.Fprintf(stderr, "note: namespace %s has no pods (there is no such namespace)\n", ns)
+		} else {
+			fmt.Fprintf(stderr, "note: namespace %s has no pods\n", ns)
+		}
+	}
 }

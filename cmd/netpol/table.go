@@ -18,6 +18,7 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 		family        string
 		namespaces    []string
 		allNamespaces bool
+		denied        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "table",
@@ -45,6 +46,10 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d pod(s) left out, without %s: %s\n", len(t.Skipped), what, strings.Join(t.Skipped, ", "))
 			}
+			noPodsNotes(cmd.ErrOrStderr(), l, namespaces)
+			if denied {
+				t = deniedOnly(t)
+			}
 			if err := writeTable(cmd.OutOrStdout(), t, output); err != nil {
 				return err
 			}
@@ -57,6 +62,7 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 	f.StringVar(&family, "family", "", "address family for dual-stack pods: ipv4 or ipv6 (default: each pod's primary address)")
 	f.StringSliceVarP(&namespaces, "namespace", "n", nil, "only pods of these namespaces (default: all)")
 	f.BoolVarP(&allNamespaces, "all-namespaces", "A", false, "pods of every namespace")
+	f.BoolVar(&denied, "denied", false, "show only the denied cells (text: one per line)")
 	return cmd
 }
 

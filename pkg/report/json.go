@@ -25,6 +25,9 @@ type ServiceResult struct {
 	Endpoint string          `json:"endpoint"`
 	Result   string          `json:"result"`
 	Address  string          `json:"address"`
+	// Why says why a NodePort probe timed out: policy after DNAT or the
+	// Service's traffic policy.
+	Why string `json:"why,omitempty"`
 }
 
 // TableJSON streams the table as JSON, one result per line, in the shape

@@ -166,6 +166,10 @@ func Table(w io.Writer, t *eval.Table, s Style) {
 		fmt.Fprintln(w, "no pods with an address to show")
 		return
 	}
+	if len(t.Results) != len(t.Pods)*len(t.Pods)*len(t.Ports) {
+		cellList(w, t, s) // a filtered table (only denied cells): no matrix
+		return
+	}
 	cells := map[[3]string]bool{}
 	for _, r := range t.Results {
 		cells[[3]string{eval.Probe{Protocol: r.Protocol, Port: r.Port}.String(), r.From, r.To}] = r.Allowed
@@ -193,6 +197,18 @@ func Table(w io.Writer, t *eval.Table, s Style) {
 		}
 	}
 	fmt.Fprintf(w, "\n%s allowed, %s denied (rows: source, columns: destination)\n", cell(true, s), cell(false, s))
+}
+
+// cellList writes a table's cells one per line: "x/a -> y/b TCP/80: DENIED".
+func cellList(w io.Writer, t *eval.Table, s Style) {
+	denied := 0
+	for _, r := range t.Results {
+		if !r.Allowed {
+			denied++
+		}
+		fmt.Fprintf(w, "%s -> %s %s/%d: %s\n", r.From, r.To, r.Protocol, r.Port, s.verdict(r.Allowed))
+	}
+	fmt.Fprintf(w, "\n%d cell(s) shown, %d denied, of %d pods x %d pods x %d ports\n", len(t.Results), denied, len(t.Pods), len(t.Pods), len(t.Ports))
 }
 
 func cell(allowed bool, s Style) string {
@@ -229,6 +245,9 @@ func ServiceProbes(w io.Writer, rows []ServiceResult, s Style) {
 		line += ": " + result
 		if r.Endpoint != "" {
 			line += " (endpoint " + r.Endpoint + ")"
+		}
+		if r.Why != "" {
+			line += ": " + r.Why
 		}
 		fmt.Fprintln(w, line)
 	}
