@@ -46,9 +46,6 @@ func signalContext(parent context.Context) (context.Context, context.CancelFunc)
 // as upstream's test servers do, so a closed port is never mistaken for a
 // policy denial.
 func startLab(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []eval.Probe) (*loaded, *lab.Lab, *conformance.Enforcer, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil, nil, errors.New("the lab needs root (network namespaces and nftables)")
-	}
 	if len(in.files) == 0 {
 		return nil, nil, nil, errors.New("the lab is built from a state file: give -f PATH")
 	}
@@ -58,6 +55,9 @@ func startLab(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix st
 	}
 	if len(l.snap.Nodes) == 0 {
 		return nil, nil, nil, fmt.Errorf("the state in %s has no Node objects: the lab makes one network namespace per Node and puts each pod on its spec.nodeName; add the Nodes (kubectl get nodes -o yaml)", strings.Join(in.files, ", "))
+	}
+	if os.Geteuid() != 0 {
+		return nil, nil, nil, errors.New("the lab needs root (network namespaces and nftables)")
 	}
 	if len(probes) == 0 {
 		if probes, err = tableProbes(l.evaluator.Table(eval.TableOptions{})); err != nil {

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/netpol/netpol/pkg/lab"
 )
@@ -25,6 +29,14 @@ func TestLabProbeJSONMatchesTable(t *testing.T) {
 	labOut, stderr, err := run(t, "", append([]string{"lab", "probe", "--prefix", "netpol-clitest-"}, args...)...)
 	if err != nil {
 		t.Fatalf("lab probe: %v\n%s", err, stderr)
+	}
+	// Progress on stderr (make demo is silent otherwise); the prefix's
+	// trailing dash is not doubled.
+	for _, w := range []string{"lab: bringing up 2 node(s) and 4 pod(s)", "lab netpol-clitest is up: 7 network namespaces (underlay, 2 node(s), 4 pod(s))",
+		"lab netpol-clitest: probing 4 pod(s) x 4 pod(s) x 3 port(s)", "lab netpol-clitest removed: 7 network namespaces"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("lab probe stderr lacks %q:\n%s", w, stderr)
+		}
 	}
 	var want, got map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(tableOut), &want); err != nil {
@@ -168,5 +180,130 @@ func TestLabProbeCompareServices(t *testing.T) {
 	}
 	if !strings.Contains(out, "no differences: the 4 ClusterIP probes from pods are what policy after DNAT says") {
 		t.Errorf("no statement that the 4 ClusterIP probes agree:\n%s", out)
+	}
+}
+
+// Issue 12 defect 6: `lab up` notices that `netpol lab down` removed its
+// namespaces from elsewhere, tears down the rest and exits; on Ctrl-C
+// (its context) it says what it removed. Its namespace names have one
+// dash after the prefix, however the prefix was written.
+func TestLabUpStopsWhenItsNamespacesGo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the lab needs root (network namespaces and nftables)")
+	}
+	const prefix = "netpol-clitest-up"
+	start := func(ctx context.Context) (*bytes.Buffer, chan error) {
+		cmd := newRootCommand()
+		out := &bytes.Buffer{}
+		cmd.SetOut(out)
+		cmd.SetErr(&bytes.Buffer{})
+		cmd.SetArgs([]string{"lab", "up", "-f", "../../examples/demo", "--prefix", prefix + "-"})
+		done := make(chan error, 1)
+		go func() { done <- cmd.ExecuteContext(ctx) }()
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			if labs, _ := lab.List(prefix + "-"); len(labs[prefix]) == 7 {
+				return out, done
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatal("lab up did not make its 7 namespaces in 60s")
+		return nil, nil
+	}
+	wait := func(done chan error) error {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatal("lab up is still running")
+			return nil
+		}
+	}
+	t.Cleanup(func() { lab.DownAll(prefix + "-") })
+
+	out, done := start(context.Background())
+	labs, _ := lab.List(prefix + "-")
+	for _, ns := range labs[prefix] {
+		if strings.Contains(ns, "--") {
+			t.Errorf("namespace %s has a doubled dash", ns)
+		}
+	}
+	if _, stderr, err := run(t, "", "lab", "down", "--prefix", prefix); err != nil {
+		t.Fatalf("lab down: %v\n%s", err, stderr)
+	}
+	if err := wait(done); err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	for _, w := range []string{"cat </dev/tcp/", "were removed from elsewhere", "removed the rest of lab " + prefix} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("lab up output lacks %q:\n%s", w, out)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	out, done = start(ctx)
+	cancel() // as Ctrl-C does
+	if err := wait(done); err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	if w := "removed lab " + prefix + ": 7 network namespaces (underlay, 2 node(s), 4 pod(s))"; !strings.Contains(out.String(), w) {
+		t.Errorf("lab up output lacks %q:\n%s", w, out)
+	}
+	if left, err := lab.List(prefix + "-"); err != nil || len(left) > 0 {
+		t.Errorf("lab namespaces left behind: %v %v", left, err)
+	}
+}
+
+// Every NodePort probe the kernel made (from pods and from outside, both
+// traffic policies) is what explain says for it, and each one that timed
+// out says why.
+func TestLabNodePortProbesAgreeWithExplain(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the lab needs root (network namespaces and nftables)")
+	}
+	out, stderr, err := run(t, "", "lab", "probe", "--prefix", "netpol-clitest-np", "-f", "../../examples/demo", "-f", "testdata/nodeports.yaml",
+		"--ports", "tcp/8080", "--services", "-o", "json")
+	if err != nil {
+		t.Fatalf("lab probe: %v\n%s", err, stderr)
+	}
+	var doc struct {
+		Results []struct {
+			From, To, Result, Address, Why string
+			Port                           int
+			Allowed                        bool
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range doc.Results {
+		if !strings.HasPrefix(r.To, "nodeport/") {
+			continue
+		}
+		n++
+		from := r.From
+		if from == lab.ExternalSource {
+			// The lab's outside: the last free address of the first
+			// node's /24 (README), 172.18.0.254 for the demo.
+			from = outside
+		}
+		eout, estderr, err := run(t, "", "explain", "-f", "../../examples/demo", "-f", "testdata/nodeports.yaml", from, r.To, "--port", "tcp/"+strconv.Itoa(r.Port), "-o", "json")
+		if err != nil {
+			t.Fatalf("explain %s %s: %v\n%s", from, r.To, err, estderr)
+		}
+		var sv struct{ Allowed bool }
+		if err := json.Unmarshal([]byte(eout), &sv); err != nil {
+			t.Fatal(err)
+		}
+		if sv.Allowed != r.Allowed {
+			t.Errorf("%s -> %s: kernel %s, explain allowed=%v", r.From, r.To, r.Result, sv.Allowed)
+		}
+		if r.Result == lab.ResultTimeout && (r.Why == "" || strings.Contains(r.Why, "not explained")) {
+			t.Errorf("%s -> %s timed out without a reason: %q", r.From, r.To, r.Why)
+		}
+	}
+	if n != 20 { // 2 Services x 2 nodes x (4 pods + outside)
+		t.Errorf("%d NodePort probes, want 20", n)
 	}
 }

@@ -14,12 +14,7 @@ import (
 )
 
 func main() {
-	root := newRootCommand()
-	// Installed as kubectl-netpol, kubectl runs it as `kubectl netpol`.
-	if name := filepath.Base(os.Args[0]); strings.HasPrefix(name, "kubectl-") {
-		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl netpol"}
-	}
-	if err := root.Execute(); err != nil {
+	if err := commandFor(os.Args[0]).Execute(); err != nil {
 		os.Exit(exitStatus(err, os.Stderr))
 	}
 }
@@ -35,6 +30,17 @@ func exitStatus(err error, stderr *os.File) int {
 		fmt.Fprintln(stderr, "error:", err)
 	}
 	return 1
+}
+
+// commandFor is the root command for the name the binary was run as:
+// installed as kubectl-netpol, kubectl runs it as `kubectl netpol`, and
+// help says so; it behaves the same.
+func commandFor(argv0 string) *cobra.Command {
+	root := newRootCommand()
+	if name := filepath.Base(argv0); strings.HasPrefix(name, "kubectl-") {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl netpol"}
+	}
+	return root
 }
 
 func newRootCommand() *cobra.Command {

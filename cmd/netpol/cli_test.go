@@ -1,0 +1,586 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/netpol/netpol/pkg/lab"
+)
+
+const (
+	demo      = "../../examples/demo"
+	nodePorts = "testdata/nodeports.yaml"
+	// outside is an address in neither the pod network nor the nodes.
+	outside = "172.18.0.254"
+)
+
+// Issue 12, defects 2-4: a Service is explained after DNAT whether it is
+// named (svc/, service/, nodeport/) or given as its address, from pods and
+// from addresses, with a top-level allowed.
+func TestExplainServiceFrontends(t *testing.T) {
+	tests := []struct {
+		name, src, dst, port string
+		allowed              bool
+		frontend             string
+		droppedBy            string
+		policySource         string // of the first endpoint, "" for none
+		endpoints            int
+	}{
+		{"ClusterIP as an address, denied by policy after DNAT", "sandbox/toolbox", "10.96.0.20", "tcp/80", false, frontendClusterIP, "policy", "sandbox/toolbox", 1},
+		{"ClusterIP as an address, allowed", "web/frontend", "10.96.0.20", "tcp/80", true, frontendClusterIP, "", "web/frontend", 1},
+		{"service/ as lab probe prints it", "web/frontend", "service/api/orders", "tcp/80", true, frontendClusterIP, "", "web/frontend", 1},
+		{"svc/ from a pod given by address", "10.244.1.10", "svc/api/orders", "tcp/80", true, frontendClusterIP, "", "10.244.1.10", 1},
+		{"eTP Local, node without endpoint", outside, "nodeport/node-1/api/orders-local", "tcp/30080", false, frontendNodePort, "traffic policy", "", 0},
+		{"eTP Local keeps the client: policy denies it", outside, "nodeport/node-2/api/orders-local", "tcp/30080", false, frontendNodePort, "policy", outside, 1},
+		{"eTP Local: a pod uses the cluster endpoints", "web/frontend", "nodeport/node-1/api/orders-local", "tcp/30080", true, frontendNodePort, "", "web/frontend", 1},
+		{"eTP Cluster: masqueraded to node-1, policy denies", outside, "nodeport/node-1/api/orders-cluster", "tcp/30081", false, frontendNodePort, "policy", "172.18.0.2 (node node-1)", 1},
+		{"eTP Cluster: local endpoint sees the client", outside, "nodeport/node-2/api/orders-cluster", "tcp/30081", false, frontendNodePort, "policy", outside, 1},
+		{"eTP Cluster: pod on the endpoint's node", "web/frontend", "nodeport/node-2/api/orders-cluster", "tcp/30081", true, frontendNodePort, "", "web/frontend", 1},
+		{"NodePort as node address and port", outside, "172.18.0.2", "tcp/30081", false, frontendNodePort, "policy", "172.18.0.2 (node node-1)", 1},
+		{"hairpin through another node, not masqueraded", "api/orders", "nodeport/node-1/api/orders-local", "tcp/30080", false, frontendNodePort, "hairpin", "api/orders", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, stderr, err := run(t, "", "explain", "-f", demo, "-f", nodePorts, tt.src, tt.dst, "--port", tt.port, "-o", "json")
+			if err != nil {
+				t.Fatalf("%v\n%s", err, stderr)
+			}
+			var sv struct {
+				Allowed   *bool  `json:"allowed"`
+				Frontend  string `json:"frontend"`
+				DroppedBy string `json:"droppedBy"`
+				Endpoints []struct {
+					PolicySource string `json:"policySource"`
+					Verdict      struct {
+						Allowed *bool `json:"allowed"`
+					} `json:"verdict"`
+				} `json:"endpoints"`
+			}
+			if err := json.Unmarshal([]byte(out), &sv); err != nil {
+				t.Fatal(err)
+			}
+			if sv.Allowed == nil || *sv.Allowed != tt.allowed {
+				t.Errorf("allowed = %v, want %v\n%s", sv.Allowed, tt.allowed, out)
+			}
+			if sv.Frontend != tt.frontend || sv.DroppedBy != tt.droppedBy || len(sv.Endpoints) != tt.endpoints {
+				t.Errorf("frontend %q droppedBy %q endpoints %d; want %q %q %d", sv.Frontend, sv.DroppedBy, len(sv.Endpoints), tt.frontend, tt.droppedBy, tt.endpoints)
+			}
+			if tt.endpoints > 0 && sv.Endpoints[0].PolicySource != tt.policySource {
+				t.Errorf("policy source %q, want %q", sv.Endpoints[0].PolicySource, tt.policySource)
+			}
+		})
+	}
+}
+
+// The same in text: the headline carries the Service verdict and why.
+func TestExplainServiceText(t *testing.T) {
+	out, _, err := run(t, "", "explain", "-f", demo, "sandbox/toolbox", "10.96.0.20", "--port", "tcp/80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"sandbox/toolbox -> service api/orders tcp/80 (ClusterIP 10.96.0.20): DENIED",
+		"policy after DNAT denies sandbox/toolbox -> endpoint api/orders",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestExplainServiceErrors(t *testing.T) {
+	tests := []struct {
+		src, dst, port string
+		want           string
+		notWant        string
+	}{
+		{outside, "svc/api/orders", "tcp/80", "neither a pod nor a node", "pod " + outside},
+		{"web/frontend", "svc/api/nope", "tcp/80", "no such Service api/nope", ""},
+		{"web/frontend", "svc/api/orders", "tcp/81", "Service api/orders has no IPv4 port tcp/81; it has IPv4 tcp/80", ""},
+		{"web/frontend", "10.96.0.20", "tcp/81", "10.96.0.20 is the ClusterIP of Service api/orders, which has no port tcp/81", ""},
+		{"web/frontend", "nodeport/node-9/api/orders-local", "tcp/30080", "node node-9", ""},
+		{"web/frontend", "nodeport/node-1/api", "tcp/30080", "nodeport/NODE/NAMESPACE/NAME", ""},
+		{"web/frontend", "service/api", "tcp/80", "service/NAMESPACE/NAME", ""},
+		{"nope/nope", "svc/api/orders", "tcp/80", "pod nope/nope is not in the snapshot", ""},
+	}
+	for _, tt := range tests {
+		_, _, err := run(t, "", "explain", "-f", demo, "-f", nodePorts, tt.src, tt.dst, "--port", tt.port)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || (tt.notWant != "" && strings.Contains(err.Error(), tt.notWant)) {
+			t.Errorf("%s -> %s %s: got %v, want an error with %q", tt.src, tt.dst, tt.port, err, tt.want)
+		}
+	}
+}
+
+// Defect 5: reading no object at all is an error naming the paths.
+func TestEmptyInputIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.yaml")
+	comments := filepath.Join(dir, "comments.yaml")
+	emptyDir := filepath.Join(dir, "nothing")
+	textDir := filepath.Join(dir, "text")
+	for _, d := range []string{emptyDir, textDir} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for path, data := range map[string]string{empty: "", comments: "# nothing\n---\n---\n", filepath.Join(textDir, "notes.txt"): "kind: Pod\n"} {
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		args  []string
+		stdin string
+		want  []string
+	}{
+		{[]string{"-f", empty}, "", []string{empty + ": no object"}},
+		{[]string{"-f", comments}, "", []string{comments + ": no object"}},
+		{[]string{"-f", emptyDir}, "", []string{emptyDir + ": a directory without .yaml, .yml or .json files"}},
+		{[]string{"-f", textDir, "-f", empty}, "", []string{textDir + ": a directory without", empty + ": no object"}},
+		{[]string{"-f", "-"}, "\n", []string{"- (stdin): no object"}},
+	}
+	for _, tt := range tests {
+		for _, cmd := range [][]string{{"table"}, {"explain", "x/a", "y/b"}, {"compile", "--node", "n"}} {
+			args := append(append([]string{}, cmd...), tt.args...)
+			_, _, err := run(t, tt.stdin, args...)
+			if err == nil {
+				t.Errorf("%v: no error", args)
+				continue
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), "no Kubernetes object read from") || !strings.Contains(err.Error(), w) {
+					t.Errorf("%v: got %q, want it to name %q", args, err, w)
+				}
+			}
+		}
+	}
+	// One path with objects is enough; the empty one is a note.
+	_, stderr, err := run(t, "", "table", "-f", demo, "-f", empty, "--ports", "tcp/80")
+	if err != nil || !strings.Contains(stderr, "note: nothing read from "+empty) {
+		t.Errorf("demo + empty file: err %v, stderr %q", err, stderr)
+	}
+}
+
+// Defect 5: a namespace without pods is named; exit 0.
+func TestTableNamespaceWithoutPods(t *testing.T) {
+	out, stderr, err := run(t, "", "table", "-f", demo, "-n", "nosuchns,web", "--ports", "tcp/80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, "namespace nosuchns has no pods (there is no such namespace)") || strings.Contains(stderr, "namespace web") {
+		t.Errorf("stderr: %q", stderr)
+	}
+	if !strings.Contains(out, "web/frontend") {
+		t.Errorf("web's pods missing:\n%s", out)
+	}
+	_, stderr, _ = run(t, "", "table", "-f", demo, "-n", "nosuchns")
+	if !strings.Contains(stderr, "namespace nosuchns has no pods") {
+		t.Errorf("stderr: %q", stderr)
+	}
+}
+
+// Defect 5: a lab of a state without Nodes is refused before any
+// namespace is made (no root needed to see it).
+func TestLabRefusesStateWithoutNodes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pods.yaml")
+	pods := `apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: x}
+spec: {nodeName: n1, containers: [{name: c}]}
+status: {podIP: 10.0.0.1, podIPs: [{ip: 10.0.0.1}]}
+`
+	if err := os.WriteFile(path, []byte(pods), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"probe", "up"} {
+		out, _, err := run(t, "", "lab", sub, "-f", path, "--prefix", "netpol-nonodes-")
+		if err == nil || !strings.Contains(err.Error(), "has no Node objects") || out != "" {
+			t.Errorf("lab %s: got %v, output %q; want a refusal naming the missing Nodes", sub, err, out)
+		}
+	}
+}
+
+// Defect 7: with no agent, model watch says once what it waits for and
+// backs off instead of retrying every interval.
+func TestModelWatchBacksOff(t *testing.T) {
+	var attempts atomic.Int32
+	client := &http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
+		attempts.Add(1)
+		return nil, errors.New("connection refused")
+	})}
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	var out, stderr bytes.Buffer
+	if err := watchModel(ctx, client, "http://127.0.0.1:1/debug/model", 10*time.Millisecond, &out, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	// Every 10ms would be ~70 attempts; doubling from 20ms is 5.
+	if n := attempts.Load(); n < 2 || n > 8 {
+		t.Errorf("%d attempts in 700ms, want a backoff (2-8)", n)
+	}
+	if n := strings.Count(stderr.String(), "waiting for the agent at http://127.0.0.1:1/debug/model"); n != 1 || strings.Count(stderr.String(), "\n") != 1 {
+		t.Errorf("stderr should say once what it waits for:\n%s", stderr.String())
+	}
+	if out.Len() != 0 {
+		t.Errorf("stdout: %q", out.String())
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Rough edges: text explain says what skipped rules wanted, one per line,
+// and the fail-closed reason of the deciding rule.
+func TestExplainTextSaysWhatRulesWanted(t *testing.T) {
+	state := `apiVersion: v1
+kind: Namespace
+metadata: {name: x}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: x, labels: {app: a}}
+spec: {nodeName: n1, containers: [{name: c, ports: [{name: http, containerPort: 8080}]}]}
+status: {podIP: 10.0.0.1, podIPs: [{ip: 10.0.0.1}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, namespace: x, labels: {app: b}}
+spec: {nodeName: n1, containers: [{name: c}]}
+status: {podIP: 10.0.0.2, podIPs: [{ip: 10.0.0.2}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: np, namespace: x}
+spec:
+  podSelector: {matchLabels: {app: a}}
+  ingress:
+  - from: [{ipBlock: {cidr: 10.1.0.0/16, except: [10.1.1.0/24]}}]
+  - from: [{podSelector: {matchLabels: {app: b}}}]
+    ports: [{port: http}]
+---
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: deny-odd}
+spec:
+  priority: 5
+  subject: {namespaces: {}}
+  egress:
+  - name: odd
+    action: Deny
+    to: [{networks: [not-a-cidr]}]
+`
+	tests := []struct {
+		src, dst string
+		want     []string
+	}{
+		{"x/b", "x/a", []string{
+			"  NetworkPolicy tier:\n    - NetworkPolicy x/np ingress[0] (Accept): peer did not match; wanted ipBlock 10.1.0.0/16 except 10.1.1.0/24\n" +
+				"    - NetworkPolicy x/np ingress[1] (Accept): port did not match; wanted named port TCP/http = TCP/8080 on x/a\n",
+		}},
+		{"x/a", "x/b", []string{
+			`DENIED by the Admin tier: AdminNetworkPolicy deny-odd egress[0] "odd", action Deny`,
+			"  Why: AdminNetworkPolicy deny-odd egress[0] \"odd\" matches (it fails closed and matches everything: invalid rule:",
+		}},
+	}
+	for _, tt := range tests {
+		out, _, _ := run(t, state, "explain", "-f", "-", tt.src, tt.dst, "--port", "tcp/80")
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s -> %s: output lacks %q:\n%s", tt.src, tt.dst, w, out)
+			}
+		}
+	}
+}
+
+// Rough edges: --exit-code makes a denied verdict exit 1; without it the
+// exit status is 0 whatever the verdict.
+func TestExplainExitCode(t *testing.T) {
+	tests := []struct {
+		args       []string
+		wantDenied bool
+	}{
+		{[]string{"sandbox/toolbox", "db/postgres", "--port", "tcp/5432", "--exit-code"}, true},
+		{[]string{"sandbox/toolbox", "db/postgres", "--port", "tcp/5432"}, false},
+		{[]string{"web/frontend", "api/orders", "--port", "tcp/8080", "--exit-code"}, false},
+		{[]string{"sandbox/toolbox", "svc/api/orders", "--exit-code", "-o", "json"}, true},
+		{[]string{"web/frontend", "svc/api/orders", "--exit-code"}, false},
+	}
+	for _, tt := range tests {
+		out, _, err := run(t, "", append([]string{"explain", "-f", demo}, tt.args...)...)
+		var denied *deniedError
+		if errors.As(err, &denied) != tt.wantDenied || (!tt.wantDenied && err != nil) || out == "" {
+			t.Errorf("%v: err %v, output %d bytes; want denied=%v with the verdict printed", tt.args, err, len(out), tt.wantDenied)
+		}
+	}
+}
+
+// Rough edges: errors people can read.
+func TestReadableErrors(t *testing.T) {
+	t.Run("no kubeconfig", func(t *testing.T) {
+		t.Setenv("KUBECONFIG", "")
+		t.Setenv("HOME", t.TempDir())
+		t.Setenv("KUBERNETES_SERVICE_HOST", "")
+		_, _, err := run(t, "", "table")
+		if err == nil || !strings.Contains(err.Error(), "no kubeconfig found") || !strings.Contains(err.Error(), "-f PATH") || strings.Contains(err.Error(), "KUBERNETES_MASTER") {
+			t.Errorf("got %v", err)
+		}
+	})
+	t.Run("invalid CIDRs name the file, the document and every entry", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "np.yaml")
+		np := `apiVersion: v1
+kind: Namespace
+metadata: {name: x}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: np, namespace: x}
+spec:
+  podSelector: {}
+  ingress:
+  - from: [{ipBlock: {cidr: 10.1.0.0/16, except: [10.1.1.0/33, 10.1.2.0/24, bogus]}}]
+`
+		if err := os.WriteFile(path, []byte(np), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, stderr, err := run(t, "", "table", "-f", path)
+		var partial *partialError
+		if !errors.As(err, &partial) || partial.n != 2 {
+			t.Fatalf("err %v, want 2 problems", err)
+		}
+		for _, w := range []string{
+			path + ` (document 2): NetworkPolicy x/np: spec.ingress[0].from[0].ipBlock.except[0]: invalid CIDR "10.1.1.0/33"`,
+			path + ` (document 2): NetworkPolicy x/np: spec.ingress[0].from[0].ipBlock.except[2]: invalid CIDR "bogus"`,
+		} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, stderr)
+			}
+		}
+	})
+	t.Run("not a Kubernetes object", func(t *testing.T) {
+		_, stderr, _ := run(t, "\"just a string\"\n---\napiVersion: v1\nkind: Pod\nmetadata: x\n", "table", "-f", "-")
+		for _, w := range []string{
+			"<stdin> (document 1): not a Kubernetes object: the document is a string, not a mapping with apiVersion and kind",
+			"<stdin> (document 2): not a Kubernetes object: metadata is a string, not a mapping",
+		} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, stderr)
+			}
+		}
+		if strings.Contains(stderr, "Go value") {
+			t.Errorf("stderr speaks Go:\n%s", stderr)
+		}
+	})
+}
+
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		out, _, err := run(t, "", args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []string{"netpol ", "git commit: ", "go:         go1.", "NetworkPolicy networking.k8s.io/v1", "ClusterNetworkPolicy policy.networking.k8s.io/v1alpha2, policy.networking.k8s.io/v1beta1", "AdminNetworkPolicy policy.networking.k8s.io/v1alpha1"} {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v lacks %q:\n%s", args, w, out)
+			}
+		}
+	}
+}
+
+// Rough edges: input flags appear only on the commands that use them.
+func TestInputFlagsOnlyWhereTheyAct(t *testing.T) {
+	tests := []struct {
+		cmd  []string
+		want map[string]bool // flag -> present
+	}{
+		{[]string{"explain"}, map[string]bool{"filename": true, "kubeconfig": true, "context": true}},
+		{[]string{"table"}, map[string]bool{"filename": true, "kubeconfig": true, "context": true}},
+		{[]string{"compile"}, map[string]bool{"filename": true, "kubeconfig": true, "context": true}},
+		{[]string{"lab", "probe"}, map[string]bool{"filename": true, "kubeconfig": false, "context": false}},
+		{[]string{"lab", "up"}, map[string]bool{"filename": true, "kubeconfig": false, "context": false}},
+		{[]string{"lab", "down"}, map[string]bool{"filename": false, "kubeconfig": false, "context": false}},
+		{[]string{"lab", "status"}, map[string]bool{"filename": false, "kubeconfig": false, "context": false}},
+		{[]string{"model", "watch"}, map[string]bool{"filename": false, "kubeconfig": false, "context": false}},
+		{[]string{"agent"}, map[string]bool{"filename": false, "kubeconfig": true, "context": false}},
+		{[]string{"version"}, map[string]bool{"filename": false, "kubeconfig": false, "context": false}},
+	}
+	root := newRootCommand()
+	for _, tt := range tests {
+		c, _, err := root.Find(tt.cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for flag, want := range tt.want {
+			if got := c.Flags().Lookup(flag) != nil; got != want {
+				t.Errorf("%v --%s: present %v, want %v", tt.cmd, flag, got, want)
+			}
+		}
+	}
+	out, _, _ := run(t, "", "agent", "--help")
+	found := false
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "--node-name") {
+			found = true
+			if n := strings.Count(line, "default"); n != 1 {
+				t.Errorf("--node-name prints its default %d times: %s", n, line)
+			}
+		}
+	}
+	if !found {
+		t.Error("agent --help has no --node-name")
+	}
+}
+
+// Rough edges: lab up's help gives a command that works with the probe
+// servers (not HTTP).
+func TestLabUpHelp(t *testing.T) {
+	out, _, err := run(t, "", "lab", "up", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "curl") || !strings.Contains(out, "ip netns exec") || !strings.Contains(out, "cat </dev/tcp/") {
+		t.Errorf("lab up help:\n%s", out)
+	}
+}
+
+// Rough edges: a timed-out Service probe says whether policy after DNAT
+// or the Service's traffic policy explains it.
+func TestServiceProbeWhy(t *testing.T) {
+	l, err := (&inputFlags{files: []string{demo, nodePorts}}).load(context.Background(), strings.NewReader(""), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := func(from, to string, port int32, result string) lab.ServiceObservation {
+		o := lab.ServiceObservation{From: from, To: to, Protocol: corev1.ProtocolTCP, Port: port, Family: corev1.IPv4Protocol, Result: result,
+			FromAddr: netip.MustParseAddr(outside)}
+		return o
+	}
+	tests := []struct {
+		o    lab.ServiceObservation
+		want string
+	}{
+		{obs(lab.ExternalSource, "nodeport/node-1/api/orders-local", 30080, lab.ResultTimeout), "no endpoint serves this port for node node-1 under the Service's traffic policy"},
+		{obs(lab.ExternalSource, "nodeport/node-2/api/orders-local", 30080, lab.ResultTimeout), "policy after DNAT denies " + outside + " -> endpoint api/orders"},
+		{obs(lab.ExternalSource, "nodeport/node-1/api/orders-cluster", 30081, lab.ResultTimeout), "policy after DNAT denies 172.18.0.2 (node node-1) -> endpoint api/orders"},
+		{obs("sandbox/toolbox", "service/api/orders", 80, lab.ResultTimeout), "policy after DNAT denies sandbox/toolbox -> endpoint api/orders"},
+		{obs("web/frontend", "service/api/orders", 80, lab.ResultOK), ""},
+	}
+	for _, tt := range tests {
+		if got := serviceWhy(l, tt.o); (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+			t.Errorf("%s -> %s: why %q, want %q", tt.o.From, tt.o.To, got, tt.want)
+		}
+	}
+	if h := serviceHeader(serviceRows([]lab.ServiceObservation{tests[3].o})); !strings.Contains(h, "no NodePorts") {
+		t.Errorf("header %q should say there are no NodePorts", h)
+	}
+}
+
+// Rough edges: shell completion of pods, Services, nodes and -o values.
+func TestCompletion(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+		not  []string
+	}{
+		{[]string{"explain", "-f", demo, ""}, []string{"web/frontend", "sandbox/toolbox"}, []string{"svc/api/orders"}},
+		{[]string{"explain", "-f", demo, "web/frontend", "s"}, []string{"sandbox/toolbox", "svc/api/orders"}, []string{"web/frontend"}},
+		{[]string{"explain", "-f", demo, "-f", nodePorts, "web/frontend", "nodeport/node-2/"}, []string{"nodeport/node-2/api/orders-local"}, []string{"nodeport/node-1/api/orders-local"}},
+		{[]string{"compile", "-f", demo, "--node", ""}, []string{"node-1", "node-2"}, nil},
+		{[]string{"table", "-f", demo, "-n", ""}, []string{"api", "web", "sandbox"}, nil},
+		{[]string{"table", "-o", ""}, []string{"table", "json", "yaml"}, []string{"text"}},
+		{[]string{"explain", "-o", ""}, []string{"text", "json", "yaml"}, []string{"table"}},
+	}
+	for _, tt := range tests {
+		out, _, err := run(t, "", append([]string{"__complete"}, tt.args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(out, "\n")
+		has := func(s string) bool {
+			for _, l := range lines {
+				if l == s {
+					return true
+				}
+			}
+			return false
+		}
+		for _, w := range tt.want {
+			if !has(w) {
+				t.Errorf("%v: no completion %q in\n%s", tt.args, w, out)
+			}
+		}
+		for _, w := range tt.not {
+			if has(w) {
+				t.Errorf("%v: unexpected completion %q", tt.args, w)
+			}
+		}
+	}
+}
+
+// Rough edges: --denied shows only the denied cells.
+func TestTableDenied(t *testing.T) {
+	out, _, err := run(t, "", "table", "-f", demo, "--ports", "tcp/80", "--denied", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Results []struct {
+			From, To string
+			Allowed  bool
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	// tcp/80 on the demo: 7 of the 16 cells are denied.
+	if len(doc.Results) != 7 {
+		t.Errorf("%d results, want the 7 denied cells", len(doc.Results))
+	}
+	for _, r := range doc.Results {
+		if r.Allowed {
+			t.Errorf("allowed cell shown: %+v", r)
+		}
+	}
+	text, _, _ := run(t, "", "table", "-f", demo, "--ports", "tcp/80", "--denied")
+	if !strings.Contains(text, "sandbox/toolbox -> db/postgres TCP/80: DENIED") || strings.Contains(text, "ALLOWED") {
+		t.Errorf("text:\n%s", text)
+	}
+}
+
+// Rough edges: run as kubectl-netpol, it behaves the same and says
+// `kubectl netpol` in help.
+func TestKubectlPluginName(t *testing.T) {
+	for _, argv0 := range []string{"/usr/local/bin/kubectl-netpol", "netpol"} {
+		cmd := commandFor(argv0)
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs([]string{"explain", "--help"})
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		plugin := strings.Contains(argv0, "kubectl-")
+		if strings.Contains(out.String(), "kubectl netpol explain SRC DST") != plugin {
+			t.Errorf("%s: help usage:\n%s", argv0, out.String())
+		}
+		cmd = commandFor(argv0)
+		out.Reset()
+		cmd.SetOut(&out)
+		cmd.SetArgs([]string{"explain", "-f", demo, "web/frontend", "api/orders", "--port", "tcp/8080"})
+		if err := cmd.Execute(); err != nil || !strings.Contains(out.String(), "ALLOWED") {
+			t.Errorf("%s explain: %v\n%s", argv0, err, out.String())
+		}
+	}
+}
