@@ -289,7 +289,7 @@ func documentKind(data []byte) string {
 func plainJSONError(err error) string {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		field := te.Field
+		field := strings.TrimPrefix(te.Field, "TypeMeta.") // the inline apiVersion and kind
 		if field == "" {
 			field = "the document"
 		}

@@ -663,3 +663,91 @@ func TestAddDocumentsRejectsMalformedIdentity(t *testing.T) {
 		})
 	}
 }
+
+// Report.Objects and Report.Empty say what each path held, so that a
+// command can refuse input with no object at all and name the paths.
+func TestLoadPathsCountsObjects(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	empty := write("empty.yaml", "")
+	comments := write("comments.yaml", "# a comment\n---\n---\n")
+	list := write("list.yaml", "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n- {apiVersion: apps/v1, kind: Deployment, metadata: {name: d}}\n")
+	bad := write("bad.yaml", "just words\n")
+	write("text/readme.txt", "kind: Pod\n")
+	write("yamls/a.yaml", "")
+	write("yamls/b.yml", "---\n")
+	tests := []struct {
+		name      string
+		paths     []string
+		objects   int
+		empty     []string
+		errSubstr string
+	}{
+		{"empty file", []string{empty}, 0, []string{empty + ": no object (an empty file, or only comments and empty documents)"}, ""},
+		{"comments only", []string{comments}, 0, []string{comments + ": no object"}, ""},
+		{"directory without YAML", []string{filepath.Join(dir, "text")}, 0, []string{filepath.Join(dir, "text") + ": a directory without .yaml, .yml or .json files"}, ""},
+		{"directory of empty YAML", []string{filepath.Join(dir, "yamls")}, 0, []string{filepath.Join(dir, "yamls") + ": no object in its 2 .yaml/.yml/.json file(s)"}, ""},
+		{"a List counts its items, skipped kinds too", []string{list, empty}, 2, []string{empty + ": no object"}, ""},
+		{"a document that is not an object counts, as an error", []string{bad}, 1, nil, "not a Kubernetes object: the document is a string, not a mapping with apiVersion and kind"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, r := LoadPaths(tt.paths, strings.NewReader(""))
+			if r.Objects != tt.objects {
+				t.Errorf("Objects = %d, want %d", r.Objects, tt.objects)
+			}
+			if len(r.Empty) != len(tt.empty) {
+				t.Fatalf("Empty = %q, want %q", r.Empty, tt.empty)
+			}
+			for i, w := range tt.empty {
+				if !strings.HasPrefix(r.Empty[i], w) {
+					t.Errorf("Empty[%d] = %q, want %q", i, r.Empty[i], w)
+				}
+			}
+			if tt.errSubstr == "" && len(r.Errors) > 0 || tt.errSubstr != "" && (len(r.Errors) != 1 || !strings.Contains(r.Errors[0].Error(), tt.errSubstr)) {
+				t.Errorf("errors %v, want one with %q", r.Errors, tt.errSubstr)
+			}
+		})
+	}
+}
+
+// Decoding errors are plain sentences, not Go types.
+func TestNotAnObjectIsAPlainSentence(t *testing.T) {
+	tests := []struct{ doc, want string }{
+		{`"hello"`, "the document is a string, not a mapping with apiVersion and kind"},
+		{"- a\n- b\n", "the document is a list, not a mapping"},
+		{"42\n", "the document is a number"},
+		{"apiVersion: v1\nkind: Pod\nmetadata: x\n", "metadata is a string, not a mapping"},
+		{"apiVersion: 1\nkind: Pod\nmetadata: {name: a}\n", "apiVersion is a number, not a string"},
+		{"apiVersion: v1\nkind: List\nitems: {a: b}\n", "items is a mapping, not a list"},
+	}
+	for _, tt := range tests {
+		r := New().AddDocuments([]byte(tt.doc), "f.yaml", false)
+		if len(r.Errors) != 1 {
+			t.Errorf("%q: errors %v, want one", tt.doc, r.Errors)
+			continue
+		}
+		got := r.Errors[0].Error()
+		if !strings.Contains(got, "f.yaml (document 1): not a Kubernetes object: "+tt.want) || strings.Contains(got, "Go value") || strings.Contains(got, "struct") {
+			t.Errorf("%q: got %q, want %q", tt.doc, got, tt.want)
+		}
+	}
+}
+
+func TestSupportedKinds(t *testing.T) {
+	got := SupportedKinds()
+	for _, w := range []string{"NetworkPolicy networking.k8s.io/v1", "Pod v1", "EndpointSlice discovery.k8s.io/v1"} {
+		if !slices.Contains(got, w) {
+			t.Errorf("SupportedKinds() = %q lacks %q", got, w)
+		}
+	}
+}
