@@ -3,6 +3,8 @@ package compiler_test
 import (
 	"bytes"
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +15,7 @@ import (
 	"github.com/netpol/netpol/internal/corpus"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
@@ -20,7 +23,8 @@ import (
 
 // FuzzCompile: a base snapshot plus fuzzed YAML; compiling every node
 // never panics and yields a table the kernel can take: every set and
-// chain a rule or map names exists, interval elements do not overlap.
+// chain a rule or map names exists, interval elements do not overlap; and
+// the tables, traced, decide random cells as the evaluator does.
 func FuzzCompile(f *testing.F) {
 	bases, _ := filepath.Glob(filepath.Join(testdata, "base", "*.yaml"))
 	slices.Sort(bases)
@@ -42,7 +46,8 @@ func FuzzCompile(f *testing.F) {
 		snap := cluster.New()
 		snap.AddDocuments(baseData, "base", false)
 		snap.AddDocuments(doc, "fuzz", true)
-		resolved := eval.New(snap, policy.Build(snap)).Resolved()
+		ev := eval.New(snap, policy.Build(snap))
+		resolved := ev.Resolved()
 		for _, n := range snap.Nodes {
 			table, err := compiler.Compile(resolved, compiler.Options{Node: n.Name})
 			if err != nil {
@@ -54,7 +59,36 @@ func FuzzCompile(f *testing.F) {
 				t.Fatalf("node %s: %v\n%s", n.Name, err, b.String())
 			}
 		}
+		tracedAgrees(t, snap, ev, doc)
 	})
+}
+
+// tracedAgrees checks up to 64 cells, picked from the fuzz input, of the
+// table traced through every node's tables against the evaluator.
+func tracedAgrees(t *testing.T, snap *cluster.Snapshot, ev *eval.Evaluator, seed []byte) {
+	dp, err := dataplane.New(snap, ev, false)
+	if err != nil {
+		t.Fatalf("data plane: %v", err)
+	}
+	probes := []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}, {Protocol: "TCP", Port: 8080}, {Protocol: "SCTP", Port: 80}}
+	want := ev.Table(eval.TableOptions{Probes: probes})
+	n := len(want.Results)
+	if n == 0 {
+		return
+	}
+	got, err := dp.Table(eval.TableOptions{Probes: probes})
+	if err != nil {
+		t.Fatalf("traced table: %v", err)
+	}
+	h := fnv.New64a()
+	h.Write(seed)
+	r := rand.New(rand.NewPCG(h.Sum64(), uint64(n)))
+	for range min(64, n) {
+		k := r.IntN(n)
+		if g, w := got.Results[k], want.Results[k]; g != w {
+			t.Fatalf("%s -> %s %s/%d: traced %v, evaluator %v", w.From, w.To, w.Protocol, w.Port, g.Allowed, w.Allowed)
+		}
+	}
 }
 
 var setRef = regexp.MustCompile(`@([^\s]+)`)

@@ -46,6 +46,10 @@ func (r *Resolved) NodeName(i int) string { return r.ix.nodes[i].node.Name }
 // NodeAddrs returns the addresses (InternalIP, ExternalIP) of node i.
 func (r *Resolved) NodeAddrs(i int) []netip.Addr { return r.ix.nodes[i].addrs }
 
+// EndpointOf is the endpoint that has address a: a pod-network pod, else a
+// node (Node set), else an outside address (Pod and Node -1).
+func (r *Resolved) EndpointOf(a netip.Addr) Endpoint { return r.ix.addrEndpoint(a) }
+
 // NodeIndex returns the index of the named node, or -1.
 func (r *Resolved) NodeIndex(name string) int {
 	for i, n := range r.ix.nodes {

@@ -40,6 +40,17 @@ type Result struct {
 // Table computes the truth table. Rows are filled in parallel; each cell is
 // the same decision Explain traces.
 func (e *Evaluator) Table(opts TableOptions) *Table {
+	return e.TableWith(opts, e.Allowed)
+}
+
+// Decider decides one cell of a truth table.
+type Decider func(src, dst Endpoint, probe Probe) bool
+
+// TableWith computes the truth table with another decider for the cells
+// (the data plane's, for `netpol table --engine nft`): same rows, columns,
+// ports and address choice as Table. allowed is called from several
+// goroutines.
+func (e *Evaluator) TableWith(opts TableOptions, allowed Decider) *Table {
 	t := &Table{}
 	inNS := map[string]bool{}
 	for _, ns := range opts.Namespaces {
@@ -84,7 +95,7 @@ func (e *Evaluator) Table(opts TableOptions) *Table {
 						// source dials from its address of dst's family.
 						from, ok = e.ix.podEndpoint(src.Pod, familyOf(dst.Addr))
 					}
-					allowed := ok && e.Allowed(from, dst, probe)
+					allowed := ok && allowed(from, dst, probe)
 					t.Results[base+di] = Result{From: t.Pods[si], To: t.Pods[di], Protocol: probe.Protocol, Port: probe.Port, Allowed: allowed}
 				}
 			}

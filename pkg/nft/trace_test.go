@@ -1,0 +1,286 @@
+package nft
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables/expr"
+)
+
+var (
+	podA = netip.MustParseAddr("10.0.0.1")
+	podB = netip.MustParseAddr("10.0.1.2")
+	podC = netip.MustParseAddr("10.0.1.3")
+	vip  = netip.MustParseAddr("10.96.0.10")
+)
+
+func tcpTo(src, dst netip.Addr, port uint16) Packet {
+	return Packet{Family: FamilyOf(dst), Src: src, Dst: dst, L4Proto: 6, SrcPort: 40000, DstPort: port}
+}
+
+func addrElem(a netip.Addr) Element { return Element{Key: FamilyOf(a).AddrBytes(a)} }
+
+// policyLike is a small table with the shapes the policy compiler emits:
+// conntrack shortcut, a verdict map into a class chain, a goto to a next
+// tier, a concatenated interval set of protocol . port, a drop.
+func policyLike() *Table {
+	t := NewTable("pol")
+	t.AddSet(&Set{Name: "egress", Fields: []FieldType{FieldIPv4}, Verdict: true,
+		Elements: []Element{{Key: IPv4.AddrBytes(podA), Verdict: &Verdict{Kind: Jump, Chain: "class"}}}})
+	t.AddSet(&Set{Name: "peers", Fields: []FieldType{FieldIPv4}, Interval: true,
+		Elements: []Element{{Key: IPv4.AddrBytes(podB), KeyEnd: IPv4.AddrBytes(podC)}}})
+	t.AddSet(&Set{Name: "ports", Fields: []FieldType{FieldProto, FieldPort}, Interval: true,
+		Elements: []Element{{Key: Key(ProtoBytes(6), PortBytes(80)), KeyEnd: Key(ProtoBytes(6), PortBytes(90))}}})
+	t.AddSet(&Set{Name: "denied", Fields: []FieldType{FieldIPv4, FieldProto, FieldPort},
+		Elements: []Element{{Key: Key(IPv4.AddrBytes(podC), ProtoBytes(6), PortBytes(85))}}})
+	fwd := t.AddChain(&Chain{Name: "forward", Base: &Hook{Type: "filter", Hook: HookForward, Policy: "accept"}})
+	fwd.Rules = []*Rule{
+		NewRule().CtEstablishedRelated().Verdict(Verdict{Kind: Accept}),
+		NewRule().Vmap(IPv4, Src, "egress"),
+		// Reached after the class chain returns.
+		NewRule().In(IPv4, "denied", AddrOf(IPv4, Dst), L4Proto(), DstPort()).Verdict(Verdict{Kind: Drop}),
+	}
+	class := t.AddChain(&Chain{Name: "class"})
+	class.Rules = []*Rule{
+		NewRule().AddrInSet(IPv4, Dst, "peers").Verdict(Verdict{Kind: Goto, Chain: "next"}),
+		NewRule().Verdict(Verdict{Kind: Drop}),
+	}
+	next := t.AddChain(&Chain{Name: "next"})
+	next.Rules = []*Rule{
+		NewRule().L4ProtoPortInSet("ports").Verdict(Verdict{Kind: Return}),
+		NewRule().Verdict(Verdict{Kind: Drop}),
+	}
+	return t
+}
+
+func TestTraceVerdicts(t *testing.T) {
+	tr, err := NewTracer(policyLike())
+	if err != nil {
+		t.Fatal(err)
+	}
+	established := tcpTo(podA, netip.MustParseAddr("192.0.2.1"), 1)
+	established.CtState = expr.CtStateBitESTABLISHED
+	udp := tcpTo(podA, podB, 80)
+	udp.L4Proto = 17
+	tests := []struct {
+		name string
+		pkt  Packet
+		want TraceVerdict
+		// chains visited, in order
+		path []string
+	}{
+		{"established shortcut", established, TraceAccept, []string{"forward"}},
+		{"not dispatched: no policy", tcpTo(podB, podA, 80), TraceAccept, []string{"forward", "forward", "forward", "forward"}},
+		{"peer and port in range: goto next, return to forward", tcpTo(podA, podB, 80), TraceAccept,
+			[]string{"forward", "forward", "class", "next", "forward", "forward"}},
+		{"upper bounds of both ranges", tcpTo(podA, podC, 90), TraceAccept,
+			[]string{"forward", "forward", "class", "next", "forward", "forward"}},
+		{"port past the range", tcpTo(podA, podB, 91), TraceDrop, []string{"forward", "forward", "class", "next", "next"}},
+		{"protocol field of the concatenation", udp, TraceDrop, []string{"forward", "forward", "class", "next", "next"}},
+		{"peer outside the interval", tcpTo(podA, netip.MustParseAddr("10.0.1.4"), 80), TraceDrop, []string{"forward", "forward", "class", "class"}},
+		{"after the return, the hash set of address . proto . port", tcpTo(podA, podC, 85), TraceDrop,
+			[]string{"forward", "forward", "class", "next", "forward"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, err := tr.Trace(HookForward, tc.pkt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rs) != 1 {
+				t.Fatalf("%d results, want 1", len(rs))
+			}
+			if rs[0].Verdict != tc.want {
+				t.Errorf("verdict %s, want %s", rs[0].Verdict, tc.want)
+			}
+			var chains []string
+			for _, s := range rs[0].Steps {
+				chains = append(chains, s.Chain)
+			}
+			if !slices.Equal(chains, tc.path) {
+				t.Errorf("chains %v, want %v\n%s", chains, tc.path, stepsText(rs[0].Steps))
+			}
+			// The fast path agrees.
+			var fast []TraceVerdict
+			if err := tr.Verdicts(HookForward, tc.pkt, func(r TraceResult) bool { fast = append(fast, r.Verdict); return true }); err != nil {
+				t.Fatal(err)
+			}
+			if len(fast) != 1 || fast[0] != tc.want {
+				t.Errorf("Verdicts gave %v", fast)
+			}
+		})
+	}
+}
+
+func stepsText(steps []TraceStep) string {
+	var b strings.Builder
+	for _, s := range steps {
+		b.WriteString(s.String() + "\n")
+	}
+	return b.String()
+}
+
+func TestTraceRecordsElementAndComment(t *testing.T) {
+	tab := policyLike()
+	tab.Chains["class"].Rules[0].Comment = "anp/x ingress[0]: Pass"
+	tr, err := NewTracer(tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := tr.Trace(HookForward, tcpTo(podA, podB, 80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, s := range rs[0].Steps {
+		if s.Chain == "class" && s.Rule == 0 {
+			found = true
+			if s.Comment != "anp/x ingress[0]: Pass" || s.Element != "10.0.1.2/31" || s.Verdict != "goto next" || !s.Matched {
+				t.Errorf("step %+v", s)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("class rule 0 not visited:\n%s", stepsText(rs[0].Steps))
+	}
+	if last := rs[0].Steps[len(rs[0].Steps)-1]; last.Rule != -1 || last.Verdict != "accept" {
+		t.Errorf("last step %+v, want the base chain policy", last)
+	}
+}
+
+// natLike has a DNAT by numgen into a backends map, a mark read back in
+// postrouting for masquerade, and a reject before DNAT, in a second table
+// whose chains run before and after the policy table's by priority.
+func natLike() *Table {
+	t := NewTable("nat")
+	f := IPv4
+	frontend := []Value{AddrOf(f, Dst), L4Proto(), DstPort()}
+	feKey := Key(f.AddrBytes(vip), ProtoBytes(6), PortBytes(80))
+	t.AddSet(&Set{Name: "n3", Fields: []FieldType{FieldIPv4, FieldProto, FieldPort}, Elements: []Element{{Key: feKey}}})
+	back := &Set{Name: "backends", Fields: []FieldType{FieldIPv4, FieldProto, FieldPort, FieldInteger}, Data: []FieldType{FieldIPv4, FieldPort}}
+	for i, a := range []netip.Addr{podA, podB, podC} {
+		back.Elements = append(back.Elements, Element{Key: Key(feKey, IntegerBytes(uint32(i))), Data: AddrPortBytes(f, a, 8080)})
+	}
+	t.AddSet(back)
+	t.AddSet(&Set{Name: "noep", Fields: []FieldType{FieldIPv4, FieldProto, FieldPort},
+		Elements: []Element{{Key: Key(f.AddrBytes(vip), ProtoBytes(6), PortBytes(81))}}})
+	pre := t.AddChain(&Chain{Name: "pre", Base: &Hook{Type: "nat", Hook: HookPrerouting, Priority: -100, Policy: "accept"}})
+	pre.Rules = []*Rule{
+		NewRule().In(f, "n3", frontend...).MarkSet(0x4000).Done(),
+		NewRule().In(f, "n3", frontend...).DNATMap(f, "backends", append(slices.Clone(frontend), Numgen(3))...),
+	}
+	check := t.AddChain(&Chain{Name: "check", Base: &Hook{Type: "filter", Hook: HookPrerouting, Priority: -110, Policy: "accept"}})
+	check.Rules = []*Rule{NewRule().CtStateNew().In(f, "noep", frontend...).L4ProtoIs(6).RejectTCPReset()}
+	post := t.AddChain(&Chain{Name: "post", Base: &Hook{Type: "nat", Hook: HookPostrouting, Priority: 100, Policy: "accept"}})
+	post.Rules = []*Rule{NewRule().CtStatusDNAT().MarkHas(0x4000).MarkClear(0x4000).Masquerade()}
+	return t
+}
+
+func TestTraceNATAlternatives(t *testing.T) {
+	tr, err := NewTracer(natLike(), policyLike())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := netip.MustParseAddr("10.0.2.9")
+	rs, err := tr.Trace(HookPrerouting, tcpTo(client, vip, 80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i, r := range rs {
+		if r.Verdict != TraceAccept || r.Packet.DstPort != 8080 || r.Packet.CtStatus&ipsDstNAT == 0 || r.Packet.Mark != 0x4000 {
+			t.Errorf("alternative %d: %+v", i, r)
+		}
+		if !slices.Equal(r.Choices, []uint32{uint32(i)}) {
+			t.Errorf("alternative %d: choices %v", i, r.Choices)
+		}
+		if r.Packet.OrigDst != vip || r.Packet.OrigDstPort != 80 {
+			t.Errorf("alternative %d: conntrack original %s:%d", i, r.Packet.OrigDst, r.Packet.OrigDstPort)
+		}
+		got = append(got, r.Packet.Dst.String())
+	}
+	if want := []string{"10.0.0.1", "10.0.1.2", "10.0.1.3"}; !slices.Equal(got, want) {
+		t.Errorf("endpoints %v, want %v", got, want)
+	}
+
+	// Postrouting masquerades what prerouting marked.
+	after := rs[1].Packet
+	after.MasqueradeTo = netip.MustParseAddr("192.168.1.1")
+	post, err := tr.Trace(HookPostrouting, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := post[0].Packet; p.Src != after.MasqueradeTo || p.Mark != 0 {
+		t.Errorf("after postrouting: src %s mark %#x", p.Src, p.Mark)
+	}
+	// An unmarked connection is not masqueraded.
+	plain, _ := tr.Trace(HookPostrouting, tcpTo(client, podB, 80))
+	if plain[0].Packet.Src != client {
+		t.Errorf("unmarked packet masqueraded to %s", plain[0].Packet.Src)
+	}
+
+	// The reject runs before DNAT (priority -110 < -100).
+	rej, err := tr.Trace(HookPrerouting, tcpTo(client, vip, 81))
+	if err != nil || len(rej) != 1 || rej[0].Verdict != TraceReject {
+		t.Fatalf("reject: %v %+v", err, rej)
+	}
+	if rej[0].Steps[0].Chain != "check" {
+		t.Errorf("first chain %s, want check", rej[0].Steps[0].Chain)
+	}
+
+	// Established packets skip NAT chains.
+	est := tcpTo(client, vip, 80)
+	est.CtState = expr.CtStateBitESTABLISHED
+	rs, _ = tr.Trace(HookPrerouting, est)
+	if len(rs) != 1 || rs[0].Packet.Dst != vip {
+		t.Errorf("established packet NATed: %+v", rs)
+	}
+}
+
+func TestTracerRefusesWhatItDoesNotModel(t *testing.T) {
+	tests := []struct {
+		name string
+		rule *Rule
+		want string
+	}{
+		{"queue", &Rule{Exprs: []expr.Any{&expr.Queue{Num: 1}}, Text: "queue"}, "not modelled"},
+		{"xtables target", &Rule{Exprs: []expr.Any{&expr.Target{Name: "NFQUEUE"}}, Text: "nfqueue"}, "not modelled"},
+		{"missing set", NewRule().AddrInSet(IPv4, Dst, "nope").Verdict(Verdict{Kind: Accept}), "missing set nope"},
+		{"missing chain", NewRule().Verdict(Verdict{Kind: Jump, Chain: "nowhere"}), "missing chain nowhere"},
+		{"meta iifname", &Rule{Exprs: []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}}, Text: "iifname"}, "meta key"},
+		{"register overrun", &Rule{Exprs: []expr.Any{&expr.Payload{DestRegister: 23, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16}}, Text: "ip6 saddr"}, "overrun"},
+		{"snat", &Rule{Exprs: []expr.Any{&expr.NAT{Type: expr.NATTypeSourceNAT, RegAddrMin: 8, RegProtoMin: 9}}, Text: "snat"}, "only dnat"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := NewTable("x")
+			tab.AddChain(&Chain{Name: "in", Base: &Hook{Type: "filter", Hook: HookInput, Policy: "accept"}, Rules: []*Rule{tc.rule}})
+			_, err := NewTracer(tab)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTraceBasePolicyDropAndJumpLimit(t *testing.T) {
+	tab := NewTable("x")
+	tab.AddChain(&Chain{Name: "in", Base: &Hook{Type: "filter", Hook: HookInput, Policy: "drop"},
+		Rules: []*Rule{NewRule().Verdict(Verdict{Kind: Jump, Chain: "loop"})}})
+	tab.AddChain(&Chain{Name: "loop", Rules: []*Rule{NewRule().Verdict(Verdict{Kind: Jump, Chain: "loop"})}})
+	tr, err := NewTracer(tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Trace(HookInput, tcpTo(podA, podB, 1)); err == nil || !strings.Contains(err.Error(), "jump stack") {
+		t.Errorf("error %v, want the jump stack limit", err)
+	}
+	tab.Chains["loop"].Rules = nil
+	tr, _ = NewTracer(tab)
+	rs, err := tr.Trace(HookInput, tcpTo(podA, podB, 1))
+	if err != nil || rs[0].Verdict != TraceDrop {
+		t.Errorf("got %v %+v, want the base policy drop", err, rs)
+	}
+}
