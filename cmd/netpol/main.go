@@ -25,12 +25,26 @@ func exitStatus(err error, stderr *os.File) int {
 	var (
 		partial *partialError
 		denied  *deniedError
+		status  *exitError
 	)
+	if errors.As(err, &status) {
+		fmt.Fprintln(stderr, status.msg)
+		return status.code
+	}
 	if !errors.As(err, &partial) && !errors.As(err, &denied) {
 		fmt.Fprintln(stderr, "error:", err)
 	}
 	return 1
 }
+
+// exitError ends a command with its own exit status (`netpol trace`: 3
+// when the traced tables and explain disagree) after its output.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
 
 // commandFor is the root command for the name the binary was run as:
 // installed as kubectl-netpol, kubectl runs it as `kubectl netpol`, and
@@ -57,7 +71,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in), newAgentCommand(in), newModelCommand(), newVersionCommand())
+	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in), newAgentCommand(in), newModelCommand(), newVersionCommand(), newTraceCommand(in))
 	for _, c := range root.Commands() {
 		switch c.Name() {
 		case "agent":

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/report"
 )
@@ -19,6 +20,7 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 		namespaces    []string
 		allNamespaces bool
 		denied        bool
+		engine        string
 	)
 	cmd := &cobra.Command{
 		Use:   "table",
@@ -38,7 +40,10 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t := l.evaluator.Table(eval.TableOptions{Probes: probes, Namespaces: namespaces, Family: fam})
+			t, err := truthTable(l, engine, eval.TableOptions{Probes: probes, Namespaces: namespaces, Family: fam})
+			if err != nil {
+				return err
+			}
 			if len(t.Skipped) > 0 {
 				what := "an address"
 				if family != "" {
@@ -57,6 +62,7 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&engine, "engine", "eval", "who decides each cell: eval (the policy evaluator) or nft (each packet traced through the nftables tables compiled for its nodes)")
 	f.StringSliceVar(&ports, "ports", nil, "probes as protocol/port, comma-separated (default: every port the pods declare)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
 	f.StringVar(&family, "family", "", "address family for dual-stack pods: ipv4 or ipv6 (default: each pod's primary address)")
@@ -64,6 +70,23 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 	f.BoolVarP(&allNamespaces, "all-namespaces", "A", false, "pods of every namespace")
 	f.BoolVar(&denied, "denied", false, "show only the denied cells (text: one per line)")
 	return cmd
+}
+
+// truthTable computes the table with the engine asked for: the evaluator,
+// or the compiled tables of every node traced packet by packet (what the
+// kernels would do).
+func truthTable(l *loaded, engine string, opts eval.TableOptions) (*eval.Table, error) {
+	switch engine {
+	case "eval":
+		return l.evaluator.Table(opts), nil
+	case "nft":
+		dp, err := dataplane.New(l.snap, l.evaluator, false)
+		if err != nil {
+			return nil, fmt.Errorf("compiling the nodes' tables: %w", err)
+		}
+		return dp.Table(opts)
+	}
+	return nil, fmt.Errorf("--engine %q: want eval or nft", engine)
 }
 
 // writeTable prints a truth table (the evaluator's or the kernel's) in the

@@ -172,10 +172,9 @@ func (c *Cluster) walk(src, dst eval.Endpoint, probe eval.Probe, record bool, vi
 			return fmt.Errorf("destination: %w", err)
 		}
 		if dn < 0 {
-			if len(c.nodes) == 0 {
+			if dn = c.firstNode(); dn < 0 {
 				return errors.New("the snapshot has no nodes")
 			}
-			dn = 0
 		}
 		w.at(dn, fromWire, pkt, nil)
 	case c.isPodNetwork(src):
@@ -184,6 +183,19 @@ func (c *Cluster) walk(src, dst eval.Endpoint, probe eval.Probe, record bool, vi
 		w.at(srcNode, fromHost, pkt, nil)
 	}
 	return w.err
+}
+
+// firstNode is the node, first by name, that receives connections from
+// outside to addresses no node owns (load-balancer and external IPs), as
+// the lab routes them; -1 without nodes.
+func (c *Cluster) firstNode() int {
+	first := -1
+	for i, n := range c.nodes {
+		if first < 0 || n.Name < c.nodes[first].Name {
+			first = i
+		}
+	}
+	return first
 }
 
 func (c *Cluster) emit(p Path, visit func(Path) bool) error {

@@ -99,6 +99,16 @@ func (e *Evaluator) Explain(src, dst string, probe Probe, family Family) (*Verdi
 	return e.Evaluate(srcEp, dstEp, probe, true), nil
 }
 
+// Endpoint resolves "namespace/pod" or an IP address as Explain does: a
+// pod's address of family (its primary one by default), or of peer's
+// family when peer is valid.
+func (e *Evaluator) Endpoint(s string, family Family, peer netip.Addr) (Endpoint, error) {
+	if peer.IsValid() {
+		family = familyOf(peer)
+	}
+	return e.resolve(s, family, peer)
+}
+
 func (e *Evaluator) resolve(s string, family Family, peer netip.Addr) (Endpoint, error) {
 	if a, err := netip.ParseAddr(s); err == nil {
 		if peer.IsValid() && a.Is4() != peer.Is4() {

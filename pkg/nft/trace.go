@@ -88,7 +88,8 @@ type TraceStep struct {
 	// Verdict is what the rule did when it matched: accept, drop, jump X,
 	// dnat to A:P ...; empty when it matched and evaluation went on.
 	Verdict string `json:"verdict,omitempty"`
-	// Element is the set or map element that matched, in nft syntax.
+	// Element is the set or map element that matched (each, comma
+	// separated, when the rule has several lookups), in nft syntax.
 	Element string `json:"element,omitempty"`
 }
 
@@ -883,7 +884,10 @@ func (ev *evaluation) lookup(o *op, e *expr.Lookup) (ruleResult, bool) {
 	}
 	el := &s.s.Elements[i]
 	if ev.record {
-		ev.element = s.s.ElementText(*el)
+		if ev.element != "" {
+			ev.element += ", "
+		}
+		ev.element += s.s.ElementText(*el)
 	}
 	if !e.IsDestRegSet {
 		return ruleResult{matched: true}, true
