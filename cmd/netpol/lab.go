@@ -198,7 +198,11 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 				return err
 			}
 			stderr := cmd.ErrOrStderr()
-			fmt.Fprintf(stderr, "lab %s: probing %d pod(s) x %d pod(s) x %d port(s)\n", lb.Prefix(), len(lb.Pods()), len(lb.Pods()), len(probes))
+			nPorts := len(probes)
+			if nPorts == 0 { // the default: every port the pods declare, as startLab chose
+				nPorts = len(l.evaluator.Table(eval.TableOptions{Family: fam}).Ports)
+			}
+			fmt.Fprintf(stderr, "lab %s: probing %d pod(s) x %d pod(s) x %d port(s)\n", lb.Prefix(), len(lb.Pods()), len(lb.Pods()), nPorts)
 			observed, notes, probeErr := lb.Probe(ctx, lab.ProbeOptions{Probes: probes, Family: fam, SkipUnsupported: true})
 			var svcRows []report.ServiceResult
 			var svcObs []lab.ServiceObservation

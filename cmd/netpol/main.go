@@ -65,7 +65,8 @@ func newRootCommand() *cobra.Command {
 		Long: "Kubernetes network policy: explain, truth tables, enforcement.\n\n" +
 			"Exit status: 0 on success; 1 on an error, when some input object was invalid (the rest\n" +
 			"is still evaluated and printed; each problem is on stderr), when `lab probe --compare`\n" +
-			"finds a difference, or when `explain --exit-code` finds the connection denied.",
+			"finds a difference, or when `explain --exit-code` finds the connection denied;\n" +
+			"3 when `trace` finds the traced tables and explain disagree.",
 		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
