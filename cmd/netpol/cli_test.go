@@ -50,10 +50,14 @@ func TestExplainServiceFrontends(t *testing.T) {
 		{"eTP Cluster: pod on the endpoint's node", "web/frontend", "nodeport/node-2/api/orders-cluster", "tcp/30081", true, frontendNodePort, "", "web/frontend", 1},
 		{"NodePort as node address and port", outside, "172.18.0.2", "tcp/30081", false, frontendNodePort, "policy", "172.18.0.2 (node node-1)", 1},
 		{"hairpin through another node, not masqueraded", "api/orders", "nodeport/node-1/api/orders-local", "tcp/30080", false, frontendNodePort, "hairpin", "api/orders", 1},
+		{"load-balancer IP from outside: the first node, masqueraded", outside, "192.0.2.10", "tcp/80", false, frontendLoadBalancer, "policy", "172.18.0.2 (node node-1)", 1},
+		{"external IP from a pod: its node, masqueraded", "web/frontend", "198.51.100.7", "tcp/80", false, frontendExternalIP, "policy", "172.18.0.2 (node node-1)", 1},
+		{"the LB Service's ClusterIP keeps the pod", "web/frontend", "10.96.0.40", "tcp/80", true, frontendClusterIP, "", "web/frontend", 1},
+		{"an external IP on another port is not the Service", "web/frontend", "198.51.100.7", "tcp/81", true, "", "", "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, stderr, err := run(t, "", "explain", "-f", demo, "-f", nodePorts, tt.src, tt.dst, "--port", tt.port, "-o", "json")
+			out, stderr, err := run(t, "", "explain", "-f", demo, "-f", nodePorts, "-f", "testdata/loadbalancer.yaml", tt.src, tt.dst, "--port", tt.port, "-o", "json")
 			if err != nil {
 				t.Fatalf("%v\n%s", err, stderr)
 			}
