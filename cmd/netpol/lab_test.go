@@ -191,7 +191,7 @@ func TestLabUpStopsWhenItsNamespacesGo(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("the lab needs root (network namespaces and nftables)")
 	}
-	const prefix = "netpol-clitest-up"
+	const prefix = "netpol-cliup"
 	start := func(ctx context.Context) (*bytes.Buffer, chan error) {
 		cmd := newRootCommand()
 		out := &bytes.Buffer{}
@@ -261,7 +261,7 @@ func TestLabNodePortProbesAgreeWithExplain(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("the lab needs root (network namespaces and nftables)")
 	}
-	out, stderr, err := run(t, "", "lab", "probe", "--prefix", "netpol-clitest-np", "-f", "../../examples/demo", "-f", "testdata/nodeports.yaml",
+	out, stderr, err := run(t, "", "lab", "probe", "--prefix", "netpol-clinp", "-f", "../../examples/demo", "-f", "testdata/nodeports.yaml",
 		"--ports", "tcp/8080", "--services", "-o", "json")
 	if err != nil {
 		t.Fatalf("lab probe: %v\n%s", err, stderr)
