@@ -378,8 +378,8 @@ spec:
 		<-release
 		return true, anp[0].DeepCopyObject(), nil
 	})
-	t.Cleanup(func() { close(release) })
 	h.run()
+	t.Cleanup(func() { close(release) }) // before the agent stops (cleanups run last first)
 	select {
 	case <-stuck:
 	case <-time.After(20 * time.Second):

@@ -3,8 +3,14 @@ package lab
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/netpol/netpol/pkg/eval"
 )
@@ -161,5 +167,162 @@ func TestListAndDownAll(t *testing.T) {
 	}
 	if _, err := DownAll("../etc"); err == nil {
 		t.Errorf("DownAll accepted a prefix with a slash")
+	}
+}
+
+// mountsUnder lists the mount points at or below dir/prefix.
+func mountsUnder(t *testing.T, dir, prefix string) []string {
+	t.Helper()
+	table, err := mountTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range table {
+		if strings.HasPrefix(e.point, filepath.Join(dir, prefix)) {
+			out = append(out, e.point)
+		}
+	}
+	return out
+}
+
+// withNetnsDir points the lab's namespace directory at a fresh directory
+// (not a mount point) for one test, and unmounts whatever the test left.
+func withNetnsDir(t *testing.T) string {
+	t.Helper()
+	requireRoot(t)
+	base, err := os.MkdirTemp("", "netpol-netnsdir-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(base, "netns")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := netnsDir
+	netnsDir = dir
+	t.Cleanup(func() {
+		netnsDir = old
+		for i := 0; i < 10 && len(mountsUnder(t, base, "")) > 0; i++ {
+			for _, p := range mountsUnder(t, base, "") {
+				unix.Unmount(p, unix.MNT_DETACH)
+			}
+		}
+		if err := os.RemoveAll(base); err != nil {
+			t.Errorf("removing %s: %v", base, err)
+		}
+	})
+	return dir
+}
+
+// bindNetNS names the test's own network namespace at path, as `ip netns
+// add` names a new one (the mechanics are the same: an nsfs bind mount).
+func bindNetNS(t *testing.T, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("/proc/self/ns/net", path, "none", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// prepareNetnsDir makes the directory a shared mount of itself once, as
+// iproute2 does, and leaves it alone after.
+func TestPrepareNetnsDir(t *testing.T) {
+	dir := withNetnsDir(t)
+	for i := range 2 {
+		if err := prepareNetnsDir(); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		table, err := mountTable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var at []mountEntry
+		for _, e := range table {
+			if e.point == dir {
+				at = append(at, e)
+			}
+		}
+		if len(at) != 1 || !at[0].shared {
+			t.Errorf("call %d: mounts on %s: %+v, want one, shared", i, dir, at)
+		}
+	}
+}
+
+// DownAll removes namespaces whose mounts another tool's `ip netns add`
+// shadowed (a recursive self-bind of the directory made after them), and
+// keeps that tool's own namespace and mount.
+func TestDownAllShadowed(t *testing.T) {
+	dir := withNetnsDir(t)
+	prefix := testPrefix(t)
+	names := []string{prefix + "-n-1", prefix + "-p-1"}
+	for _, n := range names {
+		bindNetNS(t, filepath.Join(dir, n)) // the lab, before the fix: dir is no mount point
+	}
+	// `ip netns add other` on a directory that is no mount point:
+	if err := unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other")
+	bindNetNS(t, other)
+	for _, n := range names {
+		if err := deleteNamed(n); !errors.Is(err, unix.EBUSY) {
+			t.Fatalf("plain delete of shadowed %s: %v, want EBUSY (the leak)", n, err)
+		}
+	}
+	removed, err := DownAll(prefix)
+	if err != nil || strings.Join(removed, ",") != strings.Join(names, ",") {
+		t.Errorf("DownAll = %v, %v; want %v", removed, err, names)
+	}
+	if left := mountsUnder(t, dir, prefix); len(left) > 0 {
+		t.Errorf("mounts left: %v", left)
+	}
+	if left, _ := namespacesWithPrefix(prefix); len(left) > 0 {
+		t.Errorf("names left: %v", left)
+	}
+	if m := mountsUnder(t, dir, "other"); len(m) != 1 {
+		t.Errorf("the other tool's namespace: mounts %v, want it kept", m)
+	}
+}
+
+// The leak that `make e2e` left: while a lab is up, another tool's `ip
+// netns add` (a throwaway namespace of its own) must not make teardown
+// fail or leave anything behind.
+func TestIPNetnsAddWhileUp(t *testing.T) {
+	requireRoot(t)
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("no ip command")
+	}
+	prefix := testPrefix(t)
+	l, err := Up(context.Background(), loadBase(t, "hostnet.yaml"), Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "netpol-test-other-" + filepath.Base(prefix)
+	if out, err := exec.Command("ip", "netns", "add", other).CombinedOutput(); err != nil {
+		l.Down()
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	removeOther := func() error {
+		out, err := exec.Command("ip", "netns", "delete", other).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ip netns delete %s: %v: %s", other, err, out)
+		}
+		return nil
+	}
+	if err := l.Down(); err != nil {
+		t.Errorf("Down: %v", err)
+	}
+	if err := removeOther(); err != nil {
+		t.Error(err)
+	}
+	noNamespaces(t, prefix)
+	if left := mountsUnder(t, netnsDir, prefix+"-"); len(left) > 0 {
+		t.Errorf("mounts left (hidden namespaces): %v", left)
 	}
 }

@@ -17,8 +17,35 @@ import (
 )
 
 // netnsDir is where named network namespaces are bind-mounted (as `ip
-// netns` does), so that `ip netns list` shows the lab's.
-const netnsDir = "/run/netns"
+// netns` does), so that `ip netns list` shows the lab's. Tests of the
+// cleanup point it elsewhere; netns.NewNamed always uses /run/netns.
+var netnsDir = "/run/netns"
+
+// prepareNetnsDir makes netnsDir a shared mount of itself, as iproute2
+// does before its first mount. Otherwise the first `ip netns add` of some
+// other tool does it while the lab is up: its recursive self-bind covers
+// the lab's namespace mounts with copies, the originals stay hidden under
+// it, and teardown fails with EBUSY, leaving every namespace behind.
+func prepareNetnsDir() error {
+	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", netnsDir, err)
+	}
+	made := false
+	for {
+		err := unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		if err == nil {
+			return nil
+		}
+		// EINVAL: not a mount point yet; make it one, once.
+		if !errors.Is(err, unix.EINVAL) || made {
+			return fmt.Errorf("making %s a shared mount: %w", netnsDir, err)
+		}
+		if err := unix.Mount(netnsDir, netnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind-mounting %s on itself: %w", netnsDir, err)
+		}
+		made = true
+	}
+}
 
 // DefaultPrefix starts the name of every network namespace a lab makes
 // unless Options.Prefix says otherwise.
@@ -66,6 +93,9 @@ type namespace struct {
 // createNamespace makes the named namespace, applies the sysctls inside it
 // and brings its loopback up. On error nothing is left behind.
 func createNamespace(name string, sysctls []sysctl) (*namespace, error) {
+	if err := prepareNetnsDir(); err != nil {
+		return nil, fmt.Errorf("network namespace %s: %w", name, err)
+	}
 	if _, err := os.Lstat(filepath.Join(netnsDir, name)); err == nil {
 		return nil, fmt.Errorf("network namespace %s already exists (left over from an earlier lab? see DownAll)", name)
 	}
@@ -127,7 +157,8 @@ func (ns *namespace) delete() error {
 		ns.handle.Close()
 	}
 	ns.handle = netns.None()
-	return deleteNamed(ns.name)
+	_, err := deleteNames([]string{ns.name})
+	return err
 }
 
 // deleteNamed unmounts and removes /run/netns/name; a missing name or a
@@ -174,11 +205,116 @@ func namespacesWithPrefix(prefix string) ([]string, error) {
 // DownAll removes every network namespace under /run/netns whose name starts
 // with prefix (DefaultPrefix when empty), whichever lab made it, and
 // returns the names removed. It is `lab down --all`: for leftovers of labs
-// whose process died before Down.
+// whose process died before Down, and of labs whose mounts another tool's
+// `ip netns add` shadowed (see prepareNetnsDir).
 func DownAll(prefix string) ([]string, error) {
 	names, err := labNamespaces(prefix)
 	if err != nil {
 		return nil, err
+	}
+	removed, err := deleteNames(names)
+	sort.Strings(removed)
+	return removed, err
+}
+
+// deleteNames removes the named namespaces, shadowed ones too, and returns
+// the names removed.
+func deleteNames(names []string) ([]string, error) {
+	var removed, busy []string
+	var errs []error
+	for _, name := range names {
+		err := deleteNamed(name)
+		switch {
+		case err == nil:
+			removed = append(removed, name)
+		case errors.Is(err, unix.EBUSY):
+			busy = append(busy, name)
+		default:
+			errs = append(errs, err)
+		}
+	}
+	if len(busy) > 0 {
+		freed, err := unshadow(busy)
+		removed = append(removed, freed...)
+		errs = append(errs, err)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// mountEntry is one line of /proc/self/mountinfo.
+type mountEntry struct {
+	id, parent int
+	point      string
+	shared     bool // in a peer group (optional field shared:N)
+}
+
+func mountTable() ([]mountEntry, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []mountEntry
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		var e mountEntry
+		if _, err := fmt.Sscan(f[0], &e.id); err != nil {
+			continue
+		}
+		fmt.Sscan(f[1], &e.parent)
+		e.point = strings.ReplaceAll(f[4], "\\040", " ")
+		for _, opt := range f[6:] {
+			if opt == "-" {
+				break
+			}
+			e.shared = e.shared || strings.HasPrefix(opt, "shared:")
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// mountedOn reports whether something is mounted on path.
+func mountedOn(table []mountEntry, path string) bool {
+	for _, e := range table {
+		if e.point == path {
+			return true
+		}
+	}
+	return false
+}
+
+// unshadow removes namespaces whose mounts lie under a later mount of
+// netnsDir on itself: it keeps that cover (and every namespace other
+// tools mounted in it) at a temporary place, lifts it off netnsDir, removes
+// the lab's hidden mounts and files, and puts the cover back. It returns
+// the names it removed.
+func unshadow(names []string) ([]string, error) {
+	table, err := mountTable()
+	if err != nil {
+		return nil, err
+	}
+	if !mountedOn(table, netnsDir) {
+		return nil, fmt.Errorf("%s: busy, but nothing covers them (%s)", strings.Join(names, ", "), netnsDir)
+	}
+	tmp, err := os.MkdirTemp("", "netpol-netns-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp)
+	if err := unix.Mount(netnsDir, tmp, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return nil, fmt.Errorf("keeping the mounts of %s at %s: %w", netnsDir, tmp, err)
+	}
+	// Private, so that lifting the cover does not unmount the copies.
+	if err := unix.Mount("", tmp, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+		unix.Unmount(tmp, unix.MNT_DETACH)
+		return nil, fmt.Errorf("making %s private: %w", tmp, err)
+	}
+	if err := unix.Unmount(netnsDir, unix.MNT_DETACH); err != nil {
+		unix.Unmount(tmp, unix.MNT_DETACH)
+		return nil, fmt.Errorf("lifting the mount on %s: %w", netnsDir, err)
 	}
 	var removed []string
 	var errs []error
@@ -188,6 +324,17 @@ func DownAll(prefix string) ([]string, error) {
 			continue
 		}
 		removed = append(removed, name)
+	}
+	if err := unix.Mount(tmp, netnsDir, "", unix.MS_MOVE, ""); err != nil {
+		// A move is refused under a shared parent: bind it back instead.
+		if err := unix.Mount(tmp, netnsDir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			errs = append(errs, fmt.Errorf("putting the mounts of %s back (they are at %s): %w", netnsDir, tmp, err))
+			return removed, errors.Join(errs...)
+		}
+		unix.Unmount(tmp, unix.MNT_DETACH)
+	}
+	if err := unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		errs = append(errs, fmt.Errorf("making %s shared again: %w", netnsDir, err))
 	}
 	return removed, errors.Join(errs...)
 }

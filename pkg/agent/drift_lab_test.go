@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/lab"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/node"
+	"github.com/netpol/netpol/pkg/proxy"
+)
+
+// labAgent runs the agent's loop for one lab node: fake API clients, the
+// real kernel of the node's namespace.
+func labAgent(t *testing.T, snap *cluster.Snapshot, n *lab.Node, period time.Duration) {
+	t.Helper()
+	var objs []runtime.Object
+	for _, o := range snap.Namespaces {
+		objs = append(objs, o)
+	}
+	for _, o := range snap.Nodes {
+		objs = append(objs, o)
+	}
+	for _, o := range snap.Pods {
+		objs = append(objs, o)
+	}
+	for _, o := range snap.NetworkPolicies {
+		objs = append(objs, o)
+	}
+	kube := kubefake.NewClientset(objs...)
+	kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = nil
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvrCRD: "CustomResourceDefinitionList"})
+	opts := Options{NodeName: n.Name, NoStatus: true, ResyncPeriod: period, MinSyncInterval: 10 * time.Millisecond}
+	opts.defaults()
+	prog, err := node.New(programmerOptions(opts, n.Handle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAgent(opts, kube, dyn, prog)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent %s: %v", n.Name, err)
+		}
+	})
+}
+
+func readTable(t *testing.T, n *lab.Node, table string) *nft.Table {
+	t.Helper()
+	got, err := nft.Read(int(n.Handle), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestResyncRepairsTamperedLab: agents program a lab's two nodes; each of
+// four changes made to node-1's tables behind the agent's back (a rule
+// deleted, an element added, a NAT chain flushed, `nft flush ruleset`) is
+// repaired within the resync period, and real probes agree with the
+// evaluator afterwards.
+func TestResyncRepairsTamperedLab(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces)")
+	}
+	const period = time.Second
+	snap, report := cluster.LoadPaths([]string{"../../testdata/base/e2e.yaml"}, nil)
+	if len(report.Errors) > 0 {
+		t.Fatal(report.Errors)
+	}
+	if r := snap.AddDocuments([]byte(`
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: only-from-y, namespace: "y"}
+spec:
+  podSelector: {}
+  ingress: [{from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: "y"}}}]}]
+`), "test", true); len(r.Errors) > 0 {
+		t.Fatal(r.Errors)
+	}
+	l, err := lab.Up(context.Background(), snap, lab.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Down(); err != nil {
+			t.Errorf("Down: %v", err)
+		}
+	})
+	for _, n := range l.Nodes() {
+		labAgent(t, snap, n, period)
+	}
+	n1 := l.Node("node-1")
+	want, err := compiler.Compile(node.Prepare(snap).Resolved, compiler.Options{Node: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policyOK := func() bool {
+		got := readTable(t, n1, compiler.DefaultTable)
+		return got != nil && nft.Diff(got, want).Empty()
+	}
+	waitFor := func(what string, timeout time.Duration, cond func() bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for !cond() {
+			if time.Since(start) > timeout {
+				t.Fatalf("%s: not within %v", what, timeout)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+	waitFor("node-1's policy table", 10*time.Second, policyOK)
+	var natWant *nft.Table
+	waitFor("node-1's NAT table", 10*time.Second, func() bool {
+		natWant = readTable(t, n1, proxy.DefaultTable)
+		return natWant != nil
+	})
+	natOK := func() bool {
+		got := readTable(t, n1, proxy.DefaultTable)
+		return got != nil && nft.Diff(got, natWant).Empty()
+	}
+	probes := []eval.Probe{{Protocol: "TCP", Port: 80}}
+	agree := func(when string) {
+		t.Helper()
+		expected := eval.New(snap, node.Prepare(snap).Model).Table(eval.TableOptions{Probes: probes})
+		if err := l.FlushConntrack(); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := l.Probe(context.Background(), lab.ProbeOptions{Probes: probes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		diffs, err := conformance.Compare(expected, got)
+		if err != nil || len(diffs) > 0 {
+			t.Fatalf("%s: the kernel disagrees with the evaluator: %v %v", when, err, diffs)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // node-2's agent
+	agree("before tampering")
+
+	conn, err := nftables.New(nftables.WithNetNSFd(int(n1.Handle)), nftables.AsLasting())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseLasting()
+	policyTable := &nftables.Table{Name: compiler.DefaultTable, Family: nftables.TableFamilyINet}
+	natTable := &nftables.Table{Name: proxy.DefaultTable, Family: nftables.TableFamilyINet}
+	tamperings := []struct {
+		name  string
+		do    func()
+		check func() bool
+	}{
+		{"policy rule deleted", func() {
+			rules, err := conn.GetRules(policyTable, &nftables.Chain{Name: "forward", Table: policyTable})
+			if err != nil || len(rules) == 0 {
+				t.Fatalf("rules of forward: %v", err)
+			}
+			conn.DelRule(rules[len(rules)-1])
+		}, policyOK},
+		{"policy element added", func() {
+			for name, s := range want.Sets {
+				if len(s.Fields) == 1 && s.Fields[0] == nft.FieldIPv4 && !s.Interval && !s.IsMap() {
+					conn.SetAddElements(&nftables.Set{Table: policyTable, Name: name, KeyType: nftables.TypeIPAddr},
+						[]nftables.SetElement{{Key: []byte{10, 99, 99, 99}}})
+					return
+				}
+			}
+			t.Fatal("no plain IPv4 set in the policy table")
+		}, policyOK},
+		{"NAT chain flushed", func() {
+			conn.FlushChain(&nftables.Chain{Name: "nat-prerouting", Table: natTable})
+		}, natOK},
+		{"nft flush ruleset", func() { conn.FlushRuleset() }, func() bool { return policyOK() && natOK() }},
+	}
+	for _, tc := range tamperings {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.do()
+			if err := conn.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.check() {
+				t.Fatal("the tampering changed nothing")
+			}
+			took := waitFor("repair", period+time.Second, tc.check)
+			t.Logf("repaired after %v (--resync-period %v)", took.Round(time.Millisecond), period)
+		})
+	}
+	agree("after the repairs")
+}
