@@ -12,6 +12,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
 	"github.com/netpol/netpol/pkg/report"
 )
@@ -116,11 +117,7 @@ func serviceByAddress(snap *cluster.Snapshot, addr netip.Addr, probe eval.Probe)
 	t := serviceTarget{given: addr.String(), addr: addr}
 	hasPort := func(svc *corev1.Service, nodePort bool) bool {
 		for _, p := range svc.Spec.Ports {
-			proto := p.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			if proto != probe.Protocol {
+			if policy.DefaultProtocol(p.Protocol) != probe.Protocol {
 				continue
 			}
 			if (!nodePort && p.Port == probe.Port) || (nodePort && p.NodePort == probe.Port) {

@@ -190,72 +190,42 @@ func (c *compiler) baseChains() {
 	}
 }
 
-// classKey describes everything a class chain depends on, for one local
-// pod and direction; "" when no policy applies.
-type classKey struct {
-	admin, np, baseline []int32
-	// namedPorts: for ingress NetworkPolicy rules with named ports, how
-	// the pod resolves them (the chain's allow-list depends on it).
-	namedPorts string
-}
-
-func (c *compiler) withRules(ps []int32, d policy.Direction) []int32 {
-	var out []int32
-	for _, pi := range ps {
-		if len(c.pols[pi].Rules[d]) > 0 {
-			out = append(out, pi)
-		}
-	}
-	return out
-}
-
 // class returns the entry chain for pod's direction d, building the class
-// on first use; "" when no policy applies to it.
+// on first use; "" when no policy applies to it. A class is the pod's plan
+// (eval.Plan: the tier semantics, shared by pods with the same policies)
+// plus, for ingress, how the pod resolves the named ports its
+// NetworkPolicies use.
 func (c *compiler) class(pod int, d policy.Direction) string {
-	k := classKey{
-		admin:    c.withRules(c.r.Selecting(policy.TierAdmin, d, pod), d),
-		np:       c.r.Selecting(policy.TierNetworkPolicy, d, pod),
-		baseline: c.withRules(c.r.Selecting(policy.TierBaseline, d, pod), d),
-	}
-	if len(k.admin)+len(k.np)+len(k.baseline) == 0 {
+	plan := c.r.Plan(pod, d)
+	if plan == nil || plan.Empty() {
 		return ""
 	}
+	id := plan.Key
 	if d == policy.Ingress {
-		k.namedPorts = c.resolveNamedPorts(k.np, pod)
+		id += c.resolveNamedPorts(plan.Allow, pod)
 	}
-	var id strings.Builder
-	fmt.Fprintf(&id, "%s|", d)
-	for _, part := range [][]int32{k.admin, k.np, k.baseline} {
-		for _, pi := range part {
-			fmt.Fprintf(&id, "%s;", c.pols[pi].Ref())
-		}
-		id.WriteString("|")
-	}
-	id.WriteString(k.namedPorts)
-	if chain, ok := c.classes[id.String()]; ok {
+	if chain, ok := c.classes[id]; ok {
 		return chain
 	}
-	sum := sha256.Sum256([]byte(id.String()))
+	sum := sha256.Sum256([]byte(id))
 	prefix := "eg"
 	if d == policy.Ingress {
 		prefix = "in"
 	}
 	name := prefix + "." + hex.EncodeToString(sum[:6])
-	c.classes[id.String()] = name
-	c.buildClass(name, d, k, pod)
+	c.classes[id] = name
+	c.buildClass(name, plan, pod)
 	return name
 }
 
 // resolveNamedPorts renders how pod resolves the port names its ingress
-// NetworkPolicies use.
-func (c *compiler) resolveNamedPorts(nps []int32, pod int) string {
+// NetworkPolicy rules use.
+func (c *compiler) resolveNamedPorts(allow []eval.PlanRule, pod int) string {
 	names := map[string]bool{}
-	for _, pi := range nps {
-		for _, r := range c.pols[pi].Rules[policy.Ingress] {
-			for _, p := range r.Ports {
-				if p.Name != "" {
-					names[p.Name] = true
-				}
+	for _, pr := range allow {
+		for _, p := range c.rule(pr, policy.Ingress).Ports {
+			if p.Name != "" {
+				names[p.Name] = true
 			}
 		}
 	}
@@ -265,64 +235,59 @@ func (c *compiler) resolveNamedPorts(nps []int32, pod int) string {
 	var out []string
 	for _, cp := range c.r.Pod(pod).Ports {
 		if names[cp.Name] {
-			out = append(out, fmt.Sprintf("%s=%s/%d", cp.Name, protocolOf(cp), cp.ContainerPort))
+			out = append(out, fmt.Sprintf("%s=%s/%d", cp.Name, policy.ContainerPortProtocol(cp), cp.ContainerPort))
 		}
 	}
 	sort.Strings(out)
 	return strings.Join(out, ",")
 }
 
-func protocolOf(cp corev1.ContainerPort) corev1.Protocol {
-	if cp.Protocol == "" {
-		return corev1.ProtocolTCP
-	}
-	return cp.Protocol
+// rule is the model rule a plan rule names.
+func (c *compiler) rule(pr eval.PlanRule, d policy.Direction) *policy.Rule {
+	return &c.pols[pr.Policy].Rules[d][pr.Rule]
 }
 
-// buildClass writes the class chain(s): name holds the Admin tier and
-// continues in name+".next" with the NetworkPolicy or Baseline tier.
-func (c *compiler) buildClass(name string, d policy.Direction, k classKey, pod int) {
+// buildClass writes the class chain(s) of a plan: name holds the Admin
+// tier and continues in name+".next" with the NetworkPolicy or Baseline
+// tier.
+func (c *compiler) buildClass(name string, plan *eval.Plan, pod int) {
+	d := plan.Direction
 	entry := c.t.AddChain(&nft.Chain{Name: name})
 	rest := entry
 	after := verdictReturn // where a Pass in the Admin tier goes
-	restNeeded := len(k.np) > 0 || len(k.baseline) > 0
-	if len(k.admin) > 0 && restNeeded {
+	restNeeded := len(plan.Isolating) > 0 || len(plan.Baseline) > 0
+	if len(plan.Admin) > 0 && restNeeded {
 		rest = c.t.AddChain(&nft.Chain{Name: name + ".next"})
 		after = nft.Verdict{Kind: nft.Goto, Chain: rest.Name}
 	}
-	for _, pi := range k.admin {
-		entry.Rules = append(entry.Rules, c.tierRules(int(pi), d, after)...)
-	}
+	entry.Rules = append(entry.Rules, c.tierRules(plan.Admin, d, after)...)
 	if rest != entry {
 		next := nft.NewRule().Verdict(after)
 		next.Comment = "no Admin rule decided: on to the next tier"
 		entry.Rules = append(entry.Rules, next)
 	}
-	if len(k.np) > 0 {
-		rest.Rules = append(rest.Rules, c.networkPolicyRules(name, d, k.np, pod)...)
+	if len(plan.Isolating) > 0 {
+		rest.Rules = append(rest.Rules, c.networkPolicyRules(name, plan, pod)...)
 		return
 	}
-	for _, pi := range k.baseline {
-		rest.Rules = append(rest.Rules, c.tierRules(int(pi), d, verdictReturn)...)
-	}
+	rest.Rules = append(rest.Rules, c.tierRules(plan.Baseline, d, verdictReturn)...)
 }
 
-// tierRules compiles the rules of an Admin or Baseline policy for
-// direction d, in order. pass is where a Pass rule goes.
-func (c *compiler) tierRules(pi int, d policy.Direction, pass nft.Verdict) []*nft.Rule {
-	p := c.pols[pi]
+// tierRules compiles the Admin or Baseline rules of a plan for direction
+// d, in order. pass is where a Pass rule goes.
+func (c *compiler) tierRules(rules []eval.PlanRule, d policy.Direction, pass nft.Verdict) []*nft.Rule {
 	var out []*nft.Rule
-	for ri := range p.Rules[d] {
-		r := &p.Rules[d][ri]
+	for _, pr := range rules {
+		p, r := c.pols[pr.Policy], c.rule(pr, d)
 		v := verdictReturn
-		switch r.Action {
+		switch pr.Action {
 		case policy.Deny:
 			v = verdictDrop
 		case policy.Pass:
 			v = pass
 		}
 		first := len(out)
-		out = append(out, c.tierRule(pi, d, ri, v)...)
+		out = append(out, c.tierRule(pr, d, v)...)
 		if len(out) > first {
 			out[first].Comment = fmt.Sprintf("%s %s: %s", p.Ref(), r.Ref(d), r.Action)
 			if r.FailClosed != "" {
@@ -335,16 +300,14 @@ func (c *compiler) tierRules(pi int, d policy.Direction, pass nft.Verdict) []*nf
 
 // tierRule compiles one Admin/Baseline rule: per family, peers and ports
 // as set lookups, ending in v.
-func (c *compiler) tierRule(pi int, d policy.Direction, ri int, v nft.Verdict) []*nft.Rule {
-	r := &c.pols[pi].Rules[d][ri]
-	if r.FailClosed != "" {
-		// An Accept that cannot be understood matches nothing; a Deny or
-		// Pass matches everything.
-		if r.Action == policy.Accept {
-			return nil
-		}
+func (c *compiler) tierRule(pr eval.PlanRule, d policy.Direction, v nft.Verdict) []*nft.Rule {
+	switch pr.Match {
+	case eval.MatchNothing:
+		return nil
+	case eval.MatchAll:
 		return []*nft.Rule{nft.NewRule().Verdict(v)}
 	}
+	pi, ri, r := int(pr.Policy), pr.Rule, c.rule(pr, d)
 	sets := c.ruleSetsFor(pi, d, ri)
 	numbered, named := splitPorts(r.Ports)
 	var out []*nft.Rule
@@ -522,10 +485,9 @@ func portBoxes(ports []policy.Port) []portBox {
 func (c *compiler) namedMatches(named []policy.Port, ports []corev1.ContainerPort) []portBox {
 	var out []portBox
 	for _, cp := range ports {
-		proto := protocolOf(cp)
 		for _, p := range named {
-			if p.Name == cp.Name && (p.Protocol == "" || p.Protocol == proto) {
-				n := protocolNumber(proto)
+			if p.Resolves(cp) {
+				n := protocolNumber(policy.ContainerPortProtocol(cp))
 				out = append(out, portBox{n, n, uint16(cp.ContainerPort), uint16(cp.ContainerPort)})
 			}
 		}
@@ -569,13 +531,14 @@ func (c *compiler) namedPortElements(named []policy.Port, f *nft.Family) []nft.E
 // allows it. (Verdict maps would make it one lookup, but at 10,000 pods a
 // jump/goto element cost ~6 ms in the kernel against ~1 ms for a hash set
 // element: docs/nft-notes.md section 7.)
-func (c *compiler) networkPolicyRules(class string, d policy.Direction, nps []int32, pod int) []*nft.Rule {
-	refs := make([]string, len(nps))
-	for i, pi := range nps {
+func (c *compiler) networkPolicyRules(class string, plan *eval.Plan, pod int) []*nft.Rule {
+	d := plan.Direction
+	refs := make([]string, len(plan.Isolating))
+	for i, pi := range plan.Isolating {
 		refs[i] = c.pols[pi].Ref()
 	}
 	var out []*nft.Rule
-	if d == policy.Ingress {
+	if plan.OwnNodeAllowed {
 		for _, f := range nft.Families {
 			out = append(out, nft.NewRule().AddrInSet(f, nft.Src, setNodeAddrs+f.Suffix).Verdict(verdictReturn))
 		}
@@ -595,7 +558,7 @@ func (c *compiler) networkPolicyRules(class string, d policy.Direction, nps []in
 		return groups[id][f]
 	}
 	for _, f := range nft.Families {
-		al := buildAllowList(c.allowItems(d, nps, pod, f), f)
+		al := buildAllowList(c.allowItems(plan, pod, f), f)
 		for a, ports := range al.pods {
 			g := at(ports, f)
 			g.pods = append(g.pods, nft.Element{Key: f.AddrBytes(a)})
@@ -646,63 +609,61 @@ func (c *compiler) networkPolicyRules(class string, d policy.Direction, nps []in
 	return append(out, deny)
 }
 
-// allowItems lists what the isolating NetworkPolicies allow for pod in
-// direction d and family f, as peer addresses x ports.
-func (c *compiler) allowItems(d policy.Direction, nps []int32, pod int, f *nft.Family) []allowItem {
+// allowItems lists what the plan's NetworkPolicy rules allow for pod in
+// family f, as peer addresses x ports.
+func (c *compiler) allowItems(plan *eval.Plan, pod int, f *nft.Family) []allowItem {
+	d := plan.Direction
 	var items []allowItem
-	for _, pi32 := range nps {
-		pi := int(pi32)
-		for ri := range c.pols[pi].Rules[d] {
-			r := &c.pols[pi].Rules[d][ri]
-			if r.FailClosed != "" {
-				continue // an Accept that cannot be understood allows nothing
+	for _, pr := range plan.Allow {
+		pi, ri, r := int(pr.Policy), pr.Rule, c.rule(pr, d)
+		if pr.Match == eval.MatchNothing {
+			continue // an Accept that cannot be understood allows nothing
+		}
+		// Peers: pod addresses, and networks (ipBlocks, nodes, or
+		// every address for a rule without peers).
+		var pods, nets []addrRange
+		if r.AllPeers {
+			nets = []addrRange{fullRange(f)}
+		} else {
+			pods = c.podAddrs(pi, d, ri, f)
+			nets = c.peerRanges(pi, d, ri, f, false)
+		}
+		add := func(ports []portBox) {
+			if len(ports) == 0 {
+				return
 			}
-			// Peers: pod addresses, and networks (ipBlocks, nodes, or
-			// every address for a rule without peers).
-			var pods, nets []addrRange
-			if r.AllPeers {
-				nets = []addrRange{fullRange(f)}
-			} else {
-				pods = c.podAddrs(pi, d, ri, f)
-				nets = c.peerRanges(pi, d, ri, f, false)
+			if len(pods) > 0 {
+				items = append(items, allowItem{pods, ports, true})
 			}
-			add := func(ports []portBox) {
-				if len(ports) == 0 {
-					return
-				}
-				if len(pods) > 0 {
-					items = append(items, allowItem{pods, ports, true})
-				}
-				if len(nets) > 0 {
-					items = append(items, allowItem{nets, ports, false})
-				}
+			if len(nets) > 0 {
+				items = append(items, allowItem{nets, ports, false})
 			}
-			if r.AllPorts {
-				add([]portBox{allProtocolsAndPorts})
+		}
+		if r.AllPorts {
+			add([]portBox{allProtocolsAndPorts})
+			continue
+		}
+		numbered, named := splitPorts(r.Ports)
+		add(portBoxes(numbered))
+		if len(named) == 0 {
+			continue
+		}
+		if d == policy.Ingress {
+			// The destination is the pod itself.
+			add(c.namedMatches(named, c.r.Pod(pod).Ports))
+			continue
+		}
+		// Egress: each destination pod the peers match resolves the
+		// names on its own ports.
+		for j := 0; j < c.r.NumPods(); j++ {
+			dst := c.r.Pod(j)
+			boxes := c.namedMatches(named, dst.Ports)
+			if len(boxes) == 0 {
 				continue
 			}
-			numbered, named := splitPorts(r.Ports)
-			add(portBoxes(numbered))
-			if len(named) == 0 {
-				continue
-			}
-			if d == policy.Ingress {
-				// The destination is the pod itself.
-				add(c.namedMatches(named, c.r.Pod(pod).Ports))
-				continue
-			}
-			// Egress: each destination pod the peers match resolves the
-			// names on its own ports.
-			for j := 0; j < c.r.NumPods(); j++ {
-				dst := c.r.Pod(j)
-				boxes := c.namedMatches(named, dst.Ports)
-				if len(boxes) == 0 {
-					continue
-				}
-				for _, a := range dst.Addrs {
-					if inFamily(a, f) && (c.r.PeerPods(pi, d, ri, j) || containsAddr(nets, a)) {
-						items = append(items, allowItem{[]addrRange{singleAddr(a)}, boxes, true})
-					}
+			for _, a := range dst.Addrs {
+				if inFamily(a, f) && (c.r.PeerPods(pi, d, ri, j) || containsAddr(nets, a)) {
+					items = append(items, allowItem{[]addrRange{singleAddr(a)}, boxes, true})
 				}
 			}
 		}

@@ -207,17 +207,18 @@ func (e *Evaluator) decide(d policy.Direction, subject, peer Endpoint, probe Pro
 		dstPorts = ix.pods[dstPod].ports
 	}
 	m := matcher{ix: ix, peer: peer, probe: probe, dstPorts: dstPorts}
+	plan := ix.plans[d][subject.Pod]
 
 	// 1. Admin tier.
-	switch act, decided := e.orderedTier(policy.TierAdmin, d, subject.Pod, m, tr); {
+	switch act, decided := e.orderedTier(policy.TierAdmin, plan.Admin, d, subject.Pod, m, tr); {
 	case decided && act == policy.Accept:
 		return true
 	case decided && act == policy.Deny:
 		return false
 	}
 	// 2. NetworkPolicy tier.
-	if sel := ix.selecting[policy.TierNetworkPolicy][d][subject.Pod]; len(sel) > 0 {
-		return e.networkPolicyTier(d, subject, sel, m, tr)
+	if len(plan.Isolating) > 0 {
+		return e.networkPolicyTier(plan, subject, m, tr)
 	}
 	if tr != nil {
 		e.notSelected(policy.TierNetworkPolicy, d, subject.Pod, tr)
@@ -225,7 +226,7 @@ func (e *Evaluator) decide(d policy.Direction, subject, peer Endpoint, probe Pro
 			Why: fmt.Sprintf("no NetworkPolicy isolates %s for %s", e.Name(subject), d)})
 	}
 	// 3. Baseline tier.
-	switch act, decided := e.orderedTier(policy.TierBaseline, d, subject.Pod, m, tr); {
+	switch act, decided := e.orderedTier(policy.TierBaseline, plan.Baseline, d, subject.Pod, m, tr); {
 	case decided && act == policy.Accept:
 		return true
 	case decided && act == policy.Deny:
@@ -238,10 +239,10 @@ func (e *Evaluator) decide(d policy.Direction, subject, peer Endpoint, probe Pro
 	return true
 }
 
-// orderedTier runs the first-match algorithm of the Admin or Baseline tier.
-// decided is false when no rule matched or a Pass rule matched (the caller
-// goes on to the next tier).
-func (e *Evaluator) orderedTier(tier policy.Tier, d policy.Direction, pod int, m matcher, tr *DirectionVerdict) (policy.Action, bool) {
+// orderedTier runs the first-match algorithm of the Admin or Baseline tier
+// over the plan's rules. decided is false when no rule matched or a Pass
+// rule matched (the caller goes on to the next tier).
+func (e *Evaluator) orderedTier(tier policy.Tier, rules []PlanRule, d policy.Direction, pod int, m matcher, tr *DirectionVerdict) (policy.Action, bool) {
 	sel := e.ix.selecting[tier][d][pod]
 	if tr != nil {
 		for _, pi := range sel {
@@ -249,31 +250,29 @@ func (e *Evaluator) orderedTier(tier policy.Tier, d policy.Direction, pod int, m
 		}
 		e.notSelected(tier, d, pod, tr)
 	}
-	for n, pi := range sel {
-		cp := e.ix.policies[pi]
-		for ri := range cp.rules[d] {
-			cr := &cp.rules[d][ri]
-			why := m.match(cr)
-			if why != "" {
-				if tr != nil {
-					tr.Skipped = append(tr.Skipped, Step{Tier: tier.String(), Policy: cp.Ref(), Rule: cr.Ref(d), Action: cr.Action.String(), Why: why})
-				}
-				continue
-			}
+	for _, pr := range rules {
+		cp := e.ix.policies[pr.Policy]
+		cr := &cp.rules[d][pr.Rule]
+		why := m.match(pr, cr)
+		if why != "" {
 			if tr != nil {
-				e.record(tr, tier, cp, cr, d)
-				tr.Ambiguous = e.ambiguous(sel, n, d, m)
-				if cr.Action == policy.Pass {
-					next := policy.TierNetworkPolicy
-					if tier == policy.TierBaseline {
-						next = policy.TierDefault
-					}
-					tr.Skipped = append(tr.Skipped, Step{Tier: tier.String(), Policy: cp.Ref(), Rule: cr.Ref(d), Action: cr.Action.String(),
-						Why: fmt.Sprintf("matched: Pass skips the rest of the %s tier, on to %s", tier, next)})
-				}
+				tr.Skipped = append(tr.Skipped, Step{Tier: tier.String(), Policy: cp.Ref(), Rule: cr.Ref(d), Action: cr.Action.String(), Why: why})
 			}
-			return cr.Action, cr.Action != policy.Pass
+			continue
 		}
+		if tr != nil {
+			e.record(tr, tier, cp, cr, d)
+			tr.Ambiguous = e.ambiguous(rules, pr, d, m)
+			if pr.Action == policy.Pass {
+				next := policy.TierNetworkPolicy
+				if tier == policy.TierBaseline {
+					next = policy.TierDefault
+				}
+				tr.Skipped = append(tr.Skipped, Step{Tier: tier.String(), Policy: cp.Ref(), Rule: cr.Ref(d), Action: cr.Action.String(),
+					Why: fmt.Sprintf("matched: Pass skips the rest of the %s tier, on to %s", tier, next)})
+			}
+		}
+		return pr.Action, pr.Action != policy.Pass
 	}
 	return policy.Pass, false
 }
@@ -309,58 +308,56 @@ func (e *Evaluator) notSelected(tier policy.Tier, d policy.Direction, pod int, t
 	}
 }
 
-// ambiguous lists the policies with the same priority as sel[n] whose rules
-// also match the connection (the order between them is implementation
-// defined; netpol's is by kind, then name).
-func (e *Evaluator) ambiguous(sel []int32, n int, d policy.Direction, m matcher) []string {
-	decider := e.ix.policies[sel[n]]
+// ambiguous lists the policies with the same priority as the deciding
+// rule's whose rules also match the connection (the order between them is
+// implementation defined; netpol's is by kind, then name).
+func (e *Evaluator) ambiguous(rules []PlanRule, decider PlanRule, d policy.Direction, m matcher) []string {
+	dp := e.ix.policies[decider.Policy]
 	var out []string
-	for k, pi := range sel {
-		cp := e.ix.policies[pi]
-		if k == n || cp.Priority != decider.Priority {
+	reported := int32(-1)
+	for _, pr := range rules {
+		cp := e.ix.policies[pr.Policy]
+		if pr.Policy == decider.Policy || pr.Policy == reported || cp.Priority != dp.Priority {
 			continue
 		}
-		for ri := range cp.rules[d] {
-			cr := &cp.rules[d][ri]
-			if m.match(cr) == "" {
-				out = append(out, fmt.Sprintf("%s %s (%s) has the same priority %d as %s and also matches",
-					cp.Ref(), cr.Ref(d), cr.Action, cp.Priority, decider.Ref()))
-				break
-			}
+		cr := &cp.rules[d][pr.Rule]
+		if m.match(pr, cr) == "" {
+			reported = pr.Policy
+			out = append(out, fmt.Sprintf("%s %s (%s) has the same priority %d as %s and also matches",
+				cp.Ref(), cr.Ref(d), cr.Action, cp.Priority, dp.Ref()))
 		}
 	}
 	return out
 }
 
-func (e *Evaluator) networkPolicyTier(d policy.Direction, subject Endpoint, sel []int32, m matcher, tr *DirectionVerdict) bool {
+func (e *Evaluator) networkPolicyTier(plan *Plan, subject Endpoint, m matcher, tr *DirectionVerdict) bool {
+	d := plan.Direction
 	tier := policy.TierNetworkPolicy.String()
 	if tr != nil {
-		for _, pi := range sel {
+		for _, pi := range plan.Isolating {
 			tr.SelectedBy[tier] = append(tr.SelectedBy[tier], e.ix.policies[pi].Ref())
 		}
 		e.notSelected(policy.TierNetworkPolicy, d, subject.Pod, tr)
 	}
-	if d == policy.Ingress && m.peer.Node >= 0 && m.peer.Node == e.ix.pods[subject.Pod].node {
+	if plan.OwnNodeAllowed && m.peer.Node >= 0 && m.peer.Node == e.ix.pods[subject.Pod].node {
 		if tr != nil {
 			tr.decided(policy.TierNetworkPolicy, "", "", nil, policy.Accept,
 				fmt.Sprintf("ingress from the pod's own node (%s) is always allowed", e.ix.nodes[m.peer.Node].node.Name))
 		}
 		return true
 	}
-	for _, pi := range sel {
-		cp := e.ix.policies[pi]
-		for ri := range cp.rules[d] {
-			cr := &cp.rules[d][ri]
-			why := m.match(cr)
-			if why == "" {
-				if tr != nil {
-					e.record(tr, policy.TierNetworkPolicy, cp, cr, d)
-				}
-				return true
-			}
+	for _, pr := range plan.Allow {
+		cp := e.ix.policies[pr.Policy]
+		cr := &cp.rules[d][pr.Rule]
+		why := m.match(pr, cr)
+		if why == "" {
 			if tr != nil {
-				tr.Skipped = append(tr.Skipped, Step{Tier: tier, Policy: cp.Ref(), Rule: cr.Ref(d), Action: cr.Action.String(), Why: why})
+				e.record(tr, policy.TierNetworkPolicy, cp, cr, d)
 			}
+			return true
+		}
+		if tr != nil {
+			tr.Skipped = append(tr.Skipped, Step{Tier: tier, Policy: cp.Ref(), Rule: cr.Ref(d), Action: cr.Action.String(), Why: why})
 		}
 	}
 	if tr != nil {
@@ -394,12 +391,12 @@ type matcher struct {
 }
 
 // match returns "" when the rule matches, else why not.
-func (m matcher) match(cr *compiledRule) string {
-	if cr.FailClosed != "" {
-		if cr.Action == policy.Accept {
-			return whyFailClosed + cr.FailClosed
-		}
-		return "" // a Deny or Pass that fails closed matches everything
+func (m matcher) match(pr PlanRule, cr *compiledRule) string {
+	switch pr.Match {
+	case MatchNothing:
+		return whyFailClosed + cr.FailClosed
+	case MatchAll:
+		return ""
 	}
 	if !cr.AllPorts && !m.portMatches(cr) {
 		return whyPort

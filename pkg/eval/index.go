@@ -82,6 +82,8 @@ type index struct {
 	// in evaluation order) that apply to the pod. For the NetworkPolicy
 	// tier only policies that isolate the pod in that direction count.
 	selecting [3][2][][]int32
+	// plans[dir][pod] is the pod's Plan (nil for host-network pods).
+	plans [2][]*Plan
 }
 
 func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
@@ -168,6 +170,7 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 			}
 		}
 	}
+	ix.buildPlans()
 	return ix
 }
 

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/netpol/netpol/pkg/policy"
 )
 
 // TableOptions choose the rows, columns and ports of a truth table.
@@ -115,11 +117,7 @@ func (e *Evaluator) declaredProbes(eps []Endpoint) []Probe {
 	var out []Probe
 	for _, ep := range eps {
 		for _, cp := range e.ix.pods[ep.Pod].ports {
-			proto := cp.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			p := Probe{Protocol: proto, Port: cp.ContainerPort}
+			p := Probe{Protocol: policy.ContainerPortProtocol(cp), Port: cp.ContainerPort}
 			if !seen[p] {
 				seen[p] = true
 				out = append(out, p)

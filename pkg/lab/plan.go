@@ -10,6 +10,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
 )
 
@@ -294,11 +295,7 @@ func servedProbes(pod *corev1.Pod, extra []eval.Probe, sctp bool) (out []eval.Pr
 	}
 	for _, c := range pod.Spec.Containers {
 		for _, cp := range c.Ports {
-			proto := cp.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			add(eval.Probe{Protocol: proto, Port: cp.ContainerPort})
+			add(eval.Probe{Protocol: policy.ContainerPortProtocol(cp), Port: cp.ContainerPort})
 		}
 	}
 	for _, pr := range extra {

@@ -317,10 +317,11 @@ func npPeer(namespace string, peer networkingv1.NetworkPolicyPeer, field string,
 }
 
 func npPort(port networkingv1.NetworkPolicyPort, field string, o *objectErrors) (Port, bool) {
-	proto := corev1.ProtocolTCP
+	var proto corev1.Protocol
 	if port.Protocol != nil {
 		proto = *port.Protocol
 	}
+	proto = DefaultProtocol(proto)
 	if !validProtocol(proto) {
 		o.fieldf(field+".protocol", "unsupported protocol %q (TCP, UDP or SCTP)", proto)
 		return Port{}, false
@@ -614,10 +615,10 @@ func v1alpha1Port(port anpv1alpha1.AdminNetworkPolicyPort, field string, o *obje
 	}
 	switch {
 	case port.PortNumber != nil:
-		pt := Port{Protocol: defaultProtocol(port.PortNumber.Protocol), Start: port.PortNumber.Port, End: port.PortNumber.Port}
+		pt := Port{Protocol: DefaultProtocol(port.PortNumber.Protocol), Start: port.PortNumber.Port, End: port.PortNumber.Port}
 		return pt, checkPort(pt, field+".portNumber", o)
 	case port.PortRange != nil:
-		pt := Port{Protocol: defaultProtocol(port.PortRange.Protocol), Start: port.PortRange.Start, End: port.PortRange.End}
+		pt := Port{Protocol: DefaultProtocol(port.PortRange.Protocol), Start: port.PortRange.Start, End: port.PortRange.End}
 		return pt, checkPort(pt, field+".portRange", o)
 	}
 	if *port.NamedPort == "" {
@@ -625,13 +626,6 @@ func v1alpha1Port(port anpv1alpha1.AdminNetworkPolicyPort, field string, o *obje
 		return Port{}, false
 	}
 	return Port{Name: *port.NamedPort}, true
-}
-
-func defaultProtocol(p corev1.Protocol) corev1.Protocol {
-	if p == "" {
-		return corev1.ProtocolTCP
-	}
-	return p
 }
 
 func checkPort(pt Port, field string, o *objectErrors) bool {

@@ -188,14 +188,7 @@ type Port struct {
 func (p Port) Matches(protocol corev1.Protocol, port int32, dstPorts []corev1.ContainerPort) bool {
 	if p.Name != "" {
 		for _, cp := range dstPorts {
-			if cp.Name != p.Name {
-				continue
-			}
-			proto := cp.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			if proto == protocol && (p.Protocol == "" || p.Protocol == protocol) && cp.ContainerPort == port {
+			if p.Resolves(cp) && ContainerPortProtocol(cp) == protocol && cp.ContainerPort == port {
 				return true
 			}
 		}
@@ -205,6 +198,28 @@ func (p Port) Matches(protocol corev1.Protocol, port int32, dstPorts []corev1.Co
 		return false
 	}
 	return p.Start == 0 || (port >= p.Start && port <= p.End)
+}
+
+// Resolves reports whether named port p resolves to the destination's
+// container port cp: the same name, and the same protocol when p names
+// one (a name declared only for another protocol matches nothing).
+func (p Port) Resolves(cp corev1.ContainerPort) bool {
+	return p.Name != "" && p.Name == cp.Name && (p.Protocol == "" || p.Protocol == ContainerPortProtocol(cp))
+}
+
+// DefaultProtocol is the protocol of a port that names none: TCP, as the
+// API server defaults it (NetworkPolicy ports, container ports, Service
+// ports alike).
+func DefaultProtocol(p corev1.Protocol) corev1.Protocol {
+	if p == "" {
+		return corev1.ProtocolTCP
+	}
+	return p
+}
+
+// ContainerPortProtocol is a container port's protocol, defaulted.
+func ContainerPortProtocol(cp corev1.ContainerPort) corev1.Protocol {
+	return DefaultProtocol(cp.Protocol)
 }
 
 func (p Port) String() string {

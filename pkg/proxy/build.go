@@ -11,6 +11,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/policy"
 )
 
 // Build computes the service model of node from the Services,
@@ -183,10 +184,11 @@ func (b *builder) parseSlices(all []*discoveryv1.EndpointSlice) {
 				b.errorf(obj, field+".port", "missing or out of range")
 				continue
 			}
-			proto := corev1.ProtocolTCP // the API server's default
+			var proto corev1.Protocol
 			if p.Protocol != nil {
 				proto = *p.Protocol
 			}
+			proto = policy.DefaultProtocol(proto)
 			if !validProtocol(proto) {
 				b.errorf(obj, field+".protocol", "unsupported protocol %q", proto)
 				continue

@@ -94,11 +94,8 @@ func (r *Rules) port(p policy.Port, dst string) string {
 	var found []string
 	for _, c := range pod.Spec.Containers {
 		for _, cp := range c.Ports {
-			proto := cp.Protocol
-			if proto == "" {
-				proto = corev1.ProtocolTCP
-			}
-			if cp.Name == p.Name && (p.Protocol == "" || p.Protocol == proto) {
+			proto := policy.ContainerPortProtocol(cp)
+			if p.Resolves(cp) {
 				found = append(found, fmt.Sprintf("%s/%d", proto, cp.ContainerPort))
 			}
 		}
