@@ -59,7 +59,11 @@ func nodeOnlyLab(b testing.TB, snap *cluster.Snapshot, pods ...string) *lab.Lab 
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { l.Down() })
+	b.Cleanup(func() {
+		if err := l.Down(); err != nil {
+			b.Errorf("lab down: %v", err)
+		}
+	})
 	return l
 }
 

@@ -23,7 +23,11 @@ func TestFlushConntrack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Down() })
+	t.Cleanup(func() {
+		if err := l.Down(); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
 	enf := conformance.NewEnforcer(l)
 	defer enf.Close()
 	if _, err := enf.Sync(snap); err != nil {

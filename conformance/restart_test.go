@@ -58,7 +58,11 @@ func TestRestartAdoptsWithoutFlip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Down() })
+	t.Cleanup(func() {
+		if err := l.Down(); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
 	enf := conformance.NewEnforcer(l)
 	if _, err := enf.Sync(snap); err != nil {
 		t.Fatal(err)

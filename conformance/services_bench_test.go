@@ -220,7 +220,11 @@ func BenchmarkServiceConnRate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { l.Down() })
+	b.Cleanup(func() {
+		if err := l.Down(); err != nil {
+			b.Errorf("lab down: %v", err)
+		}
+	})
 	a, err := nft.NewApplier(int(l.Node(benchNode).Handle), proxy.DefaultTable)
 	if err != nil {
 		b.Fatal(err)

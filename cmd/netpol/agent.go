@@ -67,7 +67,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":9753", "Prometheus metrics listen address (empty: off)")
 	f.StringVar(&opts.HealthAddr, "health-bind-address", ":9754", "/healthz, /readyz and /debug/model listen address (empty: off)")
 	f.DurationVar(&opts.MinSyncInterval, "min-sync-interval", 0, "least time between two syncs; changes in between are coalesced (default 100ms)")
-	f.DurationVar(&opts.ResyncPeriod, "resync-period", 0, "re-sync with no change this often (default 5m)")
+	f.DurationVar(&opts.ResyncPeriod, "resync-period", 0, "re-sync with no change this often: each table is checked for changes made behind the agent's back (the ruleset generation) and, if it moved, read back and repaired (default 5m)")
 	f.StringVar(&opts.StatusNamespace, "status-namespace", "", "namespace of the Lease that elects the one agent writing policy status (default: POD_NAMESPACE, else netpol-system)")
 	f.BoolVar(&opts.NoStatus, "no-status", false, "do not write policy status")
 	f.BoolVar(&opts.NoProxy, "no-proxy", false, "do not load balance Services (policy only; run kube-proxy beside it)")

@@ -130,7 +130,11 @@ func newWorldWith(t testing.TB, base string, withCRDs bool) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { w.lab.Down() })
+	t.Cleanup(func() {
+		if err := w.lab.Down(); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
 	for _, p := range snap.Pods {
 		w.publishPod(p)
 	}
