@@ -49,7 +49,7 @@ func TestExplainServiceFrontends(t *testing.T) {
 		{"eTP Cluster: local endpoint sees the client", outside, "nodeport/node-2/api/orders-cluster", "tcp/30081", false, frontendNodePort, "policy", outside, 1},
 		{"eTP Cluster: pod on the endpoint's node", "web/frontend", "nodeport/node-2/api/orders-cluster", "tcp/30081", true, frontendNodePort, "", "web/frontend", 1},
 		{"NodePort as node address and port", outside, "172.18.0.2", "tcp/30081", false, frontendNodePort, "policy", "172.18.0.2 (node node-1)", 1},
-		{"hairpin through another node, not masqueraded", "api/orders", "nodeport/node-1/api/orders-local", "tcp/30080", false, frontendNodePort, "hairpin", "api/orders", 1},
+		{"hairpin through another node: masqueraded by it, the isolated pod denies that node", "api/orders", "nodeport/node-1/api/orders-local", "tcp/30080", false, frontendNodePort, "policy", "172.18.0.2 (node node-1)", 1},
 		{"load-balancer IP from outside: the first node, masqueraded", outside, "192.0.2.10", "tcp/80", false, frontendLoadBalancer, "policy", "172.18.0.2 (node node-1)", 1},
 		{"external IP from a pod: its node, masqueraded", "web/frontend", "198.51.100.7", "tcp/80", false, frontendExternalIP, "policy", "172.18.0.2 (node node-1)", 1},
 		{"the LB Service's ClusterIP keeps the pod", "web/frontend", "10.96.0.40", "tcp/80", true, frontendClusterIP, "", "web/frontend", 1},

@@ -430,24 +430,27 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 		if ep.PodName != "" {
 			dst = ep.PodNamespace + "/" + ep.PodName
 		}
+		// The DNATing node masquerades the client on the way to an
+		// endpoint on another node (eTP Cluster), and a pod that reaches
+		// itself through another node always (its hairpin rule: the reply
+		// must come back through that node).
+		self := src.pod != nil && ep.PodNamespace == src.pod.Namespace && ep.PodName == src.pod.Name
 		policySrc, shown := src.name, src.name
-		if masquerade && ep.NodeName != node {
+		if (masquerade && ep.NodeName != node) || (self && src.node != node) {
+			if !nodeAddr.IsValid() {
+				return nil, fmt.Errorf("node %s has no %s address to masquerade the client to", node, fam)
+			}
 			policySrc, shown = nodeAddr.String(), nodeAddr.String()+" (node "+node+")"
+		}
+		if self && src.node != node {
+			notes = append(notes, fmt.Sprintf("endpoint %s is the client itself, reached through node %s: that node masquerades it (hairpin), so policy sees node %s", dst, node, node))
 		}
 		v, err := l.evaluator.Explain(policySrc, dst, eval.Probe{Protocol: probe.Protocol, Port: ep.Port}, familyOf(fam))
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %s: %w", dst, err)
 		}
 		allowed := v.Allowed
-		hairpin := src.pod != nil && policySrc == src.name && ep.PodNamespace == src.pod.Namespace && ep.PodName == src.pod.Name && src.node != node
-		if hairpin {
-			// The endpoint is the client, reached through another node
-			// without masquerading: it answers itself directly, and the
-			// reply never returns through node for un-DNAT.
-			allowed = false
-			sv.DroppedBy = "hairpin"
-			notes = append(notes, fmt.Sprintf("endpoint %s is the client itself, reached through node %s without masquerading: its reply does not return through %s, so the connection fails", dst, node, node))
-		} else if sv.EgressBeforeDNAT != nil {
+		if sv.EgressBeforeDNAT != nil {
 			allowed = sv.EgressBeforeDNAT.Egress.Allowed && (v.Ingress == nil || v.Ingress.Allowed)
 			if v.Reason != "" { // the pod itself, through a remote node
 				allowed = sv.EgressBeforeDNAT.Egress.Allowed
@@ -455,9 +458,7 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 		}
 		if !allowed {
 			sv.Allowed = false
-			if !hairpin {
-				sv.DroppedBy = "policy"
-			}
+			sv.DroppedBy = "policy"
 		}
 		sv.Endpoints = append(sv.Endpoints, endpointVerdict{Endpoint: dst, Address: ep.Address.String(), Port: ep.Port, Node: ep.NodeName,
 			PolicySource: shown, Allowed: allowed, Verdict: v})
@@ -490,12 +491,6 @@ func (sv *serviceVerdict) why() string {
 		return "policy after DNAT denies " + strings.Join(denied, ", ")
 	case "":
 		return ""
-	case "hairpin":
-		for _, n := range strings.Split(sv.Note, "; ") {
-			if strings.Contains(n, "the client itself") {
-				return n
-			}
-		}
 	}
 	return sv.Note
 }

@@ -115,6 +115,7 @@ type traceResult struct {
 	Alternatives   []tracedPath `json:"alternatives,omitempty"`
 	explainText    func(io.Writer, report.Style, *report.Rules)
 	explainAllowed bool
+	paths          []tracedPath // every path, also when there is one
 }
 
 type tracedPath struct {
@@ -197,6 +198,7 @@ func traceConnection(l *loaded, src, dst string, probe eval.Probe, fam eval.Fami
 	if len(tr.Alternatives) > 0 {
 		tr.Path = tr.Alternatives[0].Path
 	}
+	tr.paths = tr.Alternatives
 	if len(tr.Alternatives) == 1 {
 		tr.Alternatives = nil
 	}
@@ -245,6 +247,9 @@ func writeTrace(w io.Writer, tr *traceResult, all bool, s report.Style, rules *r
 	paths := tr.Alternatives
 	if paths == nil {
 		paths = []tracedPath{{Allowed: tr.Allowed, Path: tr.Path}}
+		if len(tr.paths) == 1 {
+			paths[0] = tr.paths[0]
+		}
 	}
 	for i, p := range paths {
 		head := "traced through the nftables tables"
