@@ -38,6 +38,9 @@ const DefaultTable = "netpol"
 type Options struct {
 	Node  string
 	Table string // default DefaultTable
+	// AgentPorts, when not empty, protects the agent's own ports in the
+	// input chain (agentports.go).
+	AgentPorts *AgentPorts
 }
 
 // Names of the fixed objects.
@@ -64,6 +67,9 @@ func Compile(r *eval.Resolved, opts Options) (*nft.Table, error) {
 	c := &compiler{r: r, pols: r.Policies(), node: node, t: nft.NewTable(opts.Table),
 		classes: map[string]string{}, peerCache: map[peerKey][]addrRange{}, self: map[string]bool{}}
 	c.baseChains()
+	if !opts.AgentPorts.Empty() {
+		c.protectAgentPorts(opts.AgentPorts)
+	}
 	dispatched := map[string]bool{}
 	for i := 0; i < r.NumPods(); i++ {
 		p := r.Pod(i)
