@@ -58,6 +58,7 @@ e2e: e2e-deps build
 # The kernel ones (pkg/nft, conformance) need root.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 ./pkg/eval ./pkg/compiler
+	$(GO) test -run '^$$' -bench . -benchtime 2x -count 1 ./pkg/dataplane
 	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./pkg/nft
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./conformance
 	$(MAKE) e2e-deps

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -126,6 +127,10 @@ type tRule struct {
 	index int
 	rule  *Rule
 	ops   []op
+	// nfproto, when not 0, is the family the rule's first match requires
+	// (meta nfproto == X): a packet of another family fails that match
+	// with no other effect, so the rule is skipped without evaluating it.
+	nfproto byte
 }
 
 // op is one expression, with the objects it names resolved and its
@@ -174,7 +179,7 @@ func NewTracer(tables ...*Table) (*Tracer, error) {
 				if err != nil {
 					return nil, fmt.Errorf("table %s chain %s rule %d (%s): %w", t.Name, name, i, r.Text, err)
 				}
-				tc.rules = append(tc.rules, &tRule{index: i, rule: r, ops: ops})
+				tc.rules = append(tc.rules, &tRule{index: i, rule: r, ops: ops, nfproto: familyMatch(ops)})
 			}
 			if c.Base != nil {
 				tr.hooks[c.Base.Hook] = append(tr.hooks[c.Base.Hook], tc)
@@ -269,6 +274,20 @@ func (tt *tTable) resolve(r *Rule) ([]op, error) {
 }
 
 func pad4(n int) int { return (n + 3) &^ 3 }
+
+// familyMatch is the family a rule's leading `meta nfproto == X` requires,
+// or 0.
+func familyMatch(ops []op) byte {
+	if len(ops) < 2 {
+		return 0
+	}
+	m, ok := ops[0].e.(*expr.Meta)
+	c, ok2 := ops[1].e.(*expr.Cmp)
+	if !ok || !ok2 || m.SourceRegister || m.Key != expr.MetaKeyNFPROTO || c.Op != expr.CmpOpEq || len(c.Data) != 1 || ops[1].reg != ops[0].reg {
+		return 0
+	}
+	return c.Data[0]
+}
 
 func (tt *tTable) resolveOp(o *op, e expr.Any) error {
 	o.e = e
@@ -443,8 +462,13 @@ func (t *Tracer) Verdicts(hook string, pkt Packet, each func(TraceResult) bool) 
 // maxAlternatives bounds the numgen enumeration of one packet.
 const maxAlternatives = 1 << 16
 
+// evaluations are reused: a truth table traces millions of packets.
+var evaluations = sync.Pool{New: func() any { return new(evaluation) }}
+
 func (t *Tracer) alternatives(hook string, pkt Packet, record bool, each func(TraceResult) bool) error {
-	ev := &evaluation{record: record}
+	ev := evaluations.Get().(*evaluation)
+	ev.record, ev.c.values, ev.c.moduli, ev.steps = record, ev.c.values[:0], ev.c.moduli[:0], nil
+	defer evaluations.Put(ev)
 	for n := 0; ; n++ {
 		if n == maxAlternatives {
 			return fmt.Errorf("more than %d numgen alternatives", maxAlternatives)
@@ -587,9 +611,12 @@ func (ev *evaluation) chain(base *tChain) (TraceVerdict, error) {
 		rule := cur.rules[ri]
 		ri++
 		ev.element = ""
-		res, err := ev.rule(rule)
-		if err != nil {
-			return "", fmt.Errorf("rule %d (%s): %w", rule.index, rule.rule.Text, err)
+		var res ruleResult
+		if rule.nfproto == 0 || rule.nfproto == ev.pkt.Family.NFProto {
+			var err error
+			if res, err = ev.rule(rule); err != nil {
+				return "", fmt.Errorf("rule %d (%s): %w", rule.index, rule.rule.Text, err)
+			}
 		}
 		if ev.record {
 			step := TraceStep{Table: cur.table.name, Chain: cur.name, Rule: rule.index, Text: rule.rule.Text,
