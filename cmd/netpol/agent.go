@@ -20,6 +20,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 		logLevel     string
 		nodePortAddr []string
 		clusterCIDRs []string
+		portsAllow   []string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -28,7 +29,8 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 			"the policy.networking.k8s.io APIs the server serves, and after every burst of changes apply the\n" +
 			"difference to this node's nftables table in one transaction. If the agent stops or the API server\n" +
 			"is unreachable, the kernel keeps enforcing the last programmed state; a restart adopts it.",
-		Example: "  netpol agent --node-name \"$NODE_NAME\" --metrics-bind-address :9753 --health-bind-address :9754\n" +
+		Example: "  netpol agent --node-name \"$NODE_NAME\" --secure-port 10253 --protect-agent-ports --agent-ports-allow 10.244.3.0/24\n" +
+			"  netpol agent --node-name \"$NODE_NAME\"   # metrics 127.0.0.1:9753, debug 127.0.0.1:9755, health :9754\n" +
 			"  netpol agent --cleanup   # remove the table and exit",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -43,6 +45,17 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 			}
 			if opts.ClusterCIDRs, err = parseList(clusterCIDRs, netip.ParsePrefix); err != nil {
 				return fmt.Errorf("--cluster-cidr: %w", err)
+			}
+			if opts.AgentPortsAllow, err = parseList(portsAllow, parsePrefixOrAddr); err != nil {
+				return fmt.Errorf("--agent-ports-allow: %w", err)
+			}
+			if opts.Serving.SecurePort < 0 || opts.Serving.SecurePort > 65535 {
+				return fmt.Errorf("--secure-port %d: 0 (off) or a port", opts.Serving.SecurePort)
+			}
+			// With secure serving, metrics are served there (authorized);
+			// the plain listener only when asked for.
+			if opts.Serving.SecurePort > 0 && !cmd.Flags().Changed("metrics-bind-address") {
+				opts.MetricsAddr = ""
 			}
 			if cleanup {
 				if err := agent.Cleanup(opts); err != nil {
@@ -64,8 +77,18 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 	f.StringVar(&opts.NodeName, "node-name", agent.Hostname(), "the Node this agent programs: NODE_NAME, else the host name")
 	f.StringVar(&opts.NetNS, "netns", "", "program this network namespace (a name under /run/netns or a path) instead of the agent's own; for the lab")
 	f.StringVar(&opts.Table, "table", "", "nftables table name (default netpol)")
-	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":9753", "Prometheus metrics listen address (empty: off)")
-	f.StringVar(&opts.HealthAddr, "health-bind-address", ":9754", "/healthz, /readyz and /debug/model listen address (empty: off)")
+	f.StringVar(&opts.HealthAddr, "health-bind-address", ":9754", "/healthz and /readyz (plain HTTP, what the kubelet probes; says nothing about the cluster) listen address (empty: off)")
+	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", "127.0.0.1:9753", "plain HTTP /metrics listen address (empty: off; with --secure-port, off unless set: metrics are on the secure port)")
+	f.StringVar(&opts.DebugAddr, "debug-bind-address", "127.0.0.1:9755", "plain HTTP /debug/model (and its watch stream) listen address, for people on the node (empty: off)")
+	f.IntVar(&opts.Serving.SecurePort, "secure-port", 0, "HTTPS port serving /metrics and /debug/* to callers the API server authenticates (TokenReview) and authorizes (SubjectAccessReview), and /healthz, /readyz (0: off)")
+	f.StringVar(&opts.Serving.BindAddress, "bind-address", "0.0.0.0", "the secure port's listen address")
+	f.StringVar(&opts.Serving.CertFile, "tls-cert-file", "", "the secure port's serving certificate (PEM); without it, a self-signed one is made at start")
+	f.StringVar(&opts.Serving.KeyFile, "tls-private-key-file", "", "the key of --tls-cert-file (PEM)")
+	f.IntVar(&opts.Serving.MaxWatchers, "max-model-watchers", agent.DefaultMaxWatchers, "most concurrent /debug/model watch streams; more are answered 503")
+	f.BoolVar(&opts.ProtectAgentPorts, "protect-agent-ports", false, "the policy table accepts the agent's metrics, debug and secure ports (those not on loopback) only from the node itself and --agent-ports-allow")
+	f.StringSliceVar(&portsAllow, "agent-ports-allow", nil, "with --protect-agent-ports: networks (CIDRs or addresses, comma-separated) that may reach the agent's ports, such as Prometheus'")
+	f.BoolVar(&opts.ListenInNetNS, "listen-in-netns", false, "open the listeners inside --netns (the lab: the agent's ports on the lab node's addresses)")
+	f.MarkHidden("listen-in-netns")
 	f.DurationVar(&opts.MinSyncInterval, "min-sync-interval", 0, "least time between two syncs; changes in between are coalesced (default 100ms)")
 	f.DurationVar(&opts.ResyncPeriod, "resync-period", 0, "re-sync with no change this often: each table is checked for changes made behind the agent's back (the ruleset generation) and, if it moved, read back and repaired (default 5m)")
 	f.StringVar(&opts.StatusNamespace, "status-namespace", "", "namespace of the Lease that elects the one agent writing policy status (default: POD_NAMESPACE, else netpol-system)")
@@ -114,4 +137,18 @@ func parseList[T any](values []string, parse func(string) (T, error)) ([]T, erro
 		out = append(out, x)
 	}
 	return out, nil
+}
+
+// parsePrefixOrAddr parses a CIDR, or an address as its single-address
+// prefix.
+func parsePrefixOrAddr(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
 }

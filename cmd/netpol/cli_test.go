@@ -416,7 +416,7 @@ func TestInputFlagsOnlyWhereTheyAct(t *testing.T) {
 		{[]string{"lab", "up"}, map[string]bool{"filename": true, "kubeconfig": false, "context": false}},
 		{[]string{"lab", "down"}, map[string]bool{"filename": false, "kubeconfig": false, "context": false}},
 		{[]string{"lab", "status"}, map[string]bool{"filename": false, "kubeconfig": false, "context": false}},
-		{[]string{"model", "watch"}, map[string]bool{"filename": false, "kubeconfig": false, "context": false}},
+		{[]string{"model", "watch"}, map[string]bool{"filename": false, "kubeconfig": true, "context": true}},
 		{[]string{"agent"}, map[string]bool{"filename": false, "kubeconfig": true, "context": false}},
 		{[]string{"version"}, map[string]bool{"filename": false, "kubeconfig": false, "context": false}},
 	}

@@ -72,12 +72,12 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in), newAgentCommand(in), newModelCommand(), newVersionCommand(), newTraceCommand(in))
+	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in), newAgentCommand(in), newModelCommand(in), newVersionCommand(), newTraceCommand(in))
 	for _, c := range root.Commands() {
 		switch c.Name() {
-		case "agent":
+		case "agent", "model":
 			annotate(c, inputKube)
-		case "model", "version":
+		case "version":
 			annotate(c, inputNone)
 		case "lab":
 			for _, sub := range c.Commands() {

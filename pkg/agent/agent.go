@@ -44,8 +44,18 @@ type Options struct {
 	NetNS string
 	// Table is the nftables table (default compiler.DefaultTable).
 	Table string
-	// MetricsAddr and HealthAddr are listen addresses; empty disables.
-	MetricsAddr, HealthAddr string
+	// MetricsAddr, HealthAddr and DebugAddr are plain HTTP listen
+	// addresses (server.go); empty disables.
+	MetricsAddr, HealthAddr, DebugAddr string
+	// Serving is the secure port (serving.go).
+	Serving ServingOptions
+	// ListenInNetNS opens the listeners inside NetNS (the lab).
+	ListenInNetNS bool
+	// ProtectAgentPorts makes the policy table accept the agent's
+	// metrics, debug and secure ports only from the node itself and
+	// AgentPortsAllow (compiler.AgentPorts).
+	ProtectAgentPorts bool
+	AgentPortsAllow   []netip.Prefix
 	// MinSyncInterval is the least time between two syncs: changes that
 	// arrive meanwhile are coalesced into the next one (default 100ms).
 	MinSyncInterval time.Duration
@@ -106,6 +116,8 @@ func (o *Options) defaults() {
 type Agent struct {
 	opts    Options
 	log     *slog.Logger
+	kube    kubernetes.Interface // the secure port's TokenReviews and SubjectAccessReviews
+	models  modelHub             // /debug/model watchers
 	src     *sources
 	prog    *node.Programmer
 	metrics *metrics
@@ -199,7 +211,7 @@ func New(opts Options) (*Agent, error) {
 // programmerOptions are the node programmer's options for the agent's.
 func programmerOptions(opts Options, ns netns.NsHandle) node.Options {
 	return node.Options{Node: opts.NodeName, NetNS: ns, Table: opts.Table, NoProxy: opts.NoProxy,
-		ProxyTable: opts.ProxyTable, HealthChecks: true, Logger: opts.Logger.With("node", opts.NodeName),
+		ProxyTable: opts.ProxyTable, HealthChecks: true, AgentPorts: opts.agentPorts(), Logger: opts.Logger.With("node", opts.NodeName),
 		Build: proxy.Options{NodePortAddresses: opts.NodePortAddresses, ClusterCIDRs: opts.ClusterCIDRs}}
 }
 
@@ -207,7 +219,7 @@ func programmerOptions(opts Options, ns netns.NsHandle) node.Options {
 // programmer over nft.Fake tables. The agent owns prog from now on.
 func newAgent(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, prog *node.Programmer) *Agent {
 	opts.defaults()
-	a := &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), prog: prog, metrics: newMetrics(),
+	a := &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), kube: kube, prog: prog, metrics: newMetrics(),
 		kick: make(chan struct{}, 1), reported: map[string]map[string]bool{}}
 	a.tables = []*tableState{{table: node.Policy}}
 	if !opts.NoProxy {
@@ -475,6 +487,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		gen := a.generation
 		a.mu.Unlock()
 		a.programmed.Store(&programmedTable{generation: gen, table: r.Table})
+		a.models.publish()
 		if a.status != nil && a.status.leader.Load() {
 			a.status.enqueue(desiredStatus(policies, in.Model))
 		}

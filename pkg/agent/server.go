@@ -2,56 +2,183 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"runtime"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/vishvananda/netns"
+	"golang.org/x/net/netutil"
 )
 
-// serve starts the metrics and health listeners (each may be disabled)
-// and returns a function that stops them. /debug/model is served on the
-// health address: it is for people on the node, like /healthz.
+// What the agent serves, and where (see docs/architecture.md, "What the
+// agent serves"):
+//
+//   - health (HealthAddr, plain HTTP, every address by default): /healthz
+//     and /readyz, what the kubelet probes. They say ok or why not, and
+//     nothing about the cluster.
+//   - metrics (MetricsAddr, plain HTTP, 127.0.0.1 by default): /metrics.
+//   - debug (DebugAddr, plain HTTP, 127.0.0.1 by default): /debug/model and
+//     its watch stream (/debug/model?watch=true).
+//   - secure (Serving.SecurePort, HTTPS): /metrics and /debug/* for callers
+//     the API server authenticates (TokenReview) and authorizes
+//     (SubjectAccessReview on the non-resource URL) — as kube-scheduler and
+//     kube-controller-manager serve them — plus /healthz and /readyz
+//     without authentication.
+//
+// Every listener bounds what a client can hold: header size and read
+// time, a response's write time, the number of open connections, and (for
+// the watch stream) the number of watchers and the time one write may
+// block. A watcher gets the latest model when it can take it; the sync
+// loop only closes a channel and never waits for a reader.
+
+// Limits of the HTTP listeners.
+const (
+	readHeaderTimeoutDefault = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 60 * time.Second
+	maxHeaderBytes    = 16 << 10
+	// watchWriteTimeout is how long one write to a watcher may block
+	// before the agent hangs up on it (a reader that stopped reading).
+	watchWriteTimeout = 10 * time.Second
+	// watchKeepalive is how often an idle watch stream gets a blank line,
+	// so that dead peers are noticed and proxies keep it open.
+	watchKeepalive = 30 * time.Second
+	// DefaultMaxWatchers bounds the concurrent /debug/model watch streams.
+	DefaultMaxWatchers = 128
+	// connsBeyondWatchers is how many connections a listener accepts
+	// besides the watchers.
+	connsBeyondWatchers = 64
+)
+
+// readHeaderTimeout is how long a client may take to send its request
+// line and headers (a variable: tests shorten it).
+var readHeaderTimeout = readHeaderTimeoutDefault
+
+// serve starts the health, metrics, debug and secure listeners (each may
+// be off) and returns a function that stops them.
 func (a *Agent) serve() (func(), error) {
 	var servers []*http.Server
-	start := func(addr string, h http.Handler) error {
-		if addr == "" {
-			return nil
-		}
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("listening on %s: %w", addr, err)
-		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-		servers = append(servers, srv)
-		go func() {
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.log.Error("http server", "addr", addr, "err", err)
-			}
-		}()
-		return nil
-	}
 	stop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		for _, s := range servers {
 			s.Shutdown(ctx)
 		}
+		a.models.closeAll()
 	}
-	metricsMux := http.NewServeMux()
-	metricsMux.Handle("/metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
-	if err := start(a.opts.MetricsAddr, metricsMux); err != nil {
+	start := func(name, addr string, h http.Handler, tlsConfig *tls.Config) error {
+		if addr == "" {
+			return nil
+		}
+		l, err := a.listen(addr)
+		if err != nil {
+			return fmt.Errorf("%s: listening on %s: %w", name, addr, err)
+		}
+		l = netutil.LimitListener(l, a.opts.Serving.maxWatchers()+connsBeyondWatchers)
+		srv := &http.Server{Handler: limitRequests(h), ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
+			WriteTimeout: writeTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes, TLSConfig: tlsConfig}
+		servers = append(servers, srv)
+		a.log.Info("serving", "listener", name, "addr", l.Addr().String(), "tls", tlsConfig != nil)
+		go func() {
+			var err error
+			if tlsConfig != nil {
+				err = srv.ServeTLS(l, "", "")
+			} else {
+				err = srv.Serve(l)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("http server", "listener", name, "addr", addr, "err", err)
+			}
+		}()
+		return nil
+	}
+	a.models.max = a.opts.Serving.maxWatchers()
+	if err := start("health", a.opts.HealthAddr, a.healthMux(), nil); err != nil {
 		stop()
 		return nil, err
 	}
-	if err := start(a.opts.HealthAddr, a.healthMux()); err != nil {
+	if err := start("metrics", a.opts.MetricsAddr, a.metricsMux(), nil); err != nil {
 		stop()
 		return nil, err
+	}
+	if err := start("debug", a.opts.DebugAddr, a.debugMux(), nil); err != nil {
+		stop()
+		return nil, err
+	}
+	if s := a.opts.Serving; s.SecurePort > 0 {
+		h, tlsConfig, err := a.secureHandler()
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		if err := start("secure", net.JoinHostPort(s.BindAddress, strconv.Itoa(s.SecurePort)), h, tlsConfig); err != nil {
+			stop()
+			return nil, err
+		}
 	}
 	return stop, nil
+}
+
+// listen opens a TCP listener; with ListenInNetNS, inside the network
+// namespace the agent programs (the lab: the agent's ports on the lab
+// node's addresses, as a host-network pod's would be). A socket stays in
+// the namespace it was made in.
+func (a *Agent) listen(addr string) (net.Listener, error) {
+	if !a.opts.ListenInNetNS || a.opts.NetNS == "" {
+		return net.Listen("tcp", addr)
+	}
+	type result struct {
+		l   net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread is left locked: it ends with the goroutine instead of
+		// going back to the pool in another namespace.
+		runtime.LockOSThread()
+		target, err := netns.GetFromPath(netnsPath(a.opts.NetNS))
+		if err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		l, err := net.Listen("tcp", addr)
+		ch <- result{l, err}
+	}()
+	r := <-ch
+	return r.l, r.err
+}
+
+// limitRequests answers only GET and HEAD without a body; everything
+// else is refused before any handler runs.
+func limitRequests(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		if r.ContentLength > 0 {
+			http.Error(w, "a request body is not accepted", http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 0)
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (a *Agent) healthMux() *http.ServeMux {
@@ -70,16 +197,211 @@ func (a *Agent) healthMux() *http.ServeMux {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("/debug/model", func(w http.ResponseWriter, r *http.Request) {
+	return mux
+}
+
+func (a *Agent) metricsMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{
+		MaxRequestsInFlight: 8, Timeout: 10 * time.Second}))
+	return mux
+}
+
+func (a *Agent) debugMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/model", a.serveModel)
+	return mux
+}
+
+// serveModel serves the node's compiled model as JSON; with ?watch=true,
+// a stream of it: one JSON object per line, the current model first, then
+// the model of each later generation (generations that come faster than
+// the reader takes them are skipped: a watcher always gets the latest).
+func (a *Agent) serveModel(w http.ResponseWriter, r *http.Request) {
+	watch, _ := strconv.ParseBool(r.URL.Query().Get("watch"))
+	if !watch {
 		p := a.programmed.Load()
 		if p == nil {
 			http.Error(w, "no model yet: the initial sync is not done", http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(newModelView(a.opts.NodeName, p.generation, p.table))
-	})
-	return mux
+		w.Write(a.models.render(a.opts.NodeName, p, true))
+		return
+	}
+	release, ok := a.models.acquire()
+	if !ok {
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, fmt.Sprintf("too many model watchers (%d)", a.models.max), http.StatusServiceUnavailable)
+		return
+	}
+	defer release()
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	write := func(b []byte) bool {
+		rc.SetWriteDeadline(time.Now().Add(watchWriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	// The stream outlives the listener's read and write timeouts: each
+	// write has its own deadline instead.
+	rc.SetReadDeadline(time.Time{})
+	var sent int64 = -1
+	if !write(nil) { // headers now: the client knows the stream is open
+		return
+	}
+	keepalive := time.NewTicker(watchKeepalive)
+	defer keepalive.Stop()
+	for {
+		changed := a.models.changed()
+		if p := a.programmed.Load(); p != nil && p.generation != sent {
+			if !write(a.models.render(a.opts.NodeName, p, false)) {
+				return
+			}
+			sent = p.generation
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-a.models.closed():
+			return
+		case <-keepalive.C:
+			if !write([]byte("\n")) {
+				return
+			}
+		case <-changed:
+		}
+	}
+}
+
+// modelHub tells the model's watchers about new generations, bounds their
+// number, and renders each generation once for all of them. The zero
+// value is ready to use.
+type modelHub struct {
+	mu      sync.Mutex
+	ch      chan struct{} // closed at the next publish
+	done    chan struct{} // closed when the agent stops serving
+	max     int
+	active  int
+	gen     int64 // generation rendered in compact and indented
+	compact []byte
+	indent  []byte
+}
+
+// publish wakes every watcher: one channel close, whatever their number
+// and however slow they are.
+func (h *modelHub) publish() {
+	h.mu.Lock()
+	if h.ch != nil {
+		close(h.ch)
+		h.ch = nil
+	}
+	h.mu.Unlock()
+}
+
+// changed returns a channel closed at the next publish.
+func (h *modelHub) changed() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ch == nil {
+		h.ch = make(chan struct{})
+	}
+	return h.ch
+}
+
+func (h *modelHub) closed() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done == nil {
+		h.done = make(chan struct{})
+	}
+	return h.done
+}
+
+func (h *modelHub) closeAll() {
+	h.closed()
+	h.mu.Lock()
+	select {
+	case <-h.done:
+	default:
+		close(h.done)
+	}
+	h.mu.Unlock()
+}
+
+// acquire takes a watcher slot.
+func (h *modelHub) acquire() (func(), bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	max := h.max
+	if max <= 0 {
+		max = DefaultMaxWatchers
+	}
+	if h.active >= max {
+		return nil, false
+	}
+	h.active++
+	return func() {
+		h.mu.Lock()
+		h.active--
+		h.mu.Unlock()
+	}, true
+}
+
+// watchers is the number of open watch streams.
+func (h *modelHub) watchers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.active
+}
+
+// render returns p's model as JSON (indented for a plain GET, one line
+// for the stream), rendered once per generation.
+func (h *modelHub) render(node string, p *programmedTable, indent bool) []byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.compact == nil || h.gen != p.generation {
+		m := newModelView(node, p.generation, p.table)
+		h.compact, _ = json.Marshal(m)
+		h.compact = append(h.compact, '\n')
+		h.indent, _ = json.MarshalIndent(m, "", "  ")
+		h.indent = append(h.indent, '\n')
+		h.gen = p.generation
+	}
+	if indent {
+		return h.indent
+	}
+	return h.compact
+}
+
+// ModelURL is the /debug/model URL of an agent address: host:port (plain
+// HTTP) or a URL (https:// for the secure port).
+func ModelURL(agent string, watch bool) (string, error) {
+	if !hasScheme(agent) {
+		agent = "http://" + agent
+	}
+	u, err := url.Parse(agent)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("%s: the agent is reached over http or https", agent)
+	}
+	u.Path = "/debug/model"
+	if watch {
+		u.RawQuery = "watch=true"
+	}
+	return u.String(), nil
+}
+
+func hasScheme(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == ':' {
+			return i+2 < len(s) && s[i+1] == '/' && s[i+2] == '/'
+		}
+	}
+	return false
 }

@@ -39,7 +39,9 @@ type Options struct {
 	Build proxy.Options
 	// HealthChecks serves the eTP Local health-check node ports.
 	HealthChecks bool
-	Logger       *slog.Logger
+	// AgentPorts protects the agent's own ports in the policy table.
+	AgentPorts *compiler.AgentPorts
+	Logger     *slog.Logger
 }
 
 // Tables is a set of the node's tables.
@@ -184,7 +186,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 	if tables&Policy != 0 {
 		r := &res.Policy
 		r.Ran = true
-		r.Table, r.Err = compiler.Compile(in.Resolved, compiler.Options{Node: p.opts.Node, Table: p.opts.Table})
+		r.Table, r.Err = compiler.Compile(in.Resolved, compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts})
 		if r.Err == nil {
 			r.Counts = r.Table.Count()
 			r.Stats, r.Err = p.policy.Apply(r.Table)

@@ -203,6 +203,7 @@ type agentProc struct {
 	cmd     *exec.Cmd
 	health  string
 	metrics string
+	debug   string
 	log     string
 }
 
@@ -219,9 +220,9 @@ func freeAddr(t testing.TB) string {
 // it is ready. The process runs in the host namespace, where the API
 // server listens on loopback, and programs the node's namespace (--netns).
 func (w *world) startAgent(n *lab.Node) *agentProc {
-	a := &agentProc{node: n, health: freeAddr(w.t), metrics: freeAddr(w.t)}
+	a := &agentProc{node: n, health: freeAddr(w.t), metrics: freeAddr(w.t), debug: freeAddr(w.t)}
 	if old := w.agent[n.Name]; old != nil {
-		a.health, a.metrics = old.health, old.metrics
+		a.health, a.metrics, a.debug = old.health, old.metrics, old.debug
 	}
 	logf, err := os.CreateTemp("", "netpol-agent-"+n.Name+"-*.log")
 	if err != nil {
@@ -229,7 +230,7 @@ func (w *world) startAgent(n *lab.Node) *agentProc {
 	}
 	a.log = logf.Name()
 	a.cmd = exec.Command(netpolBin, "agent", "--kubeconfig", w.kcfg, "--node-name", n.Name, "--netns", n.NetNS,
-		"--health-bind-address", a.health, "--metrics-bind-address", a.metrics,
+		"--health-bind-address", a.health, "--metrics-bind-address", a.metrics, "--debug-bind-address", a.debug,
 		"--log-format", "json")
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -36,7 +36,7 @@ spec:
 // model, then + and - lines as a change reaches the node.
 func TestModelWatch(t *testing.T) {
 	w := newWorld(t, "e2e")
-	cmd := exec.Command(netpolBin, "model", "watch", "--agent", w.agent["node-2"].health, "--interval", "50ms")
+	cmd := exec.Command(netpolBin, "model", "watch", "--agent", w.agent["node-2"].debug, "--interval", "50ms")
 	var mu sync.Mutex
 	var out bytes.Buffer
 	cmd.Stdout = writerFunc(func(p []byte) (int, error) {
