@@ -43,10 +43,10 @@ import (
 // Limits of the HTTP listeners.
 const (
 	readHeaderTimeoutDefault = 5 * time.Second
-	readTimeout       = 10 * time.Second
-	writeTimeout      = 30 * time.Second
-	idleTimeout       = 60 * time.Second
-	maxHeaderBytes    = 16 << 10
+	readTimeout              = 10 * time.Second
+	writeTimeout             = 30 * time.Second
+	idleTimeout              = 60 * time.Second
+	maxHeaderBytes           = 16 << 10
 	// watchWriteTimeout is how long one write to a watcher may block
 	// before the agent hangs up on it (a reader that stopped reading).
 	watchWriteTimeout = 10 * time.Second
