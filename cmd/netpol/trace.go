@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -111,29 +110,11 @@ type traceResult struct {
 	Explain any  `json:"explain"`
 	// Path is the first path's steps; Alternatives lists every path when
 	// there are several (a Service's endpoints).
-	Path           []traceStep  `json:"path"`
-	Alternatives   []tracedPath `json:"alternatives,omitempty"`
+	Path           []report.TraceStep  `json:"path"`
+	Alternatives   []report.TracedPath `json:"alternatives,omitempty"`
 	explainText    func(io.Writer, report.Style, *report.Rules)
 	explainAllowed bool
-	paths          []tracedPath // every path, also when there is one
-}
-
-type tracedPath struct {
-	Allowed   bool        `json:"allowed"`
-	Delivered string      `json:"delivered,omitempty"`
-	Path      []traceStep `json:"path"`
-}
-
-type traceStep struct {
-	Node    string `json:"node"`
-	Hook    string `json:"hook"`
-	Table   string `json:"table"`
-	Chain   string `json:"chain"`
-	Rule    string `json:"rule"`
-	Comment string `json:"comment,omitempty"`
-	Matched bool   `json:"matched"`
-	Verdict string `json:"verdict,omitempty"`
-	Element string `json:"element,omitempty"`
+	paths          []report.TracedPath // every path, also when there is one
 }
 
 // traceConnection explains src -> dst and traces it through the compiled
@@ -191,7 +172,7 @@ func traceConnection(l *loaded, src, dst string, probe eval.Probe, fam eval.Fami
 	}
 	tr.Allowed = len(paths) > 0
 	for _, p := range paths {
-		tp := tracedPath{Allowed: p.Allowed, Delivered: p.Delivered, Path: steps(p)}
+		tp := report.Traced(p)
 		tr.Allowed = tr.Allowed && p.Allowed
 		tr.Alternatives = append(tr.Alternatives, tp)
 	}
@@ -219,17 +200,6 @@ func dialAddress(snap *cluster.Snapshot, t serviceTarget, sv *serviceVerdict) (n
 	return netip.Addr{}, fmt.Errorf("%s: no address to dial (explain found none)", t.given)
 }
 
-func steps(p dataplane.Path) []traceStep {
-	out := []traceStep{}
-	for _, h := range p.Hops {
-		for _, s := range h.Result.Steps {
-			out = append(out, traceStep{Node: h.Node, Hook: h.Hook, Table: s.Table, Chain: s.Chain, Rule: s.Text,
-				Comment: s.Comment, Matched: s.Matched, Verdict: s.Verdict, Element: s.Element})
-		}
-	}
-	return out
-}
-
 func verdictWord(allowed bool) string {
 	if allowed {
 		return "allowed"
@@ -246,47 +216,12 @@ func writeTrace(w io.Writer, tr *traceResult, all bool, s report.Style, rules *r
 	fmt.Fprintln(w)
 	paths := tr.Alternatives
 	if paths == nil {
-		paths = []tracedPath{{Allowed: tr.Allowed, Path: tr.Path}}
+		paths = []report.TracedPath{{Allowed: tr.Allowed, Path: tr.Path}}
 		if len(tr.paths) == 1 {
 			paths[0] = tr.paths[0]
 		}
 	}
-	for i, p := range paths {
-		head := "traced through the nftables tables"
-		if len(paths) > 1 {
-			head = fmt.Sprintf("path %d of %d", i+1, len(paths))
-		}
-		fmt.Fprintf(w, "%s: %s", head, strings.ToUpper(verdictWord(p.Allowed)))
-		if p.Delivered != "" {
-			fmt.Fprintf(w, " (delivered to %s)", p.Delivered)
-		}
-		fmt.Fprintln(w)
-		hop := ""
-		for _, st := range p.Path {
-			if h := st.Node + " " + st.Hook; h != hop {
-				hop = h
-				fmt.Fprintf(w, "  %s %s\n", st.Node, st.Hook)
-			}
-			if !st.Matched && !all {
-				continue
-			}
-			if st.Comment != "" && st.Matched {
-				fmt.Fprintf(w, "    # %s\n", st.Comment)
-			}
-			line := fmt.Sprintf("    %s/%s: %s", st.Table, st.Chain, st.Rule)
-			switch {
-			case !st.Matched:
-				fmt.Fprintln(w, line+"   (no match)")
-				continue
-			case st.Verdict != "":
-				line += "   -> " + st.Verdict
-			}
-			if st.Element != "" {
-				line += "   [" + st.Element + "]"
-			}
-			fmt.Fprintln(w, line)
-		}
-	}
+	report.Paths(w, paths, all, s)
 	if tr.Agree {
 		fmt.Fprintf(w, "explain and the traced tables agree: %s\n", verdictWord(tr.Allowed))
 	} else {
