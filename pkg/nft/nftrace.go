@@ -244,6 +244,9 @@ type TraceEvent struct {
 	Type    TraceEventType `json:"type"`
 	Table   string         `json:"table"`
 	Chain   string         `json:"chain"`
+	// Hook is the base chain's hook (prerouting, input, ...), filled in
+	// by the listener; empty for a regular chain.
+	Hook string `json:"hook,omitempty"`
 	// Handle is the rule's handle; 0 for return and policy events.
 	Handle uint64 `json:"handle,omitempty"`
 	// Verdict: accept, drop, continue, return, jump X, goto X, ...; for
@@ -271,7 +274,15 @@ type PacketTrace struct {
 	Src, Dst         netip.Addr
 	L4Proto          uint8
 	SrcPort, DstPort uint16
-	Events           []TraceEvent
+	// TCPFlags are a TCP packet's flags (0x02 SYN, 0x10 ACK, ...).
+	TCPFlags byte
+	Events   []TraceEvent
+}
+
+// Opens reports whether the packet can be a connection's first: a TCP
+// SYN without ACK, or any packet of another protocol.
+func (p *PacketTrace) Opens() bool {
+	return p.L4Proto != unix.IPPROTO_TCP || p.TCPFlags&0x12 == 0x02
 }
 
 // Verdict is the packet's last verdict in this namespace: the last
@@ -286,24 +297,46 @@ func (p *PacketTrace) Verdict() string {
 	return ""
 }
 
-// GroupTraces groups events by trace ID, in order of each ID's first
-// event; the tuple comes from the first headers of each packet.
+// GroupTraces groups events into packets, in order of each packet's first
+// event. Events are grouped by trace ID, but the ID is not unique over
+// time: the kernel derives it from the skb's address, flow hash and input
+// interface, so the next packet of the same flow often gets the same ID
+// (the freed skb's memory is reused). A packet enters a namespace through
+// the trace table's chains (priority TracePriority, before all others),
+// so an event of the trace table's rule after events of other tables
+// starts a new packet. The tuple comes from each packet's first headers.
 func GroupTraces(events []TraceEvent) []*PacketTrace {
 	var out []*PacketTrace
-	byID := map[uint32]*PacketTrace{}
+	cur := map[uint32]*PacketTrace{}
 	for _, e := range events {
-		p := byID[e.ID]
+		p := cur[e.ID]
+		if p != nil && e.Table == TraceTableName && e.Type == TraceRule && p.leftTraceTable() {
+			p = nil
+		}
 		if p == nil {
 			p = &PacketTrace{ID: e.ID}
-			byID[e.ID] = p
+			cur[e.ID] = p
 			out = append(out, p)
 		}
 		if !p.Src.IsValid() && len(e.Network) > 0 {
 			p.Src, p.Dst, p.L4Proto, p.SrcPort, p.DstPort = parseHeaders(e.NFProto, e.Network, e.Transport)
+			if p.L4Proto == unix.IPPROTO_TCP && len(e.Transport) >= 14 {
+				p.TCPFlags = e.Transport[13]
+			}
 		}
 		p.Events = append(p.Events, e)
 	}
 	return out
+}
+
+// leftTraceTable reports whether the packet has events of other tables.
+func (p *PacketTrace) leftTraceTable() bool {
+	for _, e := range p.Events {
+		if e.Table != TraceTableName {
+			return true
+		}
+	}
+	return false
 }
 
 // parseHeaders reads addresses, protocol and ports from the reported
@@ -342,6 +375,8 @@ type TraceListener struct {
 	conn  *nftables.Conn // for rule comments; opened on first use
 	rules map[ruleKey]kernelRule
 	read  map[chainKey]bool
+	hooks map[chainKey]string // base chains' hooks, per table read
+	seen  map[chainKey]bool   // tables (chain "") whose chains were read
 	// Lost counts events the kernel dropped because the socket buffer
 	// was full (ENOBUFS).
 	Lost int
@@ -370,7 +405,8 @@ func ListenTrace(netnsFd int) (*TraceListener, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &TraceListener{nsFd: fd, rules: map[ruleKey]kernelRule{}, read: map[chainKey]bool{}}
+	l := &TraceListener{nsFd: fd, rules: map[ruleKey]kernelRule{}, read: map[chainKey]bool{},
+		hooks: map[chainKey]string{}, seen: map[chainKey]bool{}}
 	nl, err := dialNetfilter(fd)
 	if err != nil {
 		l.Close()
@@ -458,14 +494,15 @@ func (l *TraceListener) Receive(ctx context.Context, deadline time.Time) ([]Trac
 	}
 }
 
-// Collect receives events until ctx ends or until has returns true for
-// the events so far, or until idle passes without any event after the
-// first. It returns what it received; a ctx end is not an error.
+// Collect receives events until ctx ends, until done (if not nil)
+// returns true for the events so far, or until idle (if > 0) passes
+// without an event. It returns what it received; a ctx end is not an
+// error.
 func (l *TraceListener) Collect(ctx context.Context, idle time.Duration, done func([]TraceEvent) bool) ([]TraceEvent, error) {
 	var all []TraceEvent
 	for {
 		var deadline time.Time
-		if len(all) > 0 && idle > 0 {
+		if idle > 0 {
 			deadline = time.Now().Add(idle)
 		}
 		evs, err := l.Receive(ctx, deadline)
@@ -487,6 +524,7 @@ func (l *TraceListener) Collect(ctx context.Context, idle time.Duration, done fu
 
 // resolve fills in the rule's comment and text from the kernel.
 func (l *TraceListener) resolve(e *TraceEvent) {
+	e.Hook = l.hook(chainKey{e.Family, e.Table, e.Chain})
 	if e.Handle == 0 {
 		return
 	}
@@ -507,13 +545,49 @@ func (l *TraceListener) resolve(e *TraceEvent) {
 	e.RuleID, e.RuleText = r.id, r.text
 }
 
-func (l *TraceListener) readChain(ck chainKey) error {
-	if l.conn == nil {
-		c, err := newConn(l.nsFd, true)
-		if err != nil {
-			return err
+// hook is a base chain's hook, "" for a regular chain (or one that could
+// not be read).
+func (l *TraceListener) hook(ck chainKey) string {
+	tk := chainKey{family: ck.family, table: ck.table}
+	if h, ok := l.hooks[ck]; ok || l.seen[tk] {
+		return h
+	}
+	if l.ensureConn() != nil {
+		return ""
+	}
+	chains, err := l.conn.ListChainsOfTableFamily(nftables.TableFamily(ck.family))
+	if err != nil {
+		l.conn.CloseLasting()
+		l.conn = nil
+		return ""
+	}
+	l.seen[tk] = true
+	for _, kc := range chains {
+		if kc.Table == nil || kc.Table.Name != ck.table {
+			continue
 		}
-		l.conn = c
+		if h := hookFromKernel(kc); h != nil {
+			l.hooks[chainKey{ck.family, ck.table, kc.Name}] = h.Hook
+		}
+	}
+	return l.hooks[ck]
+}
+
+func (l *TraceListener) ensureConn() error {
+	if l.conn != nil {
+		return nil
+	}
+	c, err := newConn(l.nsFd, true)
+	if err != nil {
+		return err
+	}
+	l.conn = c
+	return nil
+}
+
+func (l *TraceListener) readChain(ck chainKey) error {
+	if err := l.ensureConn(); err != nil {
+		return err
 	}
 	kt := &nftables.Table{Name: ck.table, Family: nftables.TableFamily(ck.family)}
 	krules, err := l.conn.GetRules(kt, &nftables.Chain{Name: ck.chain, Table: kt})
@@ -821,6 +895,9 @@ func dataText(hint string, b []byte) string {
 // trace and the Tracer share: a rule that matched (by its ID) or a base
 // chain's policy, and what it did, in the kernel's verdict words.
 type TracePathStep struct {
+	// Hook is the hook the step ran at: the base chain's, or for a
+	// regular chain that of the base chain that jumped to it.
+	Hook   string `json:"hook"`
 	Table  string `json:"table"`
 	Chain  string `json:"chain"`
 	RuleID string `json:"rule_id,omitempty"` // empty for a policy
@@ -834,7 +911,7 @@ func (s TracePathStep) String() string {
 	if s.Policy {
 		what = "policy"
 	}
-	return fmt.Sprintf("%s/%s %s -> %s", s.Table, s.Chain, what, s.Verdict)
+	return fmt.Sprintf("%s %s/%s %s -> %s", s.Hook, s.Table, s.Chain, what, s.Verdict)
 }
 
 // Path is the packet's path as the kernel reported it: its rule and
@@ -843,27 +920,31 @@ func (s TracePathStep) String() string {
 // (e.g. TraceTableName, whose rule set the flag).
 func (p *PacketTrace) Path(skip ...string) []TracePathStep {
 	var out []TracePathStep
+	hook := ""
 	for _, e := range p.Events {
+		if e.Hook != "" {
+			hook = e.Hook
+		}
 		if e.Type == TraceReturn || contains(skip, e.Table) {
 			continue
 		}
-		out = append(out, TracePathStep{Table: e.Table, Chain: e.Chain, RuleID: e.RuleID,
+		out = append(out, TracePathStep{Hook: hook, Table: e.Table, Chain: e.Chain, RuleID: e.RuleID,
 			Policy: e.Type == TracePolicy, Verdict: e.Verdict})
 	}
 	return out
 }
 
-// TracerPath is a Tracer result in the same form: the rules that matched
+// TracerPath is a Tracer result at hook in the same form: the rules that matched
 // and the policies that decided, the tables in skip left out. What the
 // Tracer writes as a NAT statement is an accept to the kernel, a reject a
 // drop, a rule that matched without a verdict a continue.
-func TracerPath(r TraceResult, skip ...string) []TracePathStep {
+func TracerPath(hook string, r TraceResult, skip ...string) []TracePathStep {
 	var out []TracePathStep
 	for _, s := range r.Steps {
 		if !s.Matched || contains(skip, s.Table) {
 			continue
 		}
-		st := TracePathStep{Table: s.Table, Chain: s.Chain, Verdict: kernelVerdictWord(s.Verdict)}
+		st := TracePathStep{Hook: hook, Table: s.Table, Chain: s.Chain, Verdict: kernelVerdictWord(s.Verdict)}
 		if s.Rule < 0 {
 			st.Policy = true
 		} else {

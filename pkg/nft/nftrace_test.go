@@ -117,6 +117,13 @@ func TestParseTraceMessage(t *testing.T) {
 		ps[0].L4Proto != unix.IPPROTO_TCP || ps[0].SrcPort != 40000 || ps[0].DstPort != 8080 || ps[0].Verdict() != "drop" {
 		t.Errorf("grouped %+v", ps[0])
 	}
+	// The next packet of a flow may get the same ID: it starts at the
+	// trace table again.
+	arm := TraceEvent{ID: 7, Table: TraceTableName, Chain: "prerouting", Type: TraceRule, Handle: 2, Verdict: "continue"}
+	rule := TraceEvent{ID: 7, Table: "netpol", Chain: "forward", Type: TraceRule, Handle: 9, Verdict: "accept"}
+	if ps := GroupTraces([]TraceEvent{arm, rule, arm, rule}); len(ps) != 2 || len(ps[0].Events) != 2 || len(ps[1].Events) != 2 {
+		t.Errorf("two packets with one ID grouped as %d", len(ps))
+	}
 	for code, want := range map[int32]string{0: "drop", 1: "accept", -1: "continue", -5: "return", -4: "goto c", 0x10000: "drop"} {
 		if got := verdictCodeText(code, "c"); got != want {
 			t.Errorf("verdict %d: %q, want %q", code, got, want)
@@ -241,7 +248,7 @@ func TestNFTraceInKernel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, TracerPath(rs[0])...)
+		want = append(want, TracerPath(hook, rs[0])...)
 	}
 	if !slices.Equal(kernel, want) {
 		t.Errorf("kernel path:\n  %s\ntracer path:\n  %s", pathText(kernel), pathText(want))
