@@ -16,6 +16,8 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 		table    string
 		stats    bool
 		services bool
+		ports    []uint
+		allow    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "compile --node NAME",
@@ -25,7 +27,8 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 			"The text is generated without the nft binary; `nft -f` accepts it.",
 		Example: "  netpol compile -f examples/demo --node node-1\n" +
 			"  netpol compile -f examples/demo --node node-1 --services\n" +
-			"  netpol compile -f cluster.yaml --node node-2 --stats",
+			"  netpol compile -f cluster.yaml --node node-2 --stats\n" +
+			"  netpol compile -f cluster.yaml --node node-1 --protect-agent-ports 9756 --agent-ports-allow 10.244.3.0/24",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if node == "" {
@@ -48,8 +51,23 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 					return err
 				}
 				l.problems += len(m.Errors)
-			} else if t, err = compiler.Compile(l.evaluator.Resolved(), compiler.Options{Node: node, Table: table}); err != nil {
-				return err
+			} else {
+				opts := compiler.Options{Node: node, Table: table}
+				if len(ports) > 0 {
+					opts.AgentPorts = &compiler.AgentPorts{}
+					for _, p := range ports {
+						if p == 0 || p > 65535 {
+							return fmt.Errorf("--protect-agent-ports: %d is not a port", p)
+						}
+						opts.AgentPorts.Ports = append(opts.AgentPorts.Ports, uint16(p))
+					}
+					if opts.AgentPorts.Allowed, err = parseList(allow, parsePrefixOrAddr); err != nil {
+						return fmt.Errorf("--agent-ports-allow: %w", err)
+					}
+				}
+				if t, err = compiler.Compile(l.evaluator.Resolved(), opts); err != nil {
+					return err
+				}
 			}
 			if stats {
 				n := t.Count()
@@ -66,5 +84,7 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 	f.StringVar(&table, "table", compiler.DefaultTable, "name of the inet table")
 	f.BoolVar(&stats, "stats", false, "print the kernel object counts to stderr")
 	f.BoolVar(&services, "services", false, "print the Service NAT table instead of the policy table")
+	f.UintSliceVar(&ports, "protect-agent-ports", nil, "the agent's TCP ports its table protects, as `netpol agent --protect-agent-ports` does (the agent: its metrics, debug and secure ports not on loopback)")
+	f.StringSliceVar(&allow, "agent-ports-allow", nil, "with --protect-agent-ports: networks that may reach them besides the node itself")
 	return cmd
 }
