@@ -160,8 +160,8 @@ func passCases() []Case {
 				adminCase(name("networkpolicy-before-banp"), "Pass y, a NetworkPolicy allows y/b, the BANP denies y", t("baseline"), pass, npYB, banpDenyY),
 				adminCase(name("to-baseline-cnp"), "Pass y, a Baseline CNP denies y/a", t("baseline"), pass,
 					baselinePol(apiCNP1, "baseline-deny-y-a", 50, subjX, dir, rule(actDeny, peerPods(nsSel("y"), podSel("a"))))),
-				adminCase(name("skips-rest-of-admin-tier"), "Pass y at priority 10 skips a Deny y at priority 20", t("priority"), pass,
-					adminPol(api, "deny-y", 20, subjX, dir, rule(actDeny, peerY))),
+				adminCase(name("skips-rest-of-admin-tier"), "Pass y at priority 10 skips a Deny y at priority 20; a NetworkPolicy allows y/b only", t("priority"), pass,
+					adminPol(api, "deny-y", 20, subjX, dir, rule(actDeny, peerY)), npYB),
 				adminCase(name("baseline-cnp-pass-skips-banp"), "Pass y in both tiers: the Baseline CNP pass skips the BANP deny", t("baseline"), pass,
 					baselinePol(apiCNP2, "baseline-pass-y", 5, subjX, dir, rule(actPass, peerY)),
 					baselinePol(apiBANP, "", 0, subjX, dir, rule(actDeny, peerAllNS))),
@@ -197,9 +197,9 @@ func baselineCases() []Case {
 						baselinePol(api, "deny-y-a", 10, subjX, dir, rule(actDeny, peerPods(nsSel("y"), podSel("a")))),
 						baselinePol(api, "accept-y", 20, subjX, dir, rule(actAllw, peerY)),
 						baselinePol(apiBANP, "", 0, subjX, dir, rule(actDeny, peerAllNS))),
-					baselineCase(name("before-banp"), "a Baseline CNP at priority 1000 accepts y before the BANP denies it", t("priority"),
+					baselineCase(name("before-banp"), "a Baseline CNP at priority 1000 accepts y before the BANP denies every namespace", t("priority"),
 						baselinePol(api, "accept-y", 1000, subjX, dir, rule(actAllw, peerY)),
-						baselinePol(apiBANP, "", 0, subjX, dir, rule(actDeny, peerY))),
+						baselinePol(apiBANP, "", 0, subjX, dir, rule(actDeny, peerAllNS))),
 				)
 			}
 		}
