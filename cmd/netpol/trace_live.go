@@ -2,21 +2,336 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"golang.org/x/sys/unix"
+
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/nft"
 )
 
 type liveTraceOptions struct {
 	enabled  bool
 	duration time.Duration
 	netns    string
+	// armed, if set, is called once the trace is armed (tests).
+	armed func()
 }
 
-// liveTrace arms the kernel's nftrace for the tuple and prints what the
-// kernel reports (being built).
+// liveIdle is how long a packet's trace may go without a new event before
+// it is printed: the kernel sends a packet's events as it crosses each
+// hook, within microseconds.
+const liveIdle = 200 * time.Millisecond
+
+// liveStep is one kernel trace event, in the fields of `netpol trace -o
+// json`'s path.
+type liveStep struct {
+	Node    string `json:"node"`
+	Hook    string `json:"hook,omitempty"`
+	Table   string `json:"table"`
+	Chain   string `json:"chain"`
+	Rule    string `json:"rule"`
+	RuleID  string `json:"rule_id,omitempty"`
+	Handle  uint64 `json:"handle,omitempty"`
+	Comment string `json:"comment,omitempty"`
+	Verdict string `json:"verdict"`
+}
+
+// livePacket is one real packet's path as the kernel reported it.
+type livePacket struct {
+	ID       string     `json:"id"`
+	Src      string     `json:"src"`
+	Dst      string     `json:"dst"`
+	Protocol string     `json:"protocol"`
+	SrcPort  uint16     `json:"src_port,omitempty"`
+	DstPort  uint16     `json:"dst_port,omitempty"`
+	TCPFlags string     `json:"tcp_flags,omitempty"`
+	Verdict  string     `json:"verdict"`
+	Path     []liveStep `json:"path"`
+}
+
+// liveTrace arms the kernel's nftrace for the tuple in this network
+// namespace (or opts.netns), prints each traced packet's path as the
+// kernel reports it until opts.duration passes or ctx ends (Ctrl-C), and
+// disarms on every way out.
 func liveTrace(ctx context.Context, out io.Writer, src, dst string, probe eval.Probe, format string, opts liveTraceOptions) error {
-	return errors.New("trace --live is not available yet")
+	if format != "text" && format != "json" {
+		return fmt.Errorf("--live prints text or json, not %s", format)
+	}
+	m, err := liveMatch(src, dst, probe)
+	if err != nil {
+		return err
+	}
+	fd, node, err := openNetNS(opts.netns)
+	if err != nil {
+		return err
+	}
+	if fd >= 0 {
+		defer unix.Close(fd)
+	}
+
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if opts.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.duration)
+		defer cancel()
+	}
+
+	// Listen first: the kernel sends events only while someone listens.
+	lst, err := nft.ListenTrace(fd)
+	if err != nil {
+		return fmt.Errorf("trace --live (needs root and nf_tables): %w", err)
+	}
+	defer lst.Close()
+	armed, err := nft.ArmTrace(fd, m)
+	if err != nil {
+		return fmt.Errorf("trace --live: %w", err)
+	}
+	disarmed := false
+	disarm := func() error {
+		if disarmed {
+			return nil
+		}
+		disarmed = true
+		if err := armed.Disarm(); err != nil {
+			return fmt.Errorf("trace --live: removing table inet %s: %w (remove it with `nft delete table inet %s`)", nft.TraceTableName, err, nft.TraceTableName)
+		}
+		return nil
+	}
+	defer disarm()
+	if opts.armed != nil {
+		opts.armed()
+	}
+
+	w := &liveWriter{out: out, format: format, node: node}
+	if format == "text" {
+		fmt.Fprintf(out, "tracing %s in %s for %v (table inet %s armed); Ctrl-C stops\n", m, node, opts.duration, nft.TraceTableName)
+	}
+	pending := map[uint32]*pendingPacket{}
+	var order []uint32
+	flush := func(all bool) error {
+		now := time.Now()
+		kept := order[:0]
+		for _, id := range order {
+			p := pending[id]
+			if !all && now.Sub(p.last) < liveIdle {
+				kept = append(kept, id)
+				continue
+			}
+			delete(pending, id)
+			for _, pt := range nft.GroupTraces(p.events) {
+				if err := w.packet(pt); err != nil {
+					return err
+				}
+			}
+		}
+		order = kept
+		return nil
+	}
+	var recvErr error
+	for {
+		evs, err := lst.Receive(ctx, time.Now().Add(liveIdle/2))
+		if err != nil {
+			if ctx.Err() == nil {
+				recvErr = err
+			}
+			break
+		}
+		now := time.Now()
+		for _, e := range evs {
+			p := pending[e.ID]
+			if p == nil {
+				p = &pendingPacket{}
+				pending[e.ID] = p
+				order = append(order, e.ID)
+			}
+			p.events = append(p.events, e)
+			p.last = now
+		}
+		if err := flush(false); err != nil {
+			recvErr = err
+			break
+		}
+	}
+	// Stop tracing, then print what is left.
+	derr := disarm()
+	if err := flush(true); err != nil && recvErr == nil {
+		recvErr = err
+	}
+	if format == "text" {
+		fmt.Fprintf(out, "%d packet(s) traced; table inet %s removed\n", w.packets, nft.TraceTableName)
+	}
+	if lst.Lost > 0 && recvErr == nil {
+		recvErr = fmt.Errorf("trace --live: the kernel dropped trace events %d time(s) (socket buffer full); the paths above may be incomplete", lst.Lost)
+	}
+	return errors.Join(recvErr, derr)
+}
+
+type pendingPacket struct {
+	events []nft.TraceEvent
+	last   time.Time
+}
+
+// liveMatch is the tuple: SRC and DST must be IP addresses here (the
+// kernel traces packets, not pods).
+func liveMatch(src, dst string, probe eval.Probe) (nft.TraceMatch, error) {
+	s, err := netip.ParseAddr(src)
+	if err != nil {
+		return nft.TraceMatch{}, fmt.Errorf("with --live, SRC must be an IP address (the kernel traces packets): %q", src)
+	}
+	d, err := netip.ParseAddr(dst)
+	if err != nil {
+		return nft.TraceMatch{}, fmt.Errorf("with --live, DST must be an IP address (for a Service, its ClusterIP): %q", dst)
+	}
+	s, d = s.Unmap(), d.Unmap()
+	if s.Is4() != d.Is4() {
+		return nft.TraceMatch{}, fmt.Errorf("%s and %s are of different address families", s, d)
+	}
+	proto := map[corev1.Protocol]uint8{corev1.ProtocolTCP: unix.IPPROTO_TCP, corev1.ProtocolUDP: unix.IPPROTO_UDP, corev1.ProtocolSCTP: unix.IPPROTO_SCTP}[probe.Protocol]
+	if proto == 0 {
+		return nft.TraceMatch{}, fmt.Errorf("protocol %q", probe.Protocol)
+	}
+	return nft.TraceMatch{Src: s, Dst: d, L4Proto: proto, DstPort: uint16(probe.Port)}, nil
+}
+
+// openNetNS opens the namespace to trace in: a name under /run/netns or a
+// path; "" is this process's own (fd -1). node names it in the output.
+func openNetNS(ns string) (fd int, node string, err error) {
+	if ns == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "this host"
+		}
+		return -1, host, nil
+	}
+	path := ns
+	if !strings.Contains(ns, "/") {
+		path = filepath.Join("/run/netns", ns)
+	}
+	fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, "", fmt.Errorf("--netns %s: %w", ns, err)
+	}
+	return fd, ns, nil
+}
+
+type liveWriter struct {
+	out     io.Writer
+	format  string
+	node    string
+	packets int
+}
+
+// packet prints one packet: its tuple, then one line per event. The
+// trace table's own rule and the ends of regular chains (no decision) are
+// left out.
+func (w *liveWriter) packet(p *nft.PacketTrace) error {
+	lp := livePacket{ID: fmt.Sprintf("%08x", p.ID), Protocol: protocolName(p.L4Proto), SrcPort: p.SrcPort, DstPort: p.DstPort, Path: []liveStep{}}
+	if p.Src.IsValid() {
+		lp.Src, lp.Dst = p.Src.String(), p.Dst.String()
+	}
+	if p.L4Proto == unix.IPPROTO_TCP {
+		lp.TCPFlags = tcpFlags(p.TCPFlags)
+	}
+	for _, e := range p.Events {
+		if e.Table == nft.TraceTableName || e.Type == nft.TraceReturn {
+			continue
+		}
+		st := liveStep{Node: w.node, Hook: e.Hook, Table: e.Table, Chain: e.Chain, RuleID: e.RuleID, Handle: e.Handle, Verdict: e.Verdict}
+		switch {
+		case e.Type == nft.TracePolicy:
+			st.Rule = "policy " + e.Verdict
+		case e.RuleText != "":
+			st.Rule = e.RuleText
+		default:
+			st.Rule = fmt.Sprintf("handle %d", e.Handle)
+		}
+		lp.Path = append(lp.Path, st)
+	}
+	if len(lp.Path) == 0 {
+		return nil // only the trace table saw it
+	}
+	lp.Verdict = p.Verdict()
+	w.packets++
+	if w.format == "json" {
+		b, err := json.Marshal(lp)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w.out, "%s\n", b)
+		return err
+	}
+	head := fmt.Sprintf("packet %s: %s", lp.ID, lp.Protocol)
+	if lp.Src != "" {
+		head += fmt.Sprintf(" %s -> %s", netip.AddrPortFrom(p.Src, p.SrcPort), netip.AddrPortFrom(p.Dst, p.DstPort))
+	}
+	if lp.TCPFlags != "" {
+		head += " [" + lp.TCPFlags + "]"
+	}
+	fmt.Fprintf(w.out, "%s: %s\n", head, strings.ToUpper(orUnknown(lp.Verdict)))
+	hook := ""
+	for _, st := range lp.Path {
+		if st.Hook != "" && st.Hook != hook {
+			hook = st.Hook
+			fmt.Fprintf(w.out, "  %s %s\n", st.Node, hook)
+		}
+		line := fmt.Sprintf("    %s/%s %s -> %s", st.Table, st.Chain, st.Rule, st.Verdict)
+		if st.RuleID != "" {
+			line += "   # " + st.RuleID
+		}
+		fmt.Fprintln(w.out, line)
+	}
+	return nil
+}
+
+func orUnknown(v string) string {
+	if v == "" {
+		return "no verdict seen"
+	}
+	return v
+}
+
+func protocolName(p uint8) string {
+	switch p {
+	case unix.IPPROTO_TCP:
+		return "tcp"
+	case unix.IPPROTO_UDP:
+		return "udp"
+	case unix.IPPROTO_SCTP:
+		return "sctp"
+	case unix.IPPROTO_ICMP:
+		return "icmp"
+	case unix.IPPROTO_ICMPV6:
+		return "icmpv6"
+	}
+	return fmt.Sprint(p)
+}
+
+func tcpFlags(f byte) string {
+	var w []string
+	for _, x := range []struct {
+		bit  byte
+		name string
+	}{{0x02, "SYN"}, {0x10, "ACK"}, {0x01, "FIN"}, {0x04, "RST"}, {0x08, "PSH"}} {
+		if f&x.bit != 0 {
+			w = append(w, x.name)
+		}
+	}
+	return strings.Join(w, ",")
 }

@@ -716,12 +716,22 @@ func verdictCodeText(code int32, chain string) string {
 }
 
 // DescribeExprs is an nft-like text of kernel rule expressions (for rules
-// read back, whose Text is not kept): not nft's exact syntax, but every
-// expression shows.
+// read back, whose Text is not kept): not always nft's exact syntax, but
+// every expression shows.
 func DescribeExprs(exprs []expr.Any) string {
 	var w []string
-	hint := "" // what the last load put in a register
+	hint := ""        // what the last load put in a register
+	lastLoad := false // the previous expression loaded a key field
+	load := func(text string) {
+		if lastLoad && len(w) > 0 {
+			w[len(w)-1] += " . " + text // a concatenated key
+		} else {
+			w = append(w, text)
+		}
+		hint, lastLoad = text, true
+	}
 	for i, e := range exprs {
+		isLoad := false
 		switch e := e.(type) {
 		case *expr.Meta:
 			name := metaName(e.Key)
@@ -730,23 +740,26 @@ func DescribeExprs(exprs []expr.Any) string {
 				w[len(w)-1] = "meta " + name + " set " + w[len(w)-1]
 			case e.SourceRegister:
 				w = append(w, "meta "+name+" set")
-			case name == "nfproto" && i == 0:
-				hint = "nfproto" // the implicit family match of an inet rule
-				continue
+			case name == "nfproto" && i == 0 && loadsNetworkHeader(exprs):
+				hint = "nfproto" // the implicit family match before ip/ip6 payload
 			default:
-				w = append(w, "meta "+name)
+				load("meta " + name)
+				isLoad = true
 			}
-			hint = name
 		case *expr.Cmp:
+			if hint == "nfproto" {
+				break
+			}
 			op := map[expr.CmpOp]string{expr.CmpOpEq: "", expr.CmpOpNeq: "!= ", expr.CmpOpLt: "< ",
 				expr.CmpOpLte: "<= ", expr.CmpOpGt: "> ", expr.CmpOpGte: ">= "}[e.Op]
-			if hint == "nfproto" {
-				continue
+			if bw, ok := prevBitwise(exprs, i); ok && (hint == "ct state" || hint == "ct status") && e.Op == expr.CmpOpNeq && allZero(e.Data) && allZero(bw.Xor) && len(bw.Mask) == 4 {
+				w[len(w)-1] = ctBitNames(hint, binary.NativeEndian.Uint32(bw.Mask)) // `ct state new,established`
+				break
 			}
 			w = append(w, op+dataText(hint, e.Data))
 		case *expr.Payload:
-			hint = payloadText(e)
-			w = append(w, hint)
+			load(payloadText(e))
+			isLoad = true
 		case *expr.Immediate:
 			h := hint
 			if i+1 < len(exprs) {
@@ -756,8 +769,8 @@ func DescribeExprs(exprs []expr.Any) string {
 			}
 			w = append(w, dataText(h, e.Data))
 		case *expr.Ct:
-			hint = "ct " + ctName(e.Key)
-			w = append(w, hint)
+			load("ct " + ctName(e.Key))
+			isLoad = true
 		case *expr.Bitwise:
 			w = append(w, "& "+dataText("", e.Mask)+" ^ "+dataText("", e.Xor))
 		case *expr.Lookup:
@@ -795,7 +808,8 @@ func DescribeExprs(exprs []expr.Any) string {
 		case *expr.Counter:
 			w = append(w, "counter")
 		case *expr.Numgen:
-			w = append(w, fmt.Sprintf("numgen random mod %d", e.Modulus))
+			load(fmt.Sprintf("numgen random mod %d", e.Modulus))
+			isLoad = true
 		case *expr.Dynset:
 			w = append(w, "update @"+e.SetName)
 		case *expr.Fib:
@@ -804,8 +818,57 @@ func DescribeExprs(exprs []expr.Any) string {
 		default:
 			w = append(w, fmt.Sprintf("%T", e))
 		}
+		lastLoad = isLoad
 	}
 	return strings.Join(w, " ")
+}
+
+func loadsNetworkHeader(exprs []expr.Any) bool {
+	for _, e := range exprs {
+		if p, ok := e.(*expr.Payload); ok && p.Base == expr.PayloadBaseNetworkHeader {
+			return true
+		}
+	}
+	return false
+}
+
+func prevBitwise(exprs []expr.Any, i int) (*expr.Bitwise, bool) {
+	if i == 0 {
+		return nil, false
+	}
+	bw, ok := exprs[i-1].(*expr.Bitwise)
+	return bw, ok
+}
+
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ctBitNames names the bits of a ct state (or status) mask tested against
+// zero: `new,established`.
+func ctBitNames(what string, mask uint32) string {
+	names := map[uint32]string{expr.CtStateBitINVALID: "invalid", expr.CtStateBitESTABLISHED: "established",
+		expr.CtStateBitRELATED: "related", expr.CtStateBitNEW: "new", expr.CtStateBitUNTRACKED: "untracked"}
+	if what == "ct status" {
+		names = map[uint32]string{1: "expected", 2: "seen-reply", 4: "assured", 8: "confirmed", 16: "snat", 32: "dnat", 512: "dying"}
+	}
+	var w []string
+	for bit := uint32(1); bit != 0; bit <<= 1 {
+		if mask&bit == 0 {
+			continue
+		}
+		if n, ok := names[bit]; ok {
+			w = append(w, n)
+		} else {
+			w = append(w, fmt.Sprintf("0x%x", bit))
+		}
+	}
+	return strings.Join(w, ",")
 }
 
 func isImmediate(e expr.Any) bool {
@@ -883,10 +946,14 @@ func dataText(hint string, b []byte) string {
 		if len(b) == 2 {
 			return fmt.Sprint(binary.BigEndian.Uint16(b))
 		}
-	case hint == "l4proto" && len(b) == 1:
+	case strings.HasSuffix(hint, "l4proto") && len(b) == 1:
 		return protoName(b[0])
-	case hint == "nftrace" && len(b) == 1:
+	case strings.HasSuffix(hint, "nftrace") && len(b) == 1:
 		return fmt.Sprint(b[0])
+	case strings.HasSuffix(hint, "nfproto") && len(b) == 1 && b[0] == unix.NFPROTO_IPV4:
+		return "ipv4"
+	case strings.HasSuffix(hint, "nfproto") && len(b) == 1 && b[0] == unix.NFPROTO_IPV6:
+		return "ipv6"
 	}
 	return fmt.Sprintf("0x%x", b)
 }

@@ -285,3 +285,23 @@ func pathText(steps []TracePathStep) string {
 	}
 	return strings.Join(w, "\n  ")
 }
+
+// DescribeExprs, for rules read back from the kernel (no text), writes
+// what the Builder wrote for the common rules.
+func TestDescribeExprs(t *testing.T) {
+	tr, _ := TraceTable(TraceMatch{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), L4Proto: unix.IPPROTO_TCP, DstPort: 80})
+	rules := []*Rule{
+		tr.Chains[HookPrerouting].Rules[0],
+		NewRule().CtEstablishedRelated().Verdict(Verdict{Kind: Accept}),
+		NewRule().CtStateNew().CtStatusDNAT().Verdict(Verdict{Kind: Return}),
+		NewRule().AddrInSet(IPv4, Src, "peers").L4ProtoPortInSet("ports").Verdict(Verdict{Kind: Drop}),
+		NewRule().Vmap(IPv6, Dst, "ingress-pods6"),
+		NewRule().MatchFamily(IPv4).Verdict(Verdict{Kind: Jump, Chain: "services.4"}),
+		NewRule().AddrL4ProtoPortInSet(IPv4, Dst, "allow").Verdict(Verdict{Kind: Goto, Chain: "next"}),
+	}
+	for _, r := range rules {
+		if got := DescribeExprs(r.Exprs); got != r.Text {
+			t.Errorf("described as %q, built as %q", got, r.Text)
+		}
+	}
+}
