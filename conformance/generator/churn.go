@@ -55,7 +55,7 @@ func churnCases() []Case {
 		c("pod-removed-and-readded", "x/a allows pod=b; x/b is deleted, then a new pod=b x/d starts", tags("np", "peers"),
 			step("x/a allows ingress from pod=b", allowFrom("from-b", npPods(podSel("b")))),
 			del(step("remove x/b"), podRef("x", "b")), step("add x/d labelled pod=b", xd)),
-		c("pod-moves-node-and-address", "x/a egress allowed to x/b's address only... x/a is recreated on node-2 with a new address", tags("np", "ipblock"),
+		c("pod-moves-node-and-address", "x/b allows ingress from x/a's address; x/a is recreated on node-2 with a new address", tags("np", "ipblock"),
 			step("x/b allows ingress from x/a's address", NP{NS: "x", Name: "from-xa-ip", Pods: podSel("b"), Types: in, Ingress: []NPRule{{Peers: []M{npIP(cidr32("x/a"))}}}}),
 			del(step("recreate x/a on node-2", xaMoved), podRef("x", "a"))),
 		c("anp-delete-falls-to-banp", "ANP deny y/a over BANP deny y; ANP deleted; BANP deleted", tags("admin", "baseline", "anp", "banp"),
