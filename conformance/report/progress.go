@@ -26,7 +26,6 @@ type Progress struct {
 	mismatches int
 	start      time.Time
 	now        func() time.Time
-	drawn      bool
 	finished   bool
 }
 
@@ -77,7 +76,6 @@ func (p *Progress) CaseDone(res conformance.CaseResult) {
 	if !res.Passed {
 		// A failure stays on the screen above the live line.
 		fmt.Fprintf(p.w, "\r\x1b[K%s %s%s\n", status, res.Name, detail)
-		p.drawn = false
 	}
 	p.draw(res.Name)
 }
@@ -118,7 +116,6 @@ func (p *Progress) draw(last string) {
 		line += " · " + truncate(last, rest)
 	}
 	fmt.Fprintf(p.w, "\r\x1b[K%s", line)
-	p.drawn = true
 }
 
 // eta extrapolates the time per case so far.

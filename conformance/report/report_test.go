@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/net/html"
+
+	"github.com/netpol/netpol/pkg/eval"
 
 	"github.com/netpol/netpol/conformance"
 )
@@ -429,5 +432,66 @@ Notes:
 `
 	if got := b.String(); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestLargeReport renders a report the size of a full lab run (400 cases
+// of two steps, 12 pods, 5 ports): the page must stay a size a browser
+// opens.
+func TestLargeReport(t *testing.T) {
+	base := sampleReport()
+	pods := []string{"x/a", "x/b", "x/c", "y/a", "y/b", "y/c", "z/a", "z/b", "z/c", "host/node-1", "host/node-2", "outside/203.0.113.10"}
+	ports := []string{"tcp/80", "tcp/81", "udp/80", "udp/81", "sctp/80"}
+	tbl := &eval.Table{Pods: pods, Ports: ports}
+	for _, ps := range ports {
+		p, err := eval.ParseProbe(ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, from := range pods {
+			for j, to := range pods {
+				tbl.Results = append(tbl.Results, eval.Result{From: from, To: to, Protocol: p.Protocol, Port: p.Port, Allowed: (i+j)%3 != 0})
+			}
+		}
+	}
+	r := &conformance.Report{Runner: "lab"}
+	for i := 0; i < 400; i++ {
+		c := conformance.CaseResult{Name: fmt.Sprintf("case-%03d", i), Tags: []string{"peers", "admin"}[i%2:], Passed: true}
+		for s := 1; s <= 2; s++ {
+			c.Steps = append(c.Steps, conformance.StepResult{Step: s, Probes: len(tbl.Results), Expected: tbl, Observed: tbl, Apply: sampleYAML})
+		}
+		r.Cases = append(r.Cases, c)
+	}
+	r.Cases[7] = base.Cases[1]
+	start := time.Now()
+	var b bytes.Buffer
+	if err := HTML(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("400 cases, %d cells: index.html %.1f MB in %v", 400*2*len(tbl.Results), float64(b.Len())/1e6, time.Since(start))
+	if b.Len() > 30<<20 {
+		t.Errorf("index.html is %d bytes", b.Len())
+	}
+}
+
+func TestProgressConcurrent(t *testing.T) {
+	var b bytes.Buffer
+	p := NewProgress(&b, 64, true)
+	r := sampleReport()
+	done := make(chan bool)
+	for g := 0; g < 8; g++ {
+		go func() {
+			for i := 0; i < 8; i++ {
+				p.CaseDone(r.Cases[i%2])
+			}
+			done <- true
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		<-done
+	}
+	p.Done()
+	if !strings.HasSuffix(b.String(), "64 cases done, 32 failed, 64 mismatches, in 0s\n") {
+		t.Errorf("got %q", b.String()[max(0, b.Len()-120):])
 	}
 }
