@@ -137,8 +137,7 @@ func TestDeployKustomizationListsEveryManifest(t *testing.T) {
 	for _, d := range docs {
 		kinds[d.Object.GetKind()]++
 	}
-	for kind, n := range map[string]int{"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 2, // netpol-agent, netpol-agent-reader
-		
+	for kind, n := range map[string]int{"CustomResourceDefinition": 3, "Namespace": 1, "ServiceAccount": 1, "ClusterRole": 2,
 		"ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "DaemonSet": 1} {
 		if kinds[kind] != n {
 			t.Errorf("deploy/ has %d %s, want %d", kinds[kind], kind, n)
