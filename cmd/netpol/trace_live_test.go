@@ -37,6 +37,10 @@ func TestLiveTraceArguments(t *testing.T) {
 			t.Errorf("%s -> %s (%s, netns %q): error %v, want %q", c.src, c.dst, c.format, c.netns, err, c.want)
 		}
 	}
+	// Through the command: --live goes here, no snapshot is loaded.
+	if _, _, err := run(t, "", "trace", "--live", "web/frontend", "10.0.0.1", "--port", "tcp/80"); err == nil || !strings.Contains(err.Error(), "SRC must be an IP address") {
+		t.Errorf("netpol trace --live web/frontend 10.0.0.1: %v", err)
+	}
 }
 
 // lockedBuffer is written by liveTrace and read by the test.
