@@ -42,12 +42,10 @@ func checkFormat(format string, allowed ...string) error {
 
 // terminalStyle colours output only for a terminal that wants it.
 func terminalStyle(w io.Writer) report.Style {
-	f, ok := w.(*os.File)
-	if !ok || os.Getenv("NO_COLOR") != "" || os.Getenv("TERM") == "dumb" {
+	if os.Getenv("NO_COLOR") != "" || os.Getenv("TERM") == "dumb" {
 		return report.Style{}
 	}
-	info, err := f.Stat()
-	return report.Style{Color: err == nil && info.Mode()&os.ModeCharDevice != 0}
+	return report.Style{Color: isTerminal(w)}
 }
 
 // deniedOnly is t with only its denied cells.
