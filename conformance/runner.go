@@ -28,9 +28,13 @@ type LabOptions struct {
 	Probes []eval.Probe
 	// Prefix names the lab's namespaces (default: netpol lab's).
 	Prefix string
-	// Timeout bounds one probe attempt; a failed cell is retried once with
-	// RetryTimeout (lab defaults when zero).
+	// Timeout bounds one probe attempt (default 300ms: the lab's veths
+	// answer in microseconds); a failed cell is retried once with
+	// RetryTimeout (default 4 x Timeout).
 	Timeout, RetryTimeout time.Duration
+	// Parallel is how many probes run at once (default 1024: a whole step,
+	// so a step costs about one timeout and one retry).
+	Parallel int
 	// CaseDone is called after each case (progress).
 	CaseDone func(CaseResult)
 	// AfterUp, when set, is called once the lab is up and programmed with
@@ -52,6 +56,15 @@ func RunLab(ctx context.Context, cases []generator.Case, opts LabOptions) (_ *Re
 	}
 	if opts.Probes == nil {
 		opts.Probes = generator.Probes()
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 300 * time.Millisecond
+	}
+	if opts.RetryTimeout == 0 {
+		opts.RetryTimeout = 4 * opts.Timeout
+	}
+	if opts.Parallel == 0 {
+		opts.Parallel = 1024
 	}
 	rep := &Report{Runner: "lab", Cases: []CaseResult{}}
 	probes := opts.Probes
@@ -117,7 +130,6 @@ type labRun struct {
 func (r *labRun) runCase(c generator.Case) CaseResult {
 	start := time.Now()
 	res := CaseResult{Name: c.Name, Tags: c.Tags, Passed: true, Steps: []StepResult{}}
-	defer func() { res.DurationSeconds = time.Since(start).Seconds() }()
 	fail := func(err error) CaseResult {
 		res.Passed, res.Error = false, err.Error()
 		res.DurationSeconds = time.Since(start).Seconds()
@@ -137,6 +149,7 @@ func (r *labRun) runCase(c generator.Case) CaseResult {
 		}
 		res.Steps = append(res.Steps, sr)
 	}
+	res.DurationSeconds = time.Since(start).Seconds()
 	return res
 }
 
@@ -156,7 +169,7 @@ func (r *labRun) step(snap *cluster.Snapshot, i int, st generator.Step) (StepRes
 	}
 	ev := eval.New(snap, sync.Model)
 	want := ev.Table(eval.TableOptions{Probes: r.probes})
-	got, _, err := r.l.Probe(r.ctx, lab.ProbeOptions{Probes: r.probes, Timeout: r.opts.Timeout, RetryTimeout: r.opts.RetryTimeout})
+	got, _, err := r.l.Probe(r.ctx, lab.ProbeOptions{Probes: r.probes, Timeout: r.opts.Timeout, RetryTimeout: r.opts.RetryTimeout, Parallel: r.opts.Parallel})
 	if err != nil {
 		return sr, err
 	}

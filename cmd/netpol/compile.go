@@ -16,8 +16,7 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 		table    string
 		stats    bool
 		services bool
-		ports    []uint
-		allow    []string
+		agent    agentPortFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "compile --node NAME",
@@ -53,17 +52,8 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 				l.problems += len(m.Errors)
 			} else {
 				opts := compiler.Options{Node: node, Table: table}
-				if len(ports) > 0 {
-					opts.AgentPorts = &compiler.AgentPorts{}
-					for _, p := range ports {
-						if p == 0 || p > 65535 {
-							return fmt.Errorf("--protect-agent-ports: %d is not a port", p)
-						}
-						opts.AgentPorts.Ports = append(opts.AgentPorts.Ports, uint16(p))
-					}
-					if opts.AgentPorts.Allowed, err = parseList(allow, parsePrefixOrAddr); err != nil {
-						return fmt.Errorf("--agent-ports-allow: %w", err)
-					}
+				if opts.AgentPorts, err = agent.parse(); err != nil {
+					return err
 				}
 				if t, err = compiler.Compile(l.evaluator.Resolved(), opts); err != nil {
 					return err
@@ -84,7 +74,6 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 	f.StringVar(&table, "table", compiler.DefaultTable, "name of the inet table")
 	f.BoolVar(&stats, "stats", false, "print the kernel object counts to stderr")
 	f.BoolVar(&services, "services", false, "print the Service NAT table instead of the policy table")
-	f.UintSliceVar(&ports, "protect-agent-ports", nil, "the agent's TCP ports its table protects, as `netpol agent --protect-agent-ports` does (the agent: its metrics, debug and secure ports not on loopback)")
-	f.StringSliceVar(&allow, "agent-ports-allow", nil, "with --protect-agent-ports: networks that may reach them besides the node itself")
+	agent.register(cmd)
 	return cmd
 }

@@ -13,6 +13,7 @@ func newExplainCommand(in *inputFlags) *cobra.Command {
 	var (
 		port, output, family string
 		exitCode             bool
+		agent                agentPortFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "explain SRC DST",
@@ -58,10 +59,15 @@ an error or when some input object was invalid (reported on stderr); with
 			if err != nil {
 				return err
 			}
+			ap, err := agent.parse()
+			if err != nil {
+				return err
+			}
 			l, err := in.load(cmd.Context(), cmd.InOrStdin(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
+			l.guard(ap)
 			if !isService {
 				if a, perr := netip.ParseAddr(args[1]); perr == nil {
 					if target, isService, err = serviceByAddress(l.snap, a, probe); err != nil {
@@ -109,6 +115,7 @@ an error or when some input object was invalid (reported on stderr); with
 	cmd.Flags().StringVar(&port, "port", "tcp/80", "protocol/port of the connection (tcp, udp or sctp)")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	cmd.Flags().StringVar(&family, "family", "", "address family for dual-stack pods: ipv4 or ipv6 (default: the destination's primary address)")
+	agent.register(cmd)
 	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit with status 1 when the connection is denied (for scripts)")
 	return cmd
 }

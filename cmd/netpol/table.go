@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/report"
@@ -21,6 +22,7 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 		allNamespaces bool
 		denied        bool
 		engine        string
+		agent         agentPortFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "table",
@@ -40,7 +42,12 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t, err := truthTable(l, engine, eval.TableOptions{Probes: probes, Namespaces: namespaces, Family: fam})
+			ap, err := agent.parse()
+			if err != nil {
+				return err
+			}
+			l.guard(ap)
+			t, err := truthTable(l, engine, ap, eval.TableOptions{Probes: probes, Namespaces: namespaces, Family: fam})
 			if err != nil {
 				return err
 			}
@@ -62,6 +69,7 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
+	agent.register(cmd)
 	f.StringVar(&engine, "engine", "eval", "who decides each cell: eval (the policy evaluator) or nft (each packet traced through the nftables tables compiled for its nodes)")
 	f.StringSliceVar(&ports, "ports", nil, "probes as protocol/port, comma-separated (default: every port the pods declare)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
@@ -75,12 +83,12 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 // truthTable computes the table with the engine asked for: the evaluator,
 // or the compiled tables of every node traced packet by packet (what the
 // kernels would do).
-func truthTable(l *loaded, engine string, opts eval.TableOptions) (*eval.Table, error) {
+func truthTable(l *loaded, engine string, ap *compiler.AgentPorts, opts eval.TableOptions) (*eval.Table, error) {
 	switch engine {
 	case "eval":
 		return l.evaluator.Table(opts), nil
 	case "nft":
-		dp, err := dataplane.New(l.snap, l.evaluator, false)
+		dp, err := dataplane.NewWith(l.snap, l.evaluator, dataplane.Options{AgentPorts: ap})
 		if err != nil {
 			return nil, fmt.Errorf("compiling the nodes' tables: %w", err)
 		}

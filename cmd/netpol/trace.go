@@ -23,6 +23,7 @@ func newTraceCommand(in *inputFlags) *cobra.Command {
 		port, output, family string
 		allRules             bool
 		live                 liveTraceOptions
+		agent                agentPortFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "trace SRC DST",
@@ -69,7 +70,12 @@ real packet's path is printed as the kernel reports it, then it is disarmed.`,
 			if err != nil {
 				return err
 			}
-			tr, err := traceConnection(l, args[0], args[1], probe, fam)
+			ap, err := agent.parse()
+			if err != nil {
+				return err
+			}
+			l.guard(ap)
+			tr, err := traceConnection(l, args[0], args[1], probe, fam, dataplane.Options{AgentPorts: ap})
 			if err != nil {
 				return err
 			}
@@ -94,6 +100,7 @@ real packet's path is printed as the kernel reports it, then it is disarmed.`,
 	f.StringVar(&port, "port", "tcp/80", "protocol/port of the connection (tcp, udp or sctp)")
 	f.StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	f.StringVar(&family, "family", "", "address family for dual-stack pods: ipv4 or ipv6 (default: the destination's primary address)")
+	agent.register(cmd)
 	f.BoolVar(&allRules, "all-rules", false, "text: also every rule the packet was checked against that did not match (default: only those that matched; JSON always has every rule)")
 	f.BoolVar(&live.enabled, "live", false, "show the kernel's own trace of real packets on this node (root; the agent's tables)")
 	f.DurationVar(&live.duration, "duration", 10*time.Second, "with --live: how long to trace")
@@ -119,7 +126,7 @@ type traceResult struct {
 
 // traceConnection explains src -> dst and traces it through the compiled
 // tables of every node.
-func traceConnection(l *loaded, src, dst string, probe eval.Probe, fam eval.Family) (*traceResult, error) {
+func traceConnection(l *loaded, src, dst string, probe eval.Probe, fam eval.Family, opts dataplane.Options) (*traceResult, error) {
 	target, isService, err := parseServiceName(dst)
 	if err != nil {
 		return nil, err
@@ -162,7 +169,7 @@ func traceConnection(l *loaded, src, dst string, probe eval.Probe, fam eval.Fami
 			return nil, fmt.Errorf("source: %w", err)
 		}
 	}
-	dp, err := dataplane.New(l.snap, l.evaluator, false)
+	dp, err := dataplane.NewWith(l.snap, l.evaluator, opts)
 	if err != nil {
 		return nil, fmt.Errorf("compiling the nodes' tables: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/report"
@@ -176,7 +177,7 @@ func TestServiceExplainAgreesWithTracedTables(t *testing.T) {
 							if strings.HasPrefix(dst, "nodeport/") {
 								p.Port = sp.NodePort
 							}
-							tr, err := traceConnection(l, src.Namespace+"/"+src.Name, dst, p, "")
+							tr, err := traceConnection(l, src.Namespace+"/"+src.Name, dst, p, "", dataplane.Options{})
 							if err != nil {
 								continue // e.g. a Service without a ClusterIP of the pod's family
 							}

@@ -28,6 +28,7 @@ type AgentPorts struct {
 const (
 	setAgentPorts   = "agent-ports"   // meta l4proto . th dport of the agent's ports
 	setAgentClients = "agent-clients" // + family suffix: the Allowed networks
+	chainAgentPorts = "agent-ports"   // who may connect to them
 )
 
 // Rule comments: netpol explain and trace show them.
@@ -35,16 +36,17 @@ const (
 	commentAgentPortsLocal   = "the netpol agent's own ports (debug, metrics, secure): the node itself may connect"
 	commentAgentPortsAllowed = "the netpol agent's own ports: a network the operator allows (--agent-ports-allow)"
 	commentAgentPortsDrop    = "the netpol agent's own ports: nobody else (--protect-agent-ports)"
+	commentAgentPortsEnter   = "the netpol agent's own ports: who may connect is checked first"
 )
 
 // Empty says there is nothing to protect.
 func (p *AgentPorts) Empty() bool { return p == nil || len(p.Ports) == 0 }
 
-// Admits says whether the input chain lets a new TCP connection from src
-// to port through the protection rules, and which rule decided (its
-// comment); decided is false when no protection rule matches (port is not
-// one of the agent's). srcLocal is whether src is one of the node's own
-// addresses.
+// Admits says whether the protection lets a new TCP connection from src to
+// port on to the rest of the input chain (the pod's egress policy), and
+// which rule decided (its comment); decided is false when the port is not
+// one of the agent's. srcLocal is whether src is one of the node's own
+// addresses. It is the evaluator's eval.NodeGuard for these rules.
 func (p *AgentPorts) Admits(src netip.Addr, srcLocal bool, proto uint8, port uint16) (allowed, decided bool, rule string) {
 	if p.Empty() || proto != 6 || !slices.Contains(p.Ports, port) {
 		return true, false, ""
@@ -75,15 +77,21 @@ func (p *AgentPorts) String() string {
 	return fmt.Sprintf("tcp ports %s from the node and %s", strings.Join(ports, ","), strings.Join(nets, ","))
 }
 
-// protectAgentPorts puts the protection rules at the top of the input
-// chain, right after the conntrack and neighbour-discovery rules: the
-// ports are judged before any pod's egress policy, and established
-// connections (the replies of the node's own connections) still pass.
+// protectAgentPorts sends new connections to the agent's ports, right
+// after the conntrack and neighbour-discovery rules of the input chain,
+// through a chain of their own that returns for the node itself and the
+// allowed networks and drops the rest. It only ever drops: what it lets
+// through goes on to the pod's egress policy, as any other connection to
+// the node (established connections, the replies of the node's own, pass
+// before it).
 //
-//	meta l4proto . th dport @agent-ports fib saddr type local accept
-//	ip saddr @agent-clients4 meta l4proto . th dport @agent-ports accept
-//	ip6 saddr @agent-clients6 meta l4proto . th dport @agent-ports accept
-//	meta l4proto . th dport @agent-ports drop
+//	meta l4proto . th dport @agent-ports jump agent-ports
+//	chain agent-ports {
+//		fib saddr type local return
+//		ip saddr @agent-clients4 return
+//		ip6 saddr @agent-clients6 return
+//		drop
+//	}
 func (c *compiler) protectAgentPorts(p *AgentPorts) {
 	ports := c.t.AddSet(&nft.Set{Name: setAgentPorts, Fields: []nft.FieldType{nft.FieldProto, nft.FieldPort}})
 	seen := map[uint16]bool{}
@@ -93,9 +101,10 @@ func (c *compiler) protectAgentPorts(p *AgentPorts) {
 			ports.Elements = append(ports.Elements, nft.Element{Key: nft.Key(nft.ProtoBytes(6), nft.PortBytes(port))})
 		}
 	}
-	local := nft.NewRule().L4ProtoPortInSet(setAgentPorts).FibSaddrLocal().Verdict(verdictAccept)
+	guard := c.t.AddChain(&nft.Chain{Name: chainAgentPorts})
+	local := nft.NewRule().FibSaddrLocal().Verdict(verdictReturn)
 	local.Comment = commentAgentPortsLocal
-	rules := []*nft.Rule{local}
+	guard.Rules = []*nft.Rule{local}
 	for _, f := range nft.Families {
 		var rs []addrRange
 		for _, n := range p.Allowed {
@@ -106,15 +115,17 @@ func (c *compiler) protectAgentPorts(p *AgentPorts) {
 		}
 		s := c.t.AddSet(&nft.Set{Name: setAgentClients + f.Suffix, Fields: []nft.FieldType{f.Field}, Interval: true})
 		s.Elements = rangeElements(union(rs), f)
-		r := nft.NewRule().AddrInSet(f, nft.Src, s.Name).L4ProtoPortInSet(setAgentPorts).Verdict(verdictAccept)
+		r := nft.NewRule().AddrInSet(f, nft.Src, s.Name).Verdict(verdictReturn)
 		r.Comment = commentAgentPortsAllowed
-		rules = append(rules, r)
+		guard.Rules = append(guard.Rules, r)
 	}
-	drop := nft.NewRule().L4ProtoPortInSet(setAgentPorts).Verdict(verdictDrop)
+	drop := nft.NewRule().Verdict(verdictDrop)
 	drop.Comment = commentAgentPortsDrop
-	rules = append(rules, drop)
+	guard.Rules = append(guard.Rules, drop)
+	enter := nft.NewRule().L4ProtoPortInSet(setAgentPorts).Verdict(nft.Verdict{Kind: nft.Jump, Chain: chainAgentPorts})
+	enter.Comment = commentAgentPortsEnter
 	in := c.t.Chains[chainInput]
 	// After `ct state established,related accept` and ICMPv6 ND.
 	at := min(2, len(in.Rules))
-	in.Rules = slices.Insert(in.Rules, at, rules...)
+	in.Rules = slices.Insert(in.Rules, at, enter)
 }

@@ -62,9 +62,9 @@ func TestAgentPorts(t *testing.T) {
 	}
 	text := b.String()
 	for _, want := range []string{
-		"meta l4proto . th dport @agent-ports fib saddr type local accept",
-		"ip saddr @agent-clients4 meta l4proto . th dport @agent-ports accept",
-		"meta l4proto . th dport @agent-ports drop",
+		"meta l4proto . th dport @agent-ports jump agent-ports",
+		"fib saddr type local return",
+		"ip saddr @agent-clients4 return",
 		"# the netpol agent's own ports: nobody else",
 	} {
 		if !strings.Contains(text, want) {
@@ -110,11 +110,12 @@ func TestAgentPorts(t *testing.T) {
 			if allowed != got {
 				t.Errorf("Admits says %v (%s), the traced table %s", allowed, rule, res[0].Verdict)
 			}
-			// The deciding step carries the rule's comment.
+			// The deciding step of the agent-ports chain carries the rule's
+			// comment.
 			if decided {
 				var comment string
 				for _, s := range res[0].Steps {
-					if s.Matched && s.Verdict != "" {
+					if s.Matched && s.Chain == "agent-ports" && s.Verdict != "" {
 						comment = s.Comment
 					}
 				}

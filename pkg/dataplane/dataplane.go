@@ -43,16 +43,31 @@ type Node struct {
 // New compiles the tables of every node of the snapshot, as the agent on
 // that node would (policy table and, unless noProxy, its NAT table).
 func New(snap *cluster.Snapshot, ev *eval.Evaluator, noProxy bool) (*Cluster, error) {
+	return NewWith(snap, ev, Options{NoProxy: noProxy})
+}
+
+// Options are how the agents program their nodes.
+type Options struct {
+	// NoProxy: no Service NAT table (`netpol agent --no-proxy`).
+	NoProxy bool
+	// AgentPorts: the policy tables protect the agent's ports
+	// (`--protect-agent-ports`); give the evaluator the same guard
+	// (Evaluator.GuardNodes) for it to agree.
+	AgentPorts *compiler.AgentPorts
+}
+
+// NewWith is New with the agents' options.
+func NewWith(snap *cluster.Snapshot, ev *eval.Evaluator, opts Options) (*Cluster, error) {
 	r := ev.Resolved()
 	c := &Cluster{ev: ev, r: r}
 	for i := 0; i < r.NumNodes(); i++ {
 		n := &Node{Name: r.NodeName(i), Addrs: r.NodeAddrs(i)}
 		var err error
-		if n.Policy, err = compiler.Compile(r, compiler.Options{Node: n.Name}); err != nil {
+		if n.Policy, err = compiler.Compile(r, compiler.Options{Node: n.Name, AgentPorts: opts.AgentPorts}); err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
 		tables := []*nft.Table{n.Policy}
-		if !noProxy {
+		if !opts.NoProxy {
 			if n.NAT, err = proxy.Compile(proxy.Build(snap, n.Name, proxy.Options{}), proxy.CompileOptions{}); err != nil {
 				return nil, fmt.Errorf("node %s: services: %w", n.Name, err)
 			}

@@ -18,7 +18,29 @@ import (
 type Evaluator struct {
 	ix    *index
 	model *policy.Model
+	guard NodeGuard
 }
+
+// NodeGuard is a rule of the nodes' own tables that judges new connections
+// to a node's addresses before the pod's egress policy there
+// (compiler.AgentPorts, the agent's own ports). It can only deny: what it
+// admits goes on to policy.
+type NodeGuard interface {
+	// Admits says whether a connection from src (srcLocal: one of the
+	// node's own addresses) to proto/port on the node may go on, and the
+	// deciding rule; decided is false when the guard does not apply.
+	Admits(src netip.Addr, srcLocal bool, proto uint8, port uint16) (allowed, decided bool, rule string)
+}
+
+// GuardNodes makes every node's address judged by g first, as the nodes'
+// tables do (nil: no guard).
+func (e *Evaluator) GuardNodes(g NodeGuard) { e.guard = g }
+
+// TierNode is the tier of a NodeGuard's verdict in explain's output.
+const TierNode = "Node"
+
+// guardPolicy names the node guard in explain's output.
+const guardPolicy = "netpol agent ports (--protect-agent-ports)"
 
 // New resolves every selector of the model against the snapshot once.
 func New(snap *cluster.Snapshot, model *policy.Model) *Evaluator {
@@ -97,6 +119,16 @@ func (e *Evaluator) Explain(src, dst string, probe Probe, family Family) (*Verdi
 		return nil, fmt.Errorf("source: %w", err)
 	}
 	return e.Evaluate(srcEp, dstEp, probe, true), nil
+}
+
+func protocolNumber(p corev1.Protocol) uint8 {
+	switch p {
+	case corev1.ProtocolUDP:
+		return 17
+	case corev1.ProtocolSCTP:
+		return 132
+	}
+	return 6
 }
 
 // Endpoint resolves "namespace/pod" or an IP address as Explain does: a
@@ -182,6 +214,20 @@ func (e *Evaluator) direction(d policy.Direction, subject, peer Endpoint, probe 
 // policies apply; peer the other side. tr, when not nil, receives the trace.
 func (e *Evaluator) decide(d policy.Direction, subject, peer Endpoint, probe Probe, tr *DirectionVerdict) bool {
 	ix := e.ix
+	if d == policy.Ingress && subject.Node >= 0 && e.guard != nil {
+		local := peer.Node == subject.Node
+		if allowed, decided, rule := e.guard.Admits(peer.Addr, local, protocolNumber(probe.Protocol), uint16(probe.Port)); decided {
+			if tr != nil {
+				action, verdict := policy.Accept, "admits"
+				if !allowed {
+					action, verdict = policy.Deny, "drops"
+				}
+				tr.Tier, tr.Policy, tr.Action = TierNode, guardPolicy, action.String()
+				tr.Reason = fmt.Sprintf("node %s's table %s this connection to the agent's port %s (%s)", ix.nodes[subject.Node].node.Name, verdict, probe, rule)
+			}
+			return allowed // a node is not policed beyond its guard
+		}
+	}
 	if !ix.podNetwork(subject) {
 		if tr != nil {
 			what := "an address outside the pod network"

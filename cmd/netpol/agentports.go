@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/netpol/netpol/pkg/compiler"
+)
+
+// agentPortFlags are `netpol agent --protect-agent-ports`'s, for the
+// commands that compile, explain or trace a node's table as that agent
+// programs it.
+type agentPortFlags struct {
+	ports []uint
+	allow []string
+}
+
+func (a *agentPortFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.UintSliceVar(&a.ports, "protect-agent-ports", nil, "the agent's TCP ports its table protects, as `netpol agent --protect-agent-ports` does (the agent: its metrics, debug and secure ports not on loopback)")
+	f.StringSliceVar(&a.allow, "agent-ports-allow", nil, "with --protect-agent-ports: networks that may reach them besides the node itself")
+}
+
+// parse is the protection the flags describe; nil without ports.
+func (a *agentPortFlags) parse() (*compiler.AgentPorts, error) {
+	if len(a.ports) == 0 {
+		if len(a.allow) > 0 {
+			return nil, fmt.Errorf("--agent-ports-allow needs --protect-agent-ports")
+		}
+		return nil, nil
+	}
+	ap := &compiler.AgentPorts{}
+	for _, p := range a.ports {
+		if p == 0 || p > 65535 {
+			return nil, fmt.Errorf("--protect-agent-ports: %d is not a port", p)
+		}
+		ap.Ports = append(ap.Ports, uint16(p))
+	}
+	var err error
+	if ap.Allowed, err = parseList(a.allow, parsePrefixOrAddr); err != nil {
+		return nil, fmt.Errorf("--agent-ports-allow: %w", err)
+	}
+	return ap, nil
+}
+
+// guard makes l's evaluator judge node addresses as tables with ap do.
+func (l *loaded) guard(ap *compiler.AgentPorts) {
+	if ap != nil {
+		l.evaluator.GuardNodes(ap)
+	}
+}
