@@ -302,7 +302,7 @@ subjects: [{kind: ServiceAccount, name: metrics-only, namespace: monitoring}]
 		}
 	}
 	waitText("the protection rules", func(s string) bool {
-		return strings.Contains(s, "+ chain input [") && strings.Contains(s, "@agent-ports drop")
+		return strings.Contains(s, "+ chain input [") && strings.Contains(s, "@agent-ports jump agent-ports")
 	})
 	// Isolating the other pod (on node-1) adds it to the ingress dispatch map.
 	ns, name, _ := strings.Cut(other.Name, "/")
