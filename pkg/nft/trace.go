@@ -131,6 +131,10 @@ type tRule struct {
 	// (meta nfproto == X): a packet of another family fails that match
 	// with no other effect, so the rule is skipped without evaluating it.
 	nfproto byte
+	// never: the rule looks up an empty set before it does anything but
+	// load and compare, so no packet matches it (most of a table without
+	// Services, for one); it is skipped without evaluating it.
+	never bool
 }
 
 // op is one expression, with the objects it names resolved and its
@@ -179,7 +183,7 @@ func NewTracer(tables ...*Table) (*Tracer, error) {
 				if err != nil {
 					return nil, fmt.Errorf("table %s chain %s rule %d (%s): %w", t.Name, name, i, r.Text, err)
 				}
-				tc.rules = append(tc.rules, &tRule{index: i, rule: r, ops: ops, nfproto: familyMatch(ops)})
+				tc.rules = append(tc.rules, &tRule{index: i, rule: r, ops: ops, nfproto: familyMatch(ops), never: neverMatches(ops)})
 			}
 			if c.Base != nil {
 				tr.hooks[c.Base.Hook] = append(tr.hooks[c.Base.Hook], tc)
@@ -274,6 +278,27 @@ func (tt *tTable) resolve(r *Rule) ([]op, error) {
 }
 
 func pad4(n int) int { return (n + 3) &^ 3 }
+
+// neverMatches reports whether a rule fails on a lookup in an empty set
+// before any expression with an effect (a statement, a verdict, numgen).
+func neverMatches(ops []op) bool {
+	for _, o := range ops {
+		switch e := o.e.(type) {
+		case *expr.Meta:
+			if e.SourceRegister {
+				return false
+			}
+		case *expr.Cmp, *expr.Range, *expr.Bitwise, *expr.Payload, *expr.Ct, *expr.Immediate, *expr.Fib:
+		case *expr.Lookup:
+			if !e.Invert && !o.set.s.Dynamic && len(o.set.s.Elements) == 0 {
+				return true
+			}
+		default:
+			return false
+		}
+	}
+	return false
+}
 
 // familyMatch is the family a rule's leading `meta nfproto == X` requires,
 // or 0.
@@ -612,7 +637,7 @@ func (ev *evaluation) chain(base *tChain) (TraceVerdict, error) {
 		ri++
 		ev.element = ""
 		var res ruleResult
-		if rule.nfproto == 0 || rule.nfproto == ev.pkt.Family.NFProto {
+		if !rule.never && (rule.nfproto == 0 || rule.nfproto == ev.pkt.Family.NFProto) {
 			var err error
 			if res, err = ev.rule(rule); err != nil {
 				return "", fmt.Errorf("rule %d (%s): %w", rule.index, rule.rule.Text, err)
