@@ -462,22 +462,11 @@ type peerKey struct {
 	withPods bool
 }
 
-// protocolNumber is the IP protocol of a Kubernetes protocol name.
-func protocolNumber(p corev1.Protocol) uint8 {
-	switch p {
-	case corev1.ProtocolUDP:
-		return 17
-	case corev1.ProtocolSCTP:
-		return 132
-	}
-	return 6
-}
-
 // portBoxes turns numbered ports into protocol x port boxes.
 func portBoxes(ports []policy.Port) []portBox {
 	var out []portBox
 	for _, p := range ports {
-		proto := protocolNumber(p.Protocol)
+		proto, _ := policy.IPProtocol(p.Protocol) // validated by pkg/policy
 		b := portBox{proto, proto, 0, 65535}
 		if p.Start != 0 {
 			b.portLo, b.portHi = uint16(p.Start), uint16(p.End)
@@ -493,7 +482,7 @@ func (c *compiler) namedMatches(named []policy.Port, ports []corev1.ContainerPor
 	for _, cp := range ports {
 		for _, p := range named {
 			if p.Resolves(cp) {
-				n := protocolNumber(policy.ContainerPortProtocol(cp))
+				n, _ := policy.IPProtocol(cp.Protocol)
 				out = append(out, portBox{n, n, uint16(cp.ContainerPort), uint16(cp.ContainerPort)})
 			}
 		}

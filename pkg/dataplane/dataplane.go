@@ -12,12 +12,11 @@ import (
 	"net/netip"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
 )
 
@@ -166,9 +165,9 @@ func (c *Cluster) walk(src, dst eval.Endpoint, probe eval.Probe, record bool, vi
 		// A pod's traffic to its own address never leaves it.
 		return c.emit(Path{Allowed: true, Delivered: c.ev.Name(dst)}, visit)
 	}
-	proto, err := protocolNumber(probe.Protocol)
-	if err != nil {
-		return err
+	proto, ok := policy.IPProtocol(probe.Protocol)
+	if !ok {
+		return fmt.Errorf("protocol %q", probe.Protocol)
 	}
 	pkt := nft.Packet{Family: nft.FamilyOf(dst.Addr), Src: src.Addr, Dst: dst.Addr, L4Proto: proto,
 		SrcPort: sourcePort, DstPort: uint16(probe.Port)}
@@ -371,16 +370,4 @@ func (n *Node) addr(f *nft.Family) netip.Addr {
 		}
 	}
 	return netip.Addr{}
-}
-
-func protocolNumber(p corev1.Protocol) (uint8, error) {
-	switch p {
-	case corev1.ProtocolTCP:
-		return 6, nil
-	case corev1.ProtocolUDP:
-		return 17, nil
-	case corev1.ProtocolSCTP:
-		return 132, nil
-	}
-	return 0, fmt.Errorf("protocol %q", p)
 }

@@ -121,16 +121,6 @@ func (e *Evaluator) Explain(src, dst string, probe Probe, family Family) (*Verdi
 	return e.Evaluate(srcEp, dstEp, probe, true), nil
 }
 
-func protocolNumber(p corev1.Protocol) uint8 {
-	switch p {
-	case corev1.ProtocolUDP:
-		return 17
-	case corev1.ProtocolSCTP:
-		return 132
-	}
-	return 6
-}
-
 // Endpoint resolves "namespace/pod" or an IP address as Explain does: a
 // pod's address of family (its primary one by default), or of peer's
 // family when peer is valid.
@@ -216,7 +206,8 @@ func (e *Evaluator) decide(d policy.Direction, subject, peer Endpoint, probe Pro
 	ix := e.ix
 	if d == policy.Ingress && subject.Node >= 0 && e.guard != nil {
 		local := peer.Node == subject.Node
-		if allowed, decided, rule := e.guard.Admits(peer.Addr, local, protocolNumber(probe.Protocol), uint16(probe.Port)); decided {
+		proto, _ := policy.IPProtocol(probe.Protocol)
+		if allowed, decided, rule := e.guard.Admits(peer.Addr, local, proto, uint16(probe.Port)); decided {
 			if tr != nil {
 				action, verdict := policy.Accept, "admits"
 				if !allowed {

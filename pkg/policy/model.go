@@ -217,6 +217,20 @@ func DefaultProtocol(p corev1.Protocol) corev1.Protocol {
 	return p
 }
 
+// IPProtocol is the IP protocol number of a Kubernetes protocol (the
+// default, TCP, for ""); ok is false for a protocol netpol does not know.
+func IPProtocol(p corev1.Protocol) (n uint8, ok bool) {
+	switch DefaultProtocol(p) {
+	case corev1.ProtocolTCP:
+		return 6, true
+	case corev1.ProtocolUDP:
+		return 17, true
+	case corev1.ProtocolSCTP:
+		return 132, true
+	}
+	return 0, false
+}
+
 // ContainerPortProtocol is a container port's protocol, defaulted.
 func ContainerPortProtocol(cp corev1.ContainerPort) corev1.Protocol {
 	return DefaultProtocol(cp.Protocol)
