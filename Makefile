@@ -6,7 +6,7 @@ BIN     := bin/netpol
 COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo " (modified)")
 PKGS    := ./...
 
-.PHONY: build install uninstall test lint bench fuzz demo clean e2e e2e-deps
+.PHONY: build install uninstall test lint bench fuzz demo clean e2e e2e-deps image cluster-up cluster-down e2e-cluster
 
 # Where `make install` puts netpol (and kubectl-netpol, so that
 # `kubectl netpol ...` works): $(DESTDIR)$(PREFIX)/bin.
@@ -34,7 +34,7 @@ demo: build
 
 # The README's test command; .ci/run runs it. The kernel tests need root.
 test: lint
-	$(GO) test -count=1 $(PKGS)
+	$(GO) test -count=1 -timeout 30m $(PKGS)
 
 lint:
 	$(GO) vet -tags e2e $(PKGS)
@@ -71,6 +71,42 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzEvaluate -fuzztime 30s ./pkg/eval
 	$(GO) test -run '^$$' -fuzz FuzzSyncer -fuzztime 30s ./pkg/proxy
 	$(GO) test -run '^$$' -fuzz FuzzCompile -fuzztime 30s ./pkg/compiler
+
+# Container images without Docker or a registry (README "The image"):
+# docker-archive tarballs in _output/images/ that `ctr -n k8s.io images
+# import`, `kind load image-archive`, `docker load` and `podman load` read.
+# netpol.tar is deploy/'s image (a static bin/netpol); pause.tar the pod
+# sandbox image of make cluster-up; probe.tar make e2e-cluster's workload.
+IMAGE       ?= netpol.local/netpol:dev
+PAUSE_IMAGE ?= netpol.local/pause:dev
+PROBE_IMAGE ?= netpol.local/probe:dev
+IMAGES_DIR  := _output/images
+
+image:
+	@mkdir -p $(IMAGES_DIR)/bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X "main.gitCommit=$(COMMIT)"' -o $(IMAGES_DIR)/bin/netpol ./cmd/netpol
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES_DIR)/bin/pause ./hack/pause
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES_DIR)/bin/probe ./hack/probe
+	$(GO) run ./hack/image -o $(IMAGES_DIR)/netpol.tar -tag $(IMAGE) -entrypoint /bin/netpol -file bin/netpol=$(IMAGES_DIR)/bin/netpol
+	$(GO) run ./hack/image -o $(IMAGES_DIR)/pause.tar -tag $(PAUSE_IMAGE) -entrypoint /pause -file pause=$(IMAGES_DIR)/bin/pause
+	$(GO) run ./hack/image -o $(IMAGES_DIR)/probe.tar -tag $(PROBE_IMAGE) -entrypoint /bin/probe -file bin/probe=$(IMAGES_DIR)/bin/probe
+
+# A one-node Kubernetes cluster on this machine (docs/cluster.md): etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
+# containerd, no kube-proxy; state in $(CLUSTER_DIR). Root. cluster-down
+# removes everything cluster-up made.
+CLUSTER_DIR ?= /tmp/netpol-cluster
+export CLUSTER_DIR
+
+cluster-up: image
+	hack/cluster-up.sh
+
+cluster-down:
+	hack/cluster-down.sh
+
+# netpol from deploy/ on that cluster, real pods (test/cluster; root).
+e2e-cluster: cluster-up
+	$(GO) test -count=1 -tags e2e_cluster -timeout 20m -v ./test/cluster/...
 
 clean:
 	rm -rf bin
