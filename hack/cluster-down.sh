@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# make cluster-down: removes everything hack/cluster-up.sh made and nothing
+# else: the pods (through the kubelet while it runs, so CNI tears their
+# network down), the processes, the containers' processes and cgroups, the
+# mounts under $CLUSTER_DIR, the pods' network namespaces that were not there
+# before, the node's address on lo, netpol's nftables tables in the host namespace and
+# the kubelet's iptables canary chains, then restores the sysctls saved at
+# cluster-up and deletes $CLUSTER_DIR. Idempotent. Root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+. hack/cluster/common.sh
+
+[ "$(id -u)" = 0 ] || die "root is needed"
+if [ ! -d "$CLUSTER_DIR" ]; then
+	log "nothing to take down ($CLUSTER_DIR does not exist)"
+	exit 0
+fi
+take_lock "$0" "$@"
+start_time=$(date +%s)
+KUBECTL=$CLUSTER_DIR/bin/kubectl
+
+# 1. While the kubelet and the API server run: delete every workload so that
+#    the kubelet stops the pods and CNI removes their veths and addresses.
+if alive kube-apiserver && alive kubelet && [ -x "$KUBECTL" ]; then
+	kc() { timeout 60 "$KUBECTL" --kubeconfig "$KUBECONFIG" --request-timeout 10s "$@"; }
+	kc delete daemonsets,deployments,replicasets,statefulsets,jobs --all --all-namespaces --wait=false >/dev/null 2>&1 || true
+	kc delete pods --all --all-namespaces --grace-period 1 --wait=true --timeout 45s >/dev/null 2>&1 || true
+fi
+
+# 2. The processes, the node agent last-but-kubelet first.
+for name in kubelet kube-scheduler kube-controller-manager; do
+	stop "$name"
+done
+
+# 3. What containerd runs: every container's processes (their cgroups under
+#    kubepods), then containerd's shims (their command line names our socket),
+#    then containerd.
+kill_kubepods() {
+	local f pid
+	for f in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+		[ -d "$f" ] || continue
+		find "$f" -name cgroup.procs 2>/dev/null | while read -r procs; do
+			while read -r pid; do
+				[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+			done <"$procs"
+		done
+	done
+}
+our_shims() {
+	local d
+	for d in /proc/[0-9]*; do
+		if tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q -- "-address $CTRD_SOCK "; then
+			echo "${d#/proc/}"
+		fi
+	done
+}
+kill_kubepods
+for pid in $(our_shims); do kill -9 "$pid" 2>/dev/null || true; done
+stop containerd
+for pid in $(our_shims); do kill -9 "$pid" 2>/dev/null || true; done
+sleep 0.5
+kill_kubepods
+stop kube-apiserver
+stop etcd
+
+# 4. Mounts under $CLUSTER_DIR (deepest first), the pods' network namespaces
+#    that cluster-up did not find, and the shims' sockets dir when containerd
+#    made /run/containerd.
+for i in 1 2 3; do
+	mounts=$(awk -v d="$CLUSTER_DIR/" 'index($2, d) == 1 { print $2 }' /proc/self/mounts | sort -r)
+	[ -z "$mounts" ] && break
+	for m in $mounts; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+done
+if [ -d /run/netns ]; then
+	for ns in $(ls /run/netns); do
+		case $ns in cni-*) ;; *) continue ;; esac
+		grep -qx -- "$ns" "$CLUSTER_DIR/netns.before" 2>/dev/null && continue
+		ip netns delete "$ns" 2>/dev/null || { umount "/run/netns/$ns" 2>/dev/null; rm -f "/run/netns/$ns"; }
+	done
+fi
+if [ ! -e "$CLUSTER_DIR/run-containerd.existed" ] && [ -d /run/containerd ]; then
+	rmdir /run/containerd/s /run/containerd 2>/dev/null || true
+fi
+
+# 5. cgroups the kubelet made (cgroupfs driver): kubepods in every hierarchy,
+#    deepest first, once no process is left in them.
+for f in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+	[ -d "$f" ] || continue
+	find "$f" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+done
+
+# 6. Host networking: netpol's tables in the host namespace (the agent ran
+#    there, host network), the kubelet's iptables canary chains, the node's address.
+netpol=$root/_output/images/bin/netpol
+[ -x "$netpol" ] || netpol=$root/bin/netpol
+if [ -f "$CLUSTER_DIR/up" ] && [ -x "$netpol" ]; then
+	"$netpol" agent --cleanup >/dev/null 2>&1 || log "netpol agent --cleanup failed"
+fi
+for ipt in iptables ip6tables; do
+	command -v $ipt >/dev/null || continue
+	for table in mangle nat filter; do
+		if $ipt -w -t $table -S KUBE-KUBELET-CANARY >/dev/null 2>&1; then
+			$ipt -w -t $table -F KUBE-KUBELET-CANARY 2>/dev/null || true
+			$ipt -w -t $table -X KUBE-KUBELET-CANARY 2>/dev/null || true
+		fi
+	done
+done
+if [ -e "$CLUSTER_DIR/addr.created" ]; then
+	ip addr delete "$NODE_IP/32" dev lo 2>/dev/null || true
+fi
+
+# 7. The sysctls as they were.
+if [ -f "$CLUSTER_DIR/sysctls.saved" ]; then
+	while IFS= read -r kv; do
+		[ -n "$kv" ] && sysctl -q -w "$kv" >/dev/null 2>&1 || log "could not restore $kv"
+	done <"$CLUSTER_DIR/sysctls.saved"
+fi
+
+# 8. The scratch directory (kubelet's files may be immutable-free but mounted:
+#    anything still mounted stays and is reported).
+if awk -v d="$CLUSTER_DIR/" 'index($2, d) == 1 { found = 1 } END { exit !found }' /proc/self/mounts; then
+	die "still mounted under $CLUSTER_DIR: $(awk -v d="$CLUSTER_DIR/" 'index($2, d) == 1 { print $2 }' /proc/self/mounts | tr '\n' ' ')"
+fi
+rm -rf "$CLUSTER_DIR"
+log "down in $(($(date +%s) - start_time)) s"

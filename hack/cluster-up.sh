@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# make cluster-up: a one-node Kubernetes cluster on this machine (docs/cluster.md).
+# etcd (Debian etcd-server), kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubelet and kubectl built from hack/tools (cached), containerd
+# + runc + CNI plugins from Debian, the images of make image imported; no
+# kube-proxy (netpol is the Service proxy). Everything is in $CLUSTER_DIR
+# (default /tmp/netpol-cluster); hack/cluster-down.sh removes it all.
+# Idempotent: a cluster that is up and Ready is left as it is. Root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+. hack/cluster/common.sh
+
+[ "$(id -u)" = 0 ] || die "root is needed (containerd, kubelet, network namespaces)"
+
+# What is missing, all at once.
+missing=()
+for cmd in containerd ctr runc; do
+	command -v $cmd >/dev/null || missing+=("$cmd (apt-get install containerd runc)")
+done
+[ -x "$CNI_BIN_DIR/ptp" ] && [ -x "$CNI_BIN_DIR/host-local" ] ||
+	missing+=("CNI plugins in $CNI_BIN_DIR (apt-get install containernetworking-plugins)")
+command -v openssl >/dev/null || missing+=("openssl (apt-get install openssl)")
+command -v ip >/dev/null || missing+=("ip (apt-get install iproute2)")
+command -v flock >/dev/null || missing+=("flock (apt-get install util-linux)")
+for img in netpol pause probe; do
+	[ -f "$IMAGES_DIR/$img.tar" ] || missing+=("$IMAGES_DIR/$img.tar (make image)")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ -n "${CLUSTER_APT_INSTALL:-}" ] && command -v apt-get >/dev/null; then
+		log "installing containerd runc containernetworking-plugins (CLUSTER_APT_INSTALL is set)"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends containerd runc containernetworking-plugins openssl >&2
+	else
+		printf 'cluster-up: missing:\n' >&2
+		printf '  %s\n' "${missing[@]}" >&2
+		exit 1
+	fi
+fi
+hack/install-etcd.sh >/dev/null
+ETCD=${ETCD_BIN:-$(command -v etcd)}
+
+# The Kubernetes binaries: built once, cached (hack/build-kube-tools.sh).
+mapfile -t bins < <(hack/build-kube-tools.sh kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+APISERVER=${bins[0]} KCM=${bins[1]} SCHEDULER=${bins[2]} KUBELET=${bins[3]} KUBECTL=${bins[4]}
+
+take_lock "$0" "$@"
+
+kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
+
+if [ -f "$CLUSTER_DIR/up" ]; then
+	if alive etcd && alive kube-apiserver && alive kube-controller-manager && alive kube-scheduler &&
+		alive containerd && alive kubelet &&
+		kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True; then
+		log "already up: export KUBECONFIG=$KUBECONFIG"
+		exit 0
+	fi
+fi
+if [ -d "$CLUSTER_DIR" ]; then
+	log "a partial cluster is in $CLUSTER_DIR: taking it down first"
+	hack/cluster-down.sh
+fi
+
+start_time=$(date +%s.%N)
+mkdir -p "$RUN" "$LOGS" "$PKI" "$CLUSTER_DIR/bin"
+ln -sf "$KUBECTL" "$CLUSTER_DIR/bin/kubectl"
+ln -sf "$(command -v ctr)" "$CLUSTER_DIR/bin/ctr"
+
+# What cluster-down restores or keeps: the sysctls the kubelet, CNI and
+# kube-proxy may change, and the network namespaces there were before.
+for s in $SYSCTLS; do
+	echo "$s=$(sysctl -n "$s")"
+done >"$CLUSTER_DIR/sysctls.saved"
+ls /run/netns 2>/dev/null >"$CLUSTER_DIR/netns.before" || true
+[ -d /run/containerd ] && touch "$CLUSTER_DIR/run-containerd.existed"
+
+# The node's address: a /32 of its own on the host's loopback (this kernel
+# may have no dummy links), so no real interface is used or exposed.
+if ! ip -4 -o addr show dev lo | grep -q " $NODE_IP/32 "; then
+	ip addr add "$NODE_IP/32" dev lo
+	touch "$CLUSTER_DIR/addr.created"
+fi
+
+# Certificates: one CA (ECDSA P-256) signs every server and client.
+cd "$PKI"
+openssl ecparam -name prime256v1 -genkey -noout -out ca.key 2>/dev/null
+openssl req -x509 -new -key ca.key -sha256 -days 30 -subj "/CN=netpol-cluster-ca" -out ca.crt 2>/dev/null
+cert() { # NAME SUBJECT [SANS] [USAGE]
+	local name=$1 subj=$2 sans=${3:-} usage=${4:-clientAuth}
+	openssl ecparam -name prime256v1 -genkey -noout -out "$name.key" 2>/dev/null
+	openssl req -new -key "$name.key" -subj "$subj" -out "$name.csr" 2>/dev/null
+	{
+		echo "basicConstraints=CA:FALSE"
+		echo "keyUsage=critical,digitalSignature,keyEncipherment"
+		echo "extendedKeyUsage=$usage"
+		[ -n "$sans" ] && echo "subjectAltName=$sans"
+	} >"$name.ext"
+	openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -sha256 -days 30 \
+		-extfile "$name.ext" -out "$name.crt" 2>/dev/null
+	rm -f "$name.csr" "$name.ext"
+}
+cert apiserver "/CN=kube-apiserver" \
+	"DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:$NODE_IP,IP:$SERVICE_IP,IP:127.0.0.1" serverAuth
+cert admin "/O=system:masters/CN=admin"
+cert kube-controller-manager "/CN=system:kube-controller-manager"
+cert kube-scheduler "/CN=system:kube-scheduler"
+cert kubelet-client "/O=system:nodes/CN=system:node:$NODE_NAME"
+cert kubelet-serving "/CN=$NODE_NAME" "DNS:$NODE_NAME,IP:$NODE_IP" serverAuth
+cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+openssl ecparam -name prime256v1 -genkey -noout -out sa.key 2>/dev/null
+openssl ec -in sa.key -pubout -out sa.pub 2>/dev/null
+chmod 600 ./*.key
+cd "$root"
+
+kubeconfig() { # FILE USER
+	cat >"$1" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: netpol-cluster
+  cluster:
+    server: https://$NODE_IP:$APISERVER_PORT
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $2
+  user:
+    client-certificate: $PKI/$2.crt
+    client-key: $PKI/$2.key
+contexts:
+- name: netpol-cluster
+  context: {cluster: netpol-cluster, user: $2}
+current-context: netpol-cluster
+KC
+}
+kubeconfig "$KUBECONFIG" admin
+kubeconfig "$CLUSTER_DIR/kube-controller-manager.kubeconfig" kube-controller-manager
+kubeconfig "$CLUSTER_DIR/kube-scheduler.kubeconfig" kube-scheduler
+kubeconfig "$CLUSTER_DIR/kubelet.kubeconfig" kubelet-client
+
+# start NAME COMMAND...: in the background, in its own session, logging to
+# $LOGS/NAME.log; the pid in $RUN/NAME.pid.
+start() {
+	local name=$1
+	shift
+	setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
+	echo $! >"$RUN/$name.pid"
+}
+# wait_for WHAT SECONDS COMMAND...: until COMMAND succeeds.
+wait_for() {
+	local what=$1 secs=$2 i
+	shift 2
+	for i in $(seq $((secs * 5))); do
+		if "$@" >/dev/null 2>&1; then
+			return 0
+		fi
+		sleep 0.2
+	done
+	die "$what not ready after ${secs}s (logs in $LOGS)"
+}
+
+touch "$CLUSTER_DIR/up"
+
+etcd_flags=()
+"$ETCD" --help 2>&1 | grep -q -- --unsafe-no-fsync && etcd_flags+=(--unsafe-no-fsync)
+start etcd "$ETCD" --name netpol-cluster --data-dir "$CLUSTER_DIR/etcd" --log-level warn \
+	--listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+	--listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+	--initial-cluster "netpol-cluster=http://127.0.0.1:$((ETCD_PORT + 1))" \
+	--experimental-watch-progress-notify-interval=5s "${etcd_flags[@]}"
+
+wg=()
+# The WatchList gate needs etcd >= 3.4.31 (Debian's is 3.4.23): see docs/e2e.md.
+if "$ETCD" --version 2>/dev/null | grep -Eq 'etcd Version: 3\.(4\.([0-9]|[12][0-9]|30)|5\.([0-9]|1[0-2]))$'; then
+	wg=(--feature-gates=WatchList=false)
+fi
+start kube-apiserver "$APISERVER" \
+	--etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+	--bind-address "$NODE_IP" --advertise-address "$NODE_IP" --secure-port "$APISERVER_PORT" \
+	--tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" --cert-dir "$PKI" \
+	--client-ca-file "$PKI/ca.crt" \
+	--kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+	--kubelet-preferred-address-types InternalIP \
+	--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$PKI/sa.pub" \
+	--service-account-signing-key-file "$PKI/sa.key" \
+	--service-cluster-ip-range "$SERVICE_CIDR" \
+	--authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction --allow-privileged=true \
+	"${wg[@]}"
+wait_for kube-apiserver 60 "$KUBECTL" --kubeconfig "$KUBECONFIG" get --raw /readyz
+
+start kube-controller-manager "$KCM" \
+	--kubeconfig "$CLUSTER_DIR/kube-controller-manager.kubeconfig" \
+	--authentication-kubeconfig "$CLUSTER_DIR/kube-controller-manager.kubeconfig" \
+	--authorization-kubeconfig "$CLUSTER_DIR/kube-controller-manager.kubeconfig" \
+	--bind-address 127.0.0.1 --secure-port 0 --leader-elect=false \
+	--service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+	--cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+	--use-service-account-credentials=true \
+	--allocate-node-cidrs=true --cluster-cidr "$CLUSTER_CIDR" --node-cidr-mask-size 24 \
+	--service-cluster-ip-range "$SERVICE_CIDR"
+start kube-scheduler "$SCHEDULER" \
+	--kubeconfig "$CLUSTER_DIR/kube-scheduler.kubeconfig" \
+	--authentication-kubeconfig "$CLUSTER_DIR/kube-scheduler.kubeconfig" \
+	--authorization-kubeconfig "$CLUSTER_DIR/kube-scheduler.kubeconfig" \
+	--bind-address 127.0.0.1 --secure-port 0 --leader-elect=false
+
+# containerd: its own root, state and socket; the CRI settings this machine
+# needs (docs/cluster.md): restrict_oom_score_adj (root here lacks
+# CAP_SYS_RESOURCE), no AppArmor, runc (crun fails on hybrid cgroups),
+# cgroupfs, the local pause image.
+mkdir -p "$CLUSTER_DIR/containerd" "$CLUSTER_DIR/cni/net.d" "$CLUSTER_DIR/cni/ipam"
+cat >"$CLUSTER_DIR/containerd/config.toml" <<TOML
+version = 2
+root = "$CLUSTER_DIR/containerd/root"
+state = "$CLUSTER_DIR/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
+[grpc]
+  address = "$CTRD_SOCK"
+[ttrpc]
+  address = "$CLUSTER_DIR/containerd/containerd.sock.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$CLUSTER_DIR/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "$(command -v runc)"
+        Root = "$CLUSTER_DIR/containerd/runc"
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$CNI_BIN_DIR"
+    conf_dir = "$CLUSTER_DIR/cni/net.d"
+    max_conf_num = 1
+TOML
+# ptp: a routed veth per pod, so pod-to-pod traffic crosses the host's
+# forward hook (where netpol enforces). No masquerade: nothing leaves.
+cat >"$CLUSTER_DIR/cni/net.d/10-netpol-cluster.conflist" <<JSON
+{
+  "cniVersion": "0.4.0",
+  "name": "netpol-cluster",
+  "plugins": [
+    {
+      "type": "ptp",
+      "ipMasq": false,
+      "mtu": 1500,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$POD_CIDR"}]],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dataDir": "$CLUSTER_DIR/cni/ipam"
+      }
+    }
+  ]
+}
+JSON
+start containerd containerd --config "$CLUSTER_DIR/containerd/config.toml"
+wait_for containerd 30 ctr --address "$CTRD_SOCK" version
+for img in pause netpol probe; do
+	ctr --address "$CTRD_SOCK" -n k8s.io images import "$IMAGES_DIR/$img.tar" >/dev/null ||
+		die "ctr could not import $IMAGES_DIR/$img.tar"
+done
+
+# The ServiceAccount admission plugin rejects pods until the controller
+# manager has made the namespace's default ServiceAccount.
+wait_for "the default ServiceAccount" 60 "$KUBECTL" --kubeconfig "$KUBECONFIG" -n default get serviceaccount default
+
+mkdir -p "$CLUSTER_DIR/kubelet"
+cat >"$CLUSTER_DIR/kubelet/config.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This machine: cgroup v1 hierarchies, swap may be on.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+failSwapOn: false
+oomScoreAdj: 0
+containerRuntimeEndpoint: unix://$CTRD_SOCK
+address: $NODE_IP
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+tlsCertFile: $PKI/kubelet-serving.crt
+tlsPrivateKeyFile: $PKI/kubelet-serving.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization:
+  mode: Webhook
+resolvConf: /etc/resolv.conf
+# A scratch machine: no evictions for its disk or memory.
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "1%"
+  nodefs.inodesFree: "1%"
+  imagefs.available: "1%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+YAML
+start kubelet "$KUBELET" --config "$CLUSTER_DIR/kubelet/config.yaml" \
+	--kubeconfig "$CLUSTER_DIR/kubelet.kubeconfig" --root-dir "$CLUSTER_DIR/kubelet/root" \
+	--cert-dir "$CLUSTER_DIR/kubelet/pki" --node-ip "$NODE_IP" --hostname-override "$NODE_NAME" --v=1
+node_ready() {
+	"$KUBECTL" --kubeconfig "$KUBECONFIG" get node "$NODE_NAME" \
+		-o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
+}
+wait_for "node $NODE_NAME" 120 node_ready
+log "up in $(printf '%.1f' "$(echo "$(date +%s.%N) - $start_time" | bc 2>/dev/null || echo 0)") s: node $NODE_NAME Ready at $NODE_IP"
+log "  export KUBECONFIG=$KUBECONFIG PATH=$CLUSTER_DIR/bin:\$PATH"

@@ -1,0 +1,73 @@
+# Shared by hack/cluster-up.sh and hack/cluster-down.sh (sourced).
+# Everything the cluster makes is under $CLUSTER_DIR, except what the kernel
+# keeps elsewhere (the node's address on lo, the pods' network namespaces and veths,
+# cgroups, nftables/iptables state, sysctls); cluster-up records what it
+# changes there and cluster-down undoes exactly that.
+CLUSTER_DIR=${CLUSTER_DIR:-/tmp/netpol-cluster}
+case $CLUSTER_DIR in
+/ | "" | /tmp | /root | /home | /var | /usr | /etc)
+	echo "cluster: refusing CLUSTER_DIR=$CLUSTER_DIR" >&2
+	exit 2
+	;;
+esac
+NODE_NAME=${CLUSTER_NODE_NAME:-netpol-node}
+# The node's address: a /32 on lo, so that nothing of the host's real
+# interfaces is used or exposed.
+NODE_IP=${CLUSTER_NODE_IP:-172.31.254.1}
+APISERVER_PORT=${CLUSTER_APISERVER_PORT:-6443}
+ETCD_PORT=${CLUSTER_ETCD_PORT:-12379}
+POD_CIDR=${CLUSTER_POD_CIDR:-10.247.0.0/24}
+CLUSTER_CIDR=${CLUSTER_CLUSTER_CIDR:-10.247.0.0/16}
+SERVICE_CIDR=${CLUSTER_SERVICE_CIDR:-10.98.0.0/16}
+SERVICE_IP=${CLUSTER_SERVICE_IP:-10.98.0.1}
+LOCK=${NETPOL_LAB_LOCK:-/tmp/netpol-lab.lock}
+CNI_BIN_DIR=${CLUSTER_CNI_BIN_DIR:-/usr/lib/cni}
+IMAGES_DIR=${CLUSTER_IMAGES_DIR:-$PWD/_output/images}
+PAUSE_IMAGE=${PAUSE_IMAGE:-netpol.local/pause:dev}
+
+RUN=$CLUSTER_DIR/run
+LOGS=$CLUSTER_DIR/logs
+PKI=$CLUSTER_DIR/pki
+CTRD_SOCK=$CLUSTER_DIR/containerd/containerd.sock
+export KUBECONFIG=$CLUSTER_DIR/kubeconfig
+SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.ip_forward net.ipv4.conf.all.route_localnet"
+
+log() { echo "cluster: $*" >&2; }
+die() {
+	echo "cluster: $*" >&2
+	exit 1
+}
+
+# take_lock re-runs the calling script under $LOCK (the lab lock: it changes
+# host networking state) unless the caller already holds it.
+take_lock() {
+	if [ -z "${NETPOL_LAB_LOCKED:-}" ]; then
+		command -v flock >/dev/null || die "flock is missing (apt-get install util-linux)"
+		export NETPOL_LAB_LOCKED=1
+		exec flock "$LOCK" "$@"
+	fi
+}
+
+# alive NAME: the process of $RUN/NAME.pid runs.
+alive() {
+	local pid
+	[ -f "$RUN/$1.pid" ] || return 1
+	pid=$(cat "$RUN/$1.pid")
+	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+}
+
+# stop NAME: SIGTERM the process of $RUN/NAME.pid, SIGKILL after 10 s.
+stop() {
+	local pid i
+	[ -f "$RUN/$1.pid" ] || return 0
+	pid=$(cat "$RUN/$1.pid")
+	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+		kill "$pid" 2>/dev/null || true
+		for i in $(seq 100); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -9 "$pid" 2>/dev/null || true
+	fi
+	rm -f "$RUN/$1.pid"
+}
