@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/netpol/netpol/internal/corpus"
+	"github.com/netpol/netpol/internal/nftcheck"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
@@ -86,7 +87,7 @@ func compileText(t *testing.T, snap *cluster.Snapshot, node string) []byte {
 // (go test ./pkg/compiler -run TestGolden -update rewrites them), and has
 // nft itself check that each file is a valid ruleset.
 func TestGolden(t *testing.T) {
-	nftBin, nftErr := exec.LookPath("nft")
+	_, nftErr := exec.LookPath("nft")
 	for _, gc := range goldenCases {
 		t.Run(gc.name, func(t *testing.T) {
 			got := compileText(t, goldenSnapshot(t, gc.suite, gc.kase), gc.node)
@@ -110,9 +111,8 @@ func TestGolden(t *testing.T) {
 				t.Fatalf("the nft binary is needed to check the golden file (Debian package nftables): %v", nftErr)
 			}
 			// -c only checks: nothing is committed to the kernel.
-			out, err := exec.Command(nftBin, "-c", "-f", path).CombinedOutput()
-			if err != nil {
-				t.Errorf("nft -c -f %s: %v\n%s", path, err, out)
+			if out, err := nftcheck.Check(path); err != nil {
+				t.Errorf("%v\n%s", err, out)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/netpol/netpol/internal/nftcheck"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/proxy"
 )
@@ -64,8 +65,7 @@ func TestCompileGolden(t *testing.T) {
 
 func nftCheck(t *testing.T, path string) {
 	t.Helper()
-	bin, err := exec.LookPath("nft")
-	if err != nil {
+	if _, err := exec.LookPath("nft"); err != nil {
 		t.Logf("nft not installed: %s not checked by nft -c", path)
 		return
 	}
@@ -73,7 +73,7 @@ func nftCheck(t *testing.T, path string) {
 		t.Logf("not root: %s not checked by nft -c", path)
 		return
 	}
-	if out, err := exec.Command(bin, "-c", "-f", path).CombinedOutput(); err != nil {
-		t.Errorf("nft -c -f %s: %v\n%s", path, err, out)
+	if out, err := nftcheck.Check(path); err != nil {
+		t.Errorf("%v\n%s", err, out)
 	}
 }
