@@ -179,7 +179,7 @@ could not be run, and on errors.`,
 	f.StringVar(&reportDir, "report-dir", "", "write report.json, junit.xml and index.html there")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json (report.json's shape)")
 	f.StringVar(&prefix, "prefix", "", "lab namespace prefix (default netpol-<random>)")
-	f.DurationVar(&timeout, "timeout", 0, "one probe attempt's timeout (default the lab's, 500ms; a failed cell is retried with 4x)")
+	f.DurationVar(&timeout, "timeout", 0, "one probe attempt's timeout (default 300ms; a failed cell is retried with 4x)")
 	return cmd
 }
 
