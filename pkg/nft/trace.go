@@ -47,6 +47,10 @@ type Packet struct {
 	// SrcLocal says the source address is one of this host's (fib saddr
 	// type local).
 	SrcLocal bool
+	// IIF and OIF are the input and output interface names (meta iifname,
+	// oifname; IFNAMSIZ, zero-padded as the kernel loads them); empty
+	// where the hook has none. netpol's own rules match no interface.
+	IIF, OIF string
 	// MasqueradeTo is the address masquerade rewrites the source to (the
 	// outgoing interface's).
 	MasqueradeTo netip.Addr
@@ -339,6 +343,11 @@ func (tt *tTable) resolveOp(o *op, e expr.Any) error {
 				return fmt.Errorf("meta nftrace load is not modelled")
 			}
 			o.n = 1
+		case expr.MetaKeyIIFNAME, expr.MetaKeyOIFNAME:
+			if e.SourceRegister {
+				return fmt.Errorf("meta set of key %d is not modelled", e.Key)
+			}
+			o.n = unix.IFNAMSIZ
 		default:
 			return fmt.Errorf("meta key %d is not modelled", e.Key)
 		}
@@ -755,6 +764,14 @@ func (ev *evaluation) rule(r *tRule) (ruleResult, error) {
 			case e.Key == expr.MetaKeyL4PROTO:
 				ev.storeUint32(o.reg, 0)
 				regs[o.reg] = p.L4Proto
+			case e.Key == expr.MetaKeyIIFNAME || e.Key == expr.MetaKeyOIFNAME:
+				name := p.IIF
+				if e.Key == expr.MetaKeyOIFNAME {
+					name = p.OIF
+				}
+				dst := regs[o.reg : o.reg+unix.IFNAMSIZ]
+				clear(dst)
+				copy(dst[:unix.IFNAMSIZ-1], name)
 			default:
 				ev.storeUint32(o.reg, p.Mark)
 			}

@@ -249,7 +249,7 @@ func TestTracerRefusesWhatItDoesNotModel(t *testing.T) {
 		{"xtables target", &Rule{Exprs: []expr.Any{&expr.Target{Name: "NFQUEUE"}}, Text: "nfqueue"}, "not modelled"},
 		{"missing set", NewRule().AddrInSet(IPv4, Dst, "nope").Verdict(Verdict{Kind: Accept}), "missing set nope"},
 		{"missing chain", NewRule().Verdict(Verdict{Kind: Jump, Chain: "nowhere"}), "missing chain nowhere"},
-		{"meta iifname", &Rule{Exprs: []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}}, Text: "iifname"}, "meta key"},
+		{"meta iiftype", &Rule{Exprs: []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFTYPE, Register: 1}}, Text: "iiftype"}, "meta key"},
 		{"register overrun", &Rule{Exprs: []expr.Any{&expr.Payload{DestRegister: 23, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16}}, Text: "ip6 saddr"}, "overrun"},
 		{"snat", &Rule{Exprs: []expr.Any{&expr.NAT{Type: expr.NATTypeSourceNAT, RegAddrMin: 8, RegProtoMin: 9}}, Text: "snat"}, "only dnat"},
 	}
@@ -282,5 +282,41 @@ func TestTraceBasePolicyDropAndJumpLimit(t *testing.T) {
 	rs, err := tr.Trace(HookInput, tcpTo(podA, podB, 1))
 	if err != nil || rs[0].Verdict != TraceDrop {
 		t.Errorf("got %v %+v, want the base policy drop", err, rs)
+	}
+}
+
+// meta iifname / oifname compare the zero-padded interface name, as nft
+// emits `iifname "veth0"` (a cmp of the name and its terminating zero).
+func TestTraceInterfaceNames(t *testing.T) {
+	name := func(key expr.MetaKey, n string) *Rule {
+		return &Rule{Exprs: []expr.Any{
+			&expr.Meta{Key: key, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: append([]byte(n), 0)},
+			&expr.Verdict{Kind: expr.VerdictDrop},
+		}, Text: "ifname " + n + " drop"}
+	}
+	tab := NewTable("x")
+	tab.AddChain(&Chain{Name: "fwd", Base: &Hook{Type: "filter", Hook: HookForward, Policy: "accept"},
+		Rules: []*Rule{name(expr.MetaKeyIIFNAME, "veth-a"), name(expr.MetaKeyOIFNAME, "eth0")}})
+	tr, err := NewTracer(tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		iif, oif string
+		want     TraceVerdict
+	}{
+		{"veth-a", "br0", TraceDrop},
+		{"veth-ab", "br0", TraceAccept}, // a longer name is another name
+		{"veth", "eth0", TraceDrop},
+		{"", "", TraceAccept},
+	}
+	for _, tc := range tests {
+		p := tcpTo(podA, podB, 80)
+		p.IIF, p.OIF = tc.iif, tc.oif
+		rs, err := tr.Trace(HookForward, p)
+		if err != nil || rs[0].Verdict != tc.want {
+			t.Errorf("iif %q oif %q: %v %v, want %s", tc.iif, tc.oif, err, rs, tc.want)
+		}
 	}
 }
