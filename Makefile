@@ -104,9 +104,16 @@ cluster-up: image
 cluster-down:
 	hack/cluster-down.sh
 
-# netpol from deploy/ on that cluster, real pods (test/cluster; root).
-e2e-cluster: cluster-up
-	$(GO) test -count=1 -tags e2e_cluster -timeout 20m -v ./test/cluster/...
+# netpol from deploy/ on that cluster, real pods (test/cluster; root). The
+# cluster is brought up if it is not, the test runs under the lab lock, and
+# the cluster is taken down afterwards unless KEEP_CLUSTER=1.
+LAB_LOCK ?= /tmp/netpol-lab.lock
+
+e2e-cluster: image
+	$(GO) test -c -tags e2e_cluster -o _output/cluster.test ./test/cluster
+	flock $(LAB_LOCK) env NETPOL_LAB_LOCKED=1 sh -c '\
+		hack/cluster-up.sh && (cd test/cluster && ../../_output/cluster.test -test.v -test.count=1 -test.timeout 20m); rc=$$?; \
+		if [ -z "$(KEEP_CLUSTER)" ]; then hack/cluster-down.sh || rc=1; fi; exit $$rc'
 
 clean:
 	rm -rf bin

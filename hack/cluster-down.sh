@@ -99,13 +99,32 @@ if [ -f "$CLUSTER_DIR/up" ] && [ -x "$netpol" ]; then
 fi
 for ipt in iptables ip6tables; do
 	command -v $ipt >/dev/null || continue
+	[ -f "$CLUSTER_DIR/$ipt-chains.before" ] || continue
 	for table in mangle nat filter; do
-		if $ipt -w -t $table -S KUBE-KUBELET-CANARY >/dev/null 2>&1; then
-			$ipt -w -t $table -F KUBE-KUBELET-CANARY 2>/dev/null || true
-			$ipt -w -t $table -X KUBE-KUBELET-CANARY 2>/dev/null || true
-		fi
+		for chain in $($ipt -w -t $table -S 2>/dev/null | awk '$1 == "-N" { print $2 }'); do
+			case $chain in KUBE-*) ;; *) continue ;; esac
+			grep -qx "$table $chain" "$CLUSTER_DIR/$ipt-chains.before" && continue
+			# The rules that jump to it, then the chain.
+			$ipt -w -t $table -S 2>/dev/null | grep -- " -j $chain\( \|\$\)" | grep '^-A ' | while read -r _ rest; do
+				eval "$ipt -w -t $table -D $rest" 2>/dev/null || true
+			done
+			$ipt -w -t $table -F "$chain" 2>/dev/null || true
+			$ipt -w -t $table -X "$chain" 2>/dev/null || true
+		done
 	done
 done
+# The tables iptables-nft made for those chains, when they were not there
+# before cluster-up and are empty now.
+if command -v nft >/dev/null && [ -f "$CLUSTER_DIR/nft-tables.before" ]; then
+	nft list tables 2>/dev/null | while read -r _ family name; do
+		grep -qx "table $family $name" "$CLUSTER_DIR/nft-tables.before" && continue
+		case $name in filter | nat | mangle | raw | security) ;; *) continue ;; esac
+		# No rule left (only chain headers, base-chain types and braces).
+		if ! nft list table "$family" "$name" 2>/dev/null | grep -vqE '^[[:space:]]*(table |chain |type |\}|#|$)'; then
+			nft delete table "$family" "$name" 2>/dev/null || true
+		fi
+	done
+fi
 if [ -e "$CLUSTER_DIR/addr.created" ]; then
 	ip addr delete "$NODE_IP/32" dev lo 2>/dev/null || true
 fi

@@ -71,6 +71,17 @@ for s in $SYSCTLS; do
 	echo "$s=$(sysctl -n "$s")"
 done >"$CLUSTER_DIR/sysctls.saved"
 ls /run/netns 2>/dev/null >"$CLUSTER_DIR/netns.before" || true
+if command -v nft >/dev/null; then
+	nft list tables >"$CLUSTER_DIR/nft-tables.before" 2>/dev/null || true
+fi
+# The kubelet adds iptables chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY);
+# cluster-down removes those that were not there.
+for ipt in iptables ip6tables; do
+	command -v $ipt >/dev/null || continue
+	for table in filter nat mangle; do
+		$ipt -w -t $table -S 2>/dev/null | awk -v t=$table '$1 == "-N" { print t, $2 }'
+	done >"$CLUSTER_DIR/$ipt-chains.before"
+done
 [ -d /run/containerd ] && touch "$CLUSTER_DIR/run-containerd.existed"
 
 # The node's address: a /32 of its own on the host's loopback (this kernel

@@ -1,0 +1,426 @@
+//go:build e2e_cluster
+
+// Package cluster runs deploy/ on the real one-node cluster of make
+// cluster-up (docs/cluster.md): kubelet and containerd run the netpol
+// DaemonSet from the image make image built, real pods, no kube-proxy, and
+// the test checks what the kernel does with real connections between them.
+// make e2e-cluster runs it (root, under the lab lock).
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	clusterDir = envOr("CLUSTER_DIR", "/tmp/netpol-cluster")
+	kubeconfig = filepath.Join(clusterDir, "kubeconfig")
+	kubectlBin = filepath.Join(clusterDir, "bin", "kubectl")
+)
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// kubectl runs kubectl against the cluster and returns its stdout.
+func kubectl(t testing.TB, stdin string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+func mustKubectl(t testing.TB, stdin string, args ...string) string {
+	t.Helper()
+	out, err := kubectl(t, stdin, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// eventually polls f every 200ms until it returns nil or d passes.
+func eventually(t testing.TB, d time.Duration, what string, f func() error) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var err error
+	for time.Since(start) < d {
+		if err = f(); err == nil {
+			return time.Since(start)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s: not after %s: %v", what, d, err)
+	return 0
+}
+
+// probe connects from pod ns/pod to addr by exec (the probe image's client)
+// and returns the answer (the serving pod's host name) or an error.
+func probe(t testing.TB, ns, pod, addr string) (string, error) {
+	out, err := kubectl(t, "", "-n", ns, "exec", pod, "--", "/bin/probe", "connect", addr, "1s")
+	return strings.TrimSpace(out), err
+}
+
+type cell struct {
+	from, to string
+	allowed  bool
+}
+
+// expect polls until every cell's probe has the expected outcome.
+func expect(t *testing.T, ns, what string, cells []cell) {
+	t.Helper()
+	took := eventually(t, 30*time.Second, what, func() error {
+		var bad []string
+		for _, c := range cells {
+			_, err := probe(t, ns, c.from, c.to)
+			if (err == nil) != c.allowed {
+				bad = append(bad, fmt.Sprintf("%s -> %s: allowed=%v, want %v", c.from, c.to, err == nil, c.allowed))
+			}
+		}
+		if len(bad) > 0 {
+			return fmt.Errorf("%s", strings.Join(bad, "; "))
+		}
+		return nil
+	})
+	t.Logf("%s: as expected after %s", what, took.Round(time.Millisecond))
+}
+
+type podInfo struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		Containers []struct {
+			Image           string `json:"image"`
+			SecurityContext struct {
+				Privileged   *bool `json:"privileged"`
+				Capabilities struct {
+					Add  []string `json:"add"`
+					Drop []string `json:"drop"`
+				} `json:"capabilities"`
+			} `json:"securityContext"`
+		} `json:"containers"`
+	} `json:"spec"`
+	Status struct {
+		PodIP      string `json:"podIP"`
+		Phase      string `json:"phase"`
+		Conditions []struct {
+			Type   string `json:"type"`
+			Status string `json:"status"`
+		} `json:"conditions"`
+		ContainerStatuses []struct {
+			Image   string `json:"image"`
+			ImageID string `json:"imageID"`
+			Ready   bool   `json:"ready"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+func getPods(t testing.TB, ns, selector string) []podInfo {
+	t.Helper()
+	var list struct {
+		Items []podInfo `json:"items"`
+	}
+	out := mustKubectl(t, "", "-n", ns, "get", "pods", "-l", selector, "-o", "json")
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// apiServer returns the kubeconfig's server host and port.
+func apiServer(t testing.TB) (string, string) {
+	out := mustKubectl(t, "", "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
+	u, err := url.Parse(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Hostname(), u.Port()
+}
+
+func TestCluster(t *testing.T) {
+	if _, err := os.Stat(kubeconfig); err != nil {
+		t.Fatalf("no cluster (%v): run make cluster-up (make e2e-cluster does)", err)
+	}
+	mustKubectl(t, "", "wait", "--for=condition=Ready", "node", "--all", "--timeout=60s")
+	nodeIP := strings.TrimSpace(mustKubectl(t, "", "get", "nodes", "-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`))
+
+	// No kube-proxy: netpol is the only Service proxy.
+	if out, _ := exec.Command("nft", "list", "tables").Output(); strings.Contains(string(out), "kube-proxy") {
+		t.Fatalf("a kube-proxy nftables table is here: %s", out)
+	}
+	if out, err := exec.Command("iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES").CombinedOutput(); err == nil {
+		t.Fatalf("kube-proxy's iptables chain KUBE-SERVICES is here: %s", out)
+	}
+	if out := mustKubectl(t, "", "get", "daemonsets", "-A", "-o", "name"); strings.Contains(out, "kube-proxy") {
+		t.Fatalf("a kube-proxy DaemonSet runs: %s", out)
+	}
+
+	// deploy/, for real, and the API server's real address for the agent.
+	host, port := apiServer(t)
+	mustKubectl(t, "", "apply", "-k", "../../deploy/")
+	cm := mustKubectl(t, "", "-n", "netpol-system", "create", "configmap", "kubernetes-services-endpoint",
+		"--from-literal=KUBERNETES_SERVICE_HOST="+host, "--from-literal=KUBERNETES_SERVICE_PORT="+port,
+		"--dry-run=client", "-o", "yaml")
+	mustKubectl(t, cm, "apply", "-f", "-")
+	start := time.Now()
+	mustKubectl(t, "", "-n", "netpol-system", "rollout", "status", "daemonset/netpol-agent", "--timeout=120s")
+	agents := getPods(t, "netpol-system", "app.kubernetes.io/name=netpol")
+	if len(agents) != 1 {
+		t.Fatalf("%d agent pods, want 1", len(agents))
+	}
+	agent := agents[0]
+	t.Logf("agent %s Ready %s after apply", agent.Metadata.Name, time.Since(start).Round(time.Millisecond))
+	c := agent.Spec.Containers[0]
+	if c.Image != "netpol.local/netpol:dev" {
+		t.Errorf("agent image %q", c.Image)
+	}
+	if c.SecurityContext.Privileged == nil || *c.SecurityContext.Privileged {
+		t.Errorf("agent privileged: %v", c.SecurityContext.Privileged)
+	}
+	caps := append([]string(nil), c.SecurityContext.Capabilities.Add...)
+	sort.Strings(caps)
+	if strings.Join(caps, ",") != "NET_ADMIN,NET_RAW" || strings.Join(c.SecurityContext.Capabilities.Drop, ",") != "ALL" {
+		t.Errorf("agent capabilities add %v drop %v, want NET_ADMIN,NET_RAW and ALL", caps, c.SecurityContext.Capabilities.Drop)
+	}
+	if st := agent.Status.ContainerStatuses; len(st) != 1 || !st[0].Ready {
+		t.Errorf("agent container not ready: %+v", st)
+	}
+	// What the kubelet's readiness probe asks.
+	resp, err := http.Get("http://" + nodeIP + ":9754/readyz")
+	if err != nil {
+		t.Fatalf("readyz: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("readyz: %s", resp.Status)
+	}
+	// The agent's process really has only those capabilities (CapEff of the
+	// netpol process on this host).
+	checkAgentCaps(t)
+
+	// Real pods: a Deployment of two servers and two client Pods.
+	ns := fmt.Sprintf("np-e2e-%d", rand.Intn(1e6))
+	mustKubectl(t, "", "create", "namespace", ns)
+	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("KEEP_NAMESPACE") != "" {
+			return
+		}
+		kubectl(t, "", "delete", "namespace", ns, "--wait=false")
+	})
+	mustKubectl(t, workloads(ns), "apply", "-f", "-")
+	mustKubectl(t, "", "-n", ns, "rollout", "status", "deployment/server", "--timeout=120s")
+	mustKubectl(t, "", "-n", ns, "wait", "--for=condition=Ready", "pod/client-a", "pod/client-b", "--timeout=120s")
+	servers := getPods(t, ns, "app=server")
+	if len(servers) != 2 {
+		t.Fatalf("%d server pods", len(servers))
+	}
+	s0, s1 := servers[0].Status.PodIP+":80", servers[1].Status.PodIP+":80"
+	s0b := servers[0].Status.PodIP + ":81"
+
+	expect(t, ns, "no policy: everything connects", []cell{
+		{"client-a", s0, true}, {"client-a", s1, true}, {"client-a", s0b, true},
+		{"client-b", s0, true}, {"client-b", s0b, true},
+	})
+
+	// NetworkPolicy: the servers accept only client-a, only on port 80.
+	mustKubectl(t, fmt.Sprintf(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: server-from-a, namespace: %s}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{podSelector: {matchLabels: {role: a}}}]
+    ports: [{port: 80, protocol: TCP}]
+`, ns), "apply", "-f", "-")
+	withPolicy := []cell{
+		{"client-a", s0, true}, {"client-a", s1, true}, {"client-a", s0b, false},
+		{"client-b", s0, false}, {"client-b", s1, false}, {"client-b", s0b, false},
+	}
+	expect(t, ns, "NetworkPolicy server-from-a", withPolicy)
+
+	// A ClusterIP and NodePort Service, load-balanced by netpol (no
+	// kube-proxy); policy applies after DNAT.
+	mustKubectl(t, fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata: {name: server, namespace: %s}
+spec:
+  type: NodePort
+  selector: {app: server}
+  ports: [{name: http, port: 8080, targetPort: 80, protocol: TCP}]
+`, ns), "apply", "-f", "-")
+	clusterIP := strings.TrimSpace(mustKubectl(t, "", "-n", ns, "get", "service", "server", "-o", "jsonpath={.spec.clusterIP}"))
+	nodePort := strings.TrimSpace(mustKubectl(t, "", "-n", ns, "get", "service", "server", "-o", "jsonpath={.spec.ports[0].nodePort}"))
+	vip := clusterIP + ":8080"
+	np := nodeIP + ":" + nodePort
+	// (A NodePort connection is masqueraded to the node's address, as
+	// kube-proxy does, so the policy does not see client-a there: it is
+	// checked once the policy is gone.)
+	expect(t, ns, "ClusterIP "+vip+" through netpol, policy after DNAT", []cell{
+		{"client-a", vip, true}, {"client-b", vip, false},
+	})
+	seen := map[string]bool{}
+	for i := 0; i < 40 && len(seen) < 2; i++ {
+		if out, err := probe(t, ns, "client-a", vip); err == nil {
+			seen[out] = true
+		}
+	}
+	if len(seen) != 2 {
+		t.Errorf("ClusterIP answered by %v, want both server pods", seen)
+	} else {
+		t.Logf("ClusterIP load-balanced over %v", keys(seen))
+	}
+
+	// The agent pod deleted: the DaemonSet makes a new one, which adopts the
+	// table; no probe flips meanwhile.
+	t.Run("agent pod recreated", func(t *testing.T) {
+		old := getPods(t, "netpol-system", "app.kubernetes.io/name=netpol")[0].Metadata.Name
+		done := make(chan struct{})
+		flips := make(chan string, 100)
+		go func() {
+			defer close(flips)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				for _, c := range []cell{{"client-a", vip, true}, {"client-b", s0, false}, {"client-a", s0, true}} {
+					if _, err := probe(t, ns, c.from, c.to); (err == nil) != c.allowed {
+						flips <- fmt.Sprintf("%s -> %s allowed=%v at %s", c.from, c.to, err == nil, time.Now().Format(time.StampMilli))
+					}
+				}
+			}
+		}()
+		mustKubectl(t, "", "-n", "netpol-system", "delete", "pod", old, "--wait=true")
+		eventually(t, 90*time.Second, "a new agent pod Ready", func() error {
+			for _, p := range getPods(t, "netpol-system", "app.kubernetes.io/name=netpol") {
+				if p.Metadata.Name != old && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready {
+					return nil
+				}
+			}
+			return fmt.Errorf("not yet")
+		})
+		time.Sleep(2 * time.Second)
+		close(done)
+		for f := range flips {
+			t.Errorf("flipped: %s", f)
+		}
+	})
+
+	// The policy gone: client-b connects again.
+	mustKubectl(t, "", "-n", ns, "delete", "networkpolicy", "server-from-a")
+	expect(t, ns, "policy deleted", []cell{
+		{"client-b", s0, true}, {"client-b", vip, true}, {"client-a", s0b, true},
+		{"client-a", np, true}, {"client-b", np, true},
+	})
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkAgentCaps finds the agent's process (netpol agent, a child of a
+// containerd shim of this cluster) and checks its effective capabilities
+// are exactly NET_ADMIN (12) and NET_RAW (13).
+func checkAgentCaps(t *testing.T) {
+	t.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	found := false
+	for _, d := range dirs {
+		cmdline, err := os.ReadFile(d + "/cmdline")
+		if err != nil || !bytes.HasPrefix(cmdline, []byte("/bin/netpol\x00agent\x00")) {
+			continue
+		}
+		status, err := os.ReadFile(d + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+				found = true
+				if got := strings.TrimSpace(v); got != "0000000000003000" {
+					t.Errorf("agent process %s CapEff %s, want 0000000000003000 (NET_ADMIN, NET_RAW)", d, got)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no /bin/netpol agent process found")
+	}
+}
+
+func workloads(ns string) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: server, namespace: %[1]s}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: server}}
+  template:
+    metadata: {labels: {app: server}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: probe
+        image: netpol.local/probe:dev
+        imagePullPolicy: IfNotPresent
+        args: [serve, "80", "81"]
+        readinessProbe:
+          tcpSocket: {port: 80}
+          periodSeconds: 1
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client-a, namespace: %[1]s, labels: {role: a}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: probe
+    image: netpol.local/probe:dev
+    imagePullPolicy: IfNotPresent
+    args: [serve, "80"]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client-b, namespace: %[1]s, labels: {role: b}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: probe
+    image: netpol.local/probe:dev
+    imagePullPolicy: IfNotPresent
+    args: [serve, "80"]
+`, ns)
+}
