@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 . hack/cluster/common.sh
+trap 'log "cluster-down failed at line $LINENO"' ERR
 
 [ "$(id -u)" = 0 ] || die "root is needed"
 if [ ! -d "$CLUSTER_DIR" ]; then
@@ -107,7 +108,7 @@ for ipt in iptables ip6tables; do
 			# The rules that jump to it, then the chain.
 			$ipt -w -t $table -S 2>/dev/null | grep -- " -j $chain\( \|\$\)" | grep '^-A ' | while read -r _ rest; do
 				eval "$ipt -w -t $table -D $rest" 2>/dev/null || true
-			done
+			done || true
 			$ipt -w -t $table -F "$chain" 2>/dev/null || true
 			$ipt -w -t $table -X "$chain" 2>/dev/null || true
 		done

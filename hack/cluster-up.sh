@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 . hack/cluster/common.sh
+trap 'log "cluster-up failed at line $LINENO"' ERR
 
 [ "$(id -u)" = 0 ] || die "root is needed (containerd, kubelet, network namespaces)"
 
@@ -148,11 +149,17 @@ kubeconfig "$CLUSTER_DIR/kube-scheduler.kubeconfig" kube-scheduler
 kubeconfig "$CLUSTER_DIR/kubelet.kubeconfig" kubelet-client
 
 # start NAME COMMAND...: in the background, in its own session, logging to
-# $LOGS/NAME.log; the pid in $RUN/NAME.pid.
+# $LOGS/NAME.log; the pid in $RUN/NAME.pid. Every other file descriptor is
+# closed first: the daemons must not keep the lab lock's open.
 start() {
 	local name=$1
 	shift
-	setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
+	(
+		for fd in $(ls /proc/$BASHPID/fd); do
+			[ "$fd" -gt 2 ] && { eval "exec $fd>&-" 2>/dev/null || true; }
+		done
+		exec setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null
+	) &
 	echo $! >"$RUN/$name.pid"
 }
 # wait_for WHAT SECONDS COMMAND...: until COMMAND succeeds.
