@@ -265,6 +265,36 @@ spec:
 	}
 	expect(t, ns, "NetworkPolicy server-from-a", withPolicy)
 
+	// A ClusterNetworkPolicy (v1beta1, Admin tier) denying all ingress to the
+	// namespace overrides the NetworkPolicy; the agent writes its status.
+	cnp := "np-e2e-deny-" + ns
+	mustKubectl(t, fmt.Sprintf(`apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: %s}
+spec:
+  tier: Admin
+  priority: 10
+  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: %s}}}
+  ingress:
+  - {name: deny-all, action: Deny, from: [{namespaces: {}}]}
+`, cnp, ns), "apply", "-f", "-")
+	expect(t, ns, "ClusterNetworkPolicy Admin Deny over the NetworkPolicy", []cell{
+		{"client-a", s0, false}, {"client-b", s0, false},
+	})
+	eventually(t, 30*time.Second, "ClusterNetworkPolicy status Accepted=True", func() error {
+		out, err := kubectl(t, "", "get", "clusternetworkpolicies.policy.networking.k8s.io", cnp,
+			"-o", `jsonpath={.status.conditions[?(@.type=="Accepted")].status}`)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(out) != "True" {
+			return fmt.Errorf("Accepted=%q", out)
+		}
+		return nil
+	})
+	mustKubectl(t, "", "delete", "clusternetworkpolicies.policy.networking.k8s.io", cnp)
+	expect(t, ns, "ClusterNetworkPolicy deleted", withPolicy)
+
 	// A ClusterIP and NodePort Service, load-balanced by netpol (no
 	// kube-proxy); policy applies after DNAT.
 	mustKubectl(t, fmt.Sprintf(`apiVersion: v1
