@@ -48,7 +48,6 @@ const (
 	chainForward = "forward"
 	chainInput   = "input"
 	chainOutput  = "output"
-	setNodeAddrs = "node-addrs"   // + family suffix: this node's addresses
 	mapEgress    = "egress-pods"  // + family suffix: local pod saddr -> class
 	mapIngress   = "ingress-pods" // + family suffix: local pod daddr -> class
 	setSelf      = "self-pods"    // + family suffix: addr . addr of policed local pods
@@ -151,15 +150,9 @@ var (
 
 func (c *compiler) baseChains() {
 	for _, f := range nft.Families {
-		c.t.AddSet(&nft.Set{Name: setNodeAddrs + f.Suffix, Fields: []nft.FieldType{f.Field}})
 		c.t.AddSet(&nft.Set{Name: mapEgress + f.Suffix, Fields: []nft.FieldType{f.Field}, Verdict: true})
 		c.t.AddSet(&nft.Set{Name: mapIngress + f.Suffix, Fields: []nft.FieldType{f.Field}, Verdict: true})
 		c.t.AddSet(&nft.Set{Name: setSelf + f.Suffix, Fields: []nft.FieldType{f.Field, f.Field}})
-	}
-	for _, a := range c.r.NodeAddrs(c.node) {
-		f := nft.FamilyOf(a)
-		s := c.t.Sets[setNodeAddrs+f.Suffix]
-		s.Elements = append(s.Elements, nft.Element{Key: f.AddrBytes(a)})
 	}
 	// dispatch lists, per base chain, which directions it polices: forward
 	// carries pod -> pod, output node -> local pod (ingress), input local
@@ -534,10 +527,12 @@ func (c *compiler) networkPolicyRules(class string, plan *eval.Plan, pod int) []
 	}
 	var out []*nft.Rule
 	if plan.OwnNodeAllowed {
-		for _, f := range nft.Families {
-			out = append(out, nft.NewRule().AddrInSet(f, nft.Src, setNodeAddrs+f.Suffix).Verdict(verdictReturn))
-		}
-		out[len(out)-2].Comment = "NetworkPolicy tier: ingress from the pod's own node is always allowed"
+		// Every address of the node, not only the Node's: the kubelet's
+		// probes leave from the CNI's host-side address (a ptp or bridge
+		// gateway), which no Node object names.
+		own := nft.NewRule().FibSaddrLocal().Verdict(verdictReturn)
+		own.Comment = "NetworkPolicy tier: ingress from the pod's own node is always allowed"
+		out = append(out, own)
 	}
 	first := len(out)
 	// Per profile and family: the pod and network addresses allowed it.

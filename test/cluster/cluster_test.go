@@ -264,6 +264,14 @@ spec:
 		{"client-b", s0, false}, {"client-b", s1, false}, {"client-b", s0b, false},
 	}
 	expect(t, ns, "NetworkPolicy server-from-a", withPolicy)
+	// The kubelet's readiness probes to port 81 (which the policy allows
+	// to nobody) still pass: a failed one would be an Unhealthy event.
+	time.Sleep(3 * time.Second)
+	if ev, err := kubectl(t, "", "-n", ns, "get", "events", "--field-selector", "reason=Unhealthy", "-o", "name"); err != nil || strings.TrimSpace(ev) != "" {
+		t.Errorf("kubelet probes failed under the NetworkPolicy (own-node ingress): %v %s", err, ev)
+	} else {
+		t.Logf("kubelet readiness probes pass under the NetworkPolicy")
+	}
 
 	// A ClusterNetworkPolicy (v1beta1, Admin tier) denying all ingress to the
 	// namespace overrides the NetworkPolicy; the agent writes its status.
@@ -427,10 +435,15 @@ spec:
         image: netpol.local/probe:dev
         imagePullPolicy: IfNotPresent
         args: [serve, "80", "81"]
-        # No readiness probe: under a NetworkPolicy the kubelet's probe is
-        # dropped (docs/cluster.md "Known issue": it comes from the CNI's
-        # host-side address, not the Node's, and netpol allows "ingress from
-        # the pod's own node" by the Node's addresses only).
+        # The kubelet probes from the CNI's host-side address, not the
+        # Node's: "ingress from the pod's own node" must admit it under a
+        # NetworkPolicy that allows nothing on port 81. Generous threshold:
+        # the Admin Deny step below blocks it, as Admin policy may.
+        readinessProbe:
+          tcpSocket: {port: 81}
+          periodSeconds: 1
+          timeoutSeconds: 1
+          failureThreshold: 60
 ---
 apiVersion: v1
 kind: Pod
