@@ -1,8 +1,6 @@
 package main
 
 import (
-	"net/netip"
-
 	"github.com/spf13/cobra"
 
 	"github.com/netpol/netpol/pkg/eval"
@@ -55,9 +53,8 @@ an error or when some input object was invalid (reported on stderr); with
 			if err != nil {
 				return err
 			}
-			target, isService, err := parseServiceName(args[1])
-			if err != nil {
-				return err
+			if _, _, err := parseServiceName(args[1]); err != nil {
+				return err // before reading the cluster
 			}
 			ap, err := agent.parse()
 			if err != nil {
@@ -68,12 +65,9 @@ an error or when some input object was invalid (reported on stderr); with
 				return err
 			}
 			l.guard(ap)
-			if !isService {
-				if a, perr := netip.ParseAddr(args[1]); perr == nil {
-					if target, isService, err = serviceByAddress(l.snap, a, probe); err != nil {
-						return err
-					}
-				}
+			target, isService, err := serviceDestination(l.snap, args[1], probe)
+			if err != nil {
+				return err
 			}
 			out := cmd.OutOrStdout()
 			style := terminalStyle(out)

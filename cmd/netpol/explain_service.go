@@ -107,6 +107,20 @@ func parseServiceName(s string) (serviceTarget, bool, error) {
 	return t, false, nil
 }
 
+// serviceDestination reads a destination as a Service frontend: a
+// svc/, service/ or nodeport/ name, or an address that is a frontend at
+// probe's port. ok is false for any other destination (a pod, an address
+// not DNATed).
+func serviceDestination(snap *cluster.Snapshot, dst string, probe eval.Probe) (t serviceTarget, ok bool, err error) {
+	if t, ok, err = parseServiceName(dst); ok || err != nil {
+		return t, ok, err
+	}
+	if a, perr := netip.ParseAddr(dst); perr == nil {
+		return serviceByAddress(snap, a, probe)
+	}
+	return t, false, nil
+}
+
 // serviceByAddress finds the Service frontend at addr and probe's port: a
 // ClusterIP, load-balancer IP or external IP with that port, or a node
 // address with a NodePort of that number. ok is false when addr and port

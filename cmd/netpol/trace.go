@@ -127,16 +127,9 @@ type traceResult struct {
 // traceConnection explains src -> dst and traces it through the compiled
 // tables of every node.
 func traceConnection(l *loaded, src, dst string, probe eval.Probe, fam eval.Family, opts dataplane.Options) (*traceResult, error) {
-	target, isService, err := parseServiceName(dst)
+	target, isService, err := serviceDestination(l.snap, dst, probe)
 	if err != nil {
 		return nil, err
-	}
-	if !isService {
-		if a, perr := netip.ParseAddr(dst); perr == nil {
-			if target, isService, err = serviceByAddress(l.snap, a, probe); err != nil {
-				return nil, err
-			}
-		}
 	}
 	tr := &traceResult{}
 	var srcEp, dstEp eval.Endpoint
