@@ -285,13 +285,15 @@ func (c *compiler) tierRules(rules []eval.PlanRule, d policy.Direction, pass nft
 		case policy.Pass:
 			v = pass
 		}
-		first := len(out)
-		out = append(out, c.tierRule(pr, d, v)...)
-		if len(out) > first {
-			out[first].Comment = fmt.Sprintf("%s %s: %s", p.Ref(), r.Ref(d), r.Action)
-			if r.FailClosed != "" {
-				out[first].Comment += " (fails closed: " + r.FailClosed + ")"
-			}
+		comment := fmt.Sprintf("%s %s: %s", p.Ref(), r.Ref(d), r.Action)
+		if r.FailClosed != "" {
+			comment += " (fails closed: " + r.FailClosed + ")"
+		}
+		// Every nft rule of the policy rule names it (a trace may stop
+		// at any of them); Render prints it once.
+		for _, nr := range c.tierRule(pr, d, v) {
+			nr.Comment = comment
+			out = append(out, nr)
 		}
 	}
 	return out
@@ -591,8 +593,8 @@ func (c *compiler) networkPolicyRules(class string, plan *eval.Plan, pod int) []
 			}
 		}
 	}
-	if len(out) > first {
-		out[first].Comment = "NetworkPolicy tier: every rule of " + strings.Join(refs, ", ") + ", by port profile"
+	for _, r := range out[first:] {
+		r.Comment = "NetworkPolicy tier: every rule of " + strings.Join(refs, ", ") + ", by port profile"
 	}
 	deny := nft.NewRule().Verdict(verdictDrop)
 	deny.Comment = fmt.Sprintf("isolated for %s: nothing else is allowed", d)

@@ -22,8 +22,9 @@ func (t *Table) Render(w io.Writer) error {
 		if h := c.Base; h != nil {
 			fmt.Fprintf(&b, "\t\ttype %s hook %s priority %s; policy %s;\n", h.Type, h.Hook, priorityText(h.Priority), h.Policy)
 		}
-		for _, r := range c.Rules {
-			if r.Comment != "" {
+		for i, r := range c.Rules {
+			// Consecutive rules of one origin share one comment line.
+			if r.Comment != "" && (i == 0 || c.Rules[i-1].Comment != r.Comment) {
 				fmt.Fprintf(&b, "\t\t# %s\n", strings.ReplaceAll(r.Comment, "\n", " "))
 			}
 			fmt.Fprintf(&b, "\t\t%s\n", r.Text)

@@ -111,8 +111,9 @@ type Rule struct {
 	Exprs []expr.Any
 	Text  string
 	// Comment says, for people, where the rule comes from. Render prints
-	// it as a "#" line above the rule; it is not sent to the kernel and
-	// is not part of the rule's identity.
+	// it as a "#" line above the rule (once above consecutive rules of
+	// one origin); it is not sent to the kernel and is not part of the
+	// rule's identity.
 	Comment string
 
 	// id is the ID of a rule known by its ID only: read back from the
