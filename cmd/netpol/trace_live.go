@@ -14,12 +14,11 @@ import (
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
 )
 
 type liveTraceOptions struct {
@@ -203,8 +202,8 @@ func liveMatch(src, dst string, probe eval.Probe) (nft.TraceMatch, error) {
 	if s.Is4() != d.Is4() {
 		return nft.TraceMatch{}, fmt.Errorf("%s and %s are of different address families", s, d)
 	}
-	proto := map[corev1.Protocol]uint8{corev1.ProtocolTCP: unix.IPPROTO_TCP, corev1.ProtocolUDP: unix.IPPROTO_UDP, corev1.ProtocolSCTP: unix.IPPROTO_SCTP}[probe.Protocol]
-	if proto == 0 {
+	proto, ok := policy.IPProtocol(probe.Protocol)
+	if !ok {
 		return nft.TraceMatch{}, fmt.Errorf("protocol %q", probe.Protocol)
 	}
 	return nft.TraceMatch{Src: s, Dst: d, L4Proto: proto, DstPort: uint16(probe.Port)}, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
 )
 
@@ -204,11 +205,12 @@ func endpointSlicePorts(snap *cluster.Snapshot, pods []*corev1.Pod) map[string][
 		}
 		var probes []eval.Probe
 		for _, sp := range es.Ports {
-			proto := corev1.ProtocolTCP
-			if sp.Protocol != nil && *sp.Protocol != "" {
+			var proto corev1.Protocol
+			if sp.Protocol != nil {
 				proto = *sp.Protocol
 			}
-			if sp.Port == nil || (proto != corev1.ProtocolTCP && proto != corev1.ProtocolUDP && proto != corev1.ProtocolSCTP) {
+			proto = policy.DefaultProtocol(proto)
+			if _, known := policy.IPProtocol(proto); sp.Port == nil || !known {
 				continue
 			}
 			probes = append(probes, eval.Probe{Protocol: proto, Port: *sp.Port})

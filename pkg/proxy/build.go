@@ -409,12 +409,11 @@ func (b *builder) service(svc *corev1.Service) {
 	localReady := map[netip.Addr]bool{}
 	for i, port := range spec.Ports {
 		pf := "spec.ports[" + itoa(i) + "]"
-		if port.Protocol == "" {
-			b.errorf(obj, pf+".protocol", "missing")
-			continue
-		}
-		if !validProtocol(port.Protocol) {
-			b.errorf(obj, pf+".protocol", "unsupported protocol %q", port.Protocol)
+		// The API server defaults an unset protocol to TCP; a file may
+		// leave it out.
+		proto := policy.DefaultProtocol(port.Protocol)
+		if !validProtocol(proto) {
+			b.errorf(obj, pf+".protocol", "unsupported protocol %q", proto)
 			continue
 		}
 		if port.Port <= 0 || port.Port > 65535 {
@@ -431,7 +430,7 @@ func (b *builder) service(svc *corev1.Service) {
 				Namespace:                svc.Namespace,
 				Name:                     svc.Name,
 				PortName:                 port.Name,
-				Protocol:                 port.Protocol,
+				Protocol:                 proto,
 				Family:                   fam,
 				ClusterIP:                clusterIPs[fam],
 				Port:                     port.Port,
@@ -448,7 +447,7 @@ func (b *builder) service(svc *corev1.Service) {
 			if anySource[fam] {
 				sp.LoadBalancerSourceRanges = nil // a /0 allows every source
 			}
-			eps := slices.Clone(endpoints[fam][portKey{port.Name, port.Protocol}])
+			eps := slices.Clone(endpoints[fam][portKey{port.Name, proto}])
 			sortEndpoints(eps)
 			for _, ep := range eps {
 				if ep.Local && ep.Ready {

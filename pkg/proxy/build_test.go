@@ -600,7 +600,7 @@ func TestErrors(t *testing.T) {
 	badNode := node("n1", "z1", "not-an-ip")
 	m := Build(snapshot(
 		svc("noproto", func(s *corev1.Service) {
-			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "bad", Port: 81})
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "bad", Port: 81}) // no protocol
 		}),
 		svc("badproto", func(s *corev1.Service) { s.Spec.Ports[0].Protocol = "ICMP" }),
 		svc("badport", func(s *corev1.Service) { s.Spec.Ports[0].Port = 0 }),
@@ -630,7 +630,6 @@ func TestErrors(t *testing.T) {
 	m2 := Build(&snapshotT{Nodes: []*corev1.Node{badNode}}, "n1", Options{})
 	errs := append(m.Errors, m2.Errors...)
 	want := []string{
-		"Service ns/noproto: spec.ports[1].protocol: missing",
 		`Service ns/badproto: spec.ports[0].protocol: unsupported protocol "ICMP"`,
 		"Service ns/badport: spec.ports[0].port: 0 out of range",
 		`Service ns/badip: spec.clusterIPs[1]: invalid IP "fd00::zz"`,
@@ -667,6 +666,10 @@ func TestErrors(t *testing.T) {
 		}
 	}
 
+	// A port without a protocol is TCP, as the API server defaults it.
+	if p := port(t, m, "noproto", "bad", v4); p.Protocol != corev1.ProtocolTCP {
+		t.Errorf("noproto port without a protocol: %q, want TCP", p.Protocol)
+	}
 	// The rest is still built.
 	if got := names(port(t, m, "noproto", "http", v4).ClusterEndpoints); got != "a@10.0.1.1:8080" {
 		t.Errorf("noproto http endpoints %q", got)

@@ -8,9 +8,8 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
 )
 
 // DefaultTable is the nftables table the service proxy owns.
@@ -91,8 +90,6 @@ func (fe frontend) key(f *nft.Family) []byte {
 	return nft.Key(f.AddrBytes(fe.addr), nft.ProtoBytes(fe.proto), nft.PortBytes(fe.port))
 }
 
-var protoNumbers = map[corev1.Protocol]uint8{corev1.ProtocolTCP: 6, corev1.ProtocolUDP: 17, corev1.ProtocolSCTP: 132}
-
 // Shared set names, per family (suffixed ".4" or ".6").
 const (
 	setClusterIPs     = "cluster-ips"
@@ -125,7 +122,7 @@ const (
 // but the port and the NodePort addresses, so a port that did not change
 // keeps its fragment.
 func compilePort(p *ServicePort, nodePortAddresses []netip.Addr) (*fragment, error) {
-	proto, ok := protoNumbers[p.Protocol]
+	proto, ok := policy.IPProtocol(p.Protocol)
 	if !ok {
 		return nil, fmt.Errorf("service port %s: unsupported protocol %q", p, p.Protocol)
 	}
@@ -243,7 +240,7 @@ func (fr *fragment) affinityChains(p *ServicePort, f *nft.Family, eps []Endpoint
 			return name
 		}
 	}
-	proto := protoNumbers[p.Protocol]
+	proto, _ := policy.IPProtocol(p.Protocol)
 	svc := &nft.Chain{Name: name}
 	pick := &nft.Set{Name: "pick." + id, Fields: []nft.FieldType{nft.FieldInteger}, Verdict: true,
 		Typeof: "numgen random mod 1 : verdict"}
