@@ -117,14 +117,7 @@ spec:
 	}
 	waitFor := func(what string, timeout time.Duration, cond func() bool) time.Duration {
 		t.Helper()
-		start := time.Now()
-		for !cond() {
-			if time.Since(start) > timeout {
-				t.Fatalf("%s: not within %v", what, timeout)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		return time.Since(start)
+		return waitUntil(t, what, timeout, 10*time.Millisecond, cond)
 	}
 	waitFor("node-1's policy table", 10*time.Second, policyOK)
 	var natWant *nft.Table
@@ -197,7 +190,7 @@ spec:
 			if tc.check() {
 				t.Fatal("the tampering changed nothing")
 			}
-			took := waitFor("repair", period+time.Second, tc.check)
+			took := waitUntil(t, "repair", period+time.Second, 10*time.Millisecond, tc.check)
 			t.Logf("repaired after %v (--resync-period %v)", took.Round(time.Millisecond), period)
 		})
 	}

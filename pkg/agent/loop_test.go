@@ -156,12 +156,19 @@ func (h *harness) startSources() {
 // waitFor polls cond until it holds or the timeout passes.
 func (h *harness) waitFor(what string, timeout time.Duration, cond func() bool) time.Duration {
 	h.t.Helper()
+	return waitUntil(h.t, what, timeout, 2*time.Millisecond, cond)
+}
+
+// waitUntil polls cond every poll until it holds, failing t (the caller's
+// own: a subtest must not fail its parent) when timeout passes first.
+func waitUntil(t testing.TB, what string, timeout, poll time.Duration, cond func() bool) time.Duration {
+	t.Helper()
 	start := time.Now()
 	for !cond() {
 		if time.Since(start) > timeout {
-			h.t.Fatalf("%s: not within %v", what, timeout)
+			t.Fatalf("%s: not within %v", what, timeout)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(poll)
 	}
 	return time.Since(start)
 }
@@ -222,10 +229,11 @@ func TestSyncReportsProblemsOnce(t *testing.T) {
 	bad.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "not-a-cidr"}}}}}
 	snap.NetworkPolicies = append(snap.NetworkPolicies, bad)
 	h := newHarness(t, snap, Options{NoStatus: true})
-	// A Service problem: an external IP that is not one.
+	// Two Service problems (external IPs that are not ones), against one
+	// policy problem: a gauge that counted the other kind would be off.
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "x"}, Spec: corev1.ServiceSpec{
 		ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
-		Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}, ExternalIPs: []string{"not-an-ip"}}}
+		Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}, ExternalIPs: []string{"not-an-ip", "nor-this"}}}
 	if _, err := h.kube.CoreV1().Services("x").Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +242,7 @@ func TestSyncReportsProblemsOnce(t *testing.T) {
 		name           string
 		policy, svc    string // a substring of the problem
 		policyN, svcsN float64
-	}{{name: "bad CIDR and bad external IP", policy: "not-a-cidr", svc: `invalid IP \"not-an-ip\"`, policyN: 1, svcsN: 1}}
+	}{{name: "bad CIDR and bad external IP", policy: "not-a-cidr", svc: `invalid IP \"not-an-ip\"`, policyN: 1, svcsN: 2}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for i := 0; i < 3; i++ {
@@ -281,6 +289,13 @@ func TestResyncRepairsDrift(t *testing.T) {
 			c.Rules = c.Rules[1:]
 			return t
 		}, func() bool { return holds(h.pol, want) }},
+		{"policy element added", h.pol, func(t *nft.Table) *nft.Table {
+			// self-pods4 is ipv4_addr . ipv4_addr: 254.254.254.254
+			// reaching itself, which no pod is.
+			s := t.Sets["self-pods4"]
+			s.Elements = append(s.Elements, nft.Element{Key: bytes.Repeat([]byte{0xfe}, 8)})
+			return t
+		}, func() bool { return holds(h.pol, want) }},
 		{"policy table deleted", h.pol, func(*nft.Table) *nft.Table { return nil }, func() bool { return holds(h.pol, want) }},
 		{"NAT chain flushed", h.nat, func(t *nft.Table) *nft.Table {
 			for _, c := range t.Chains {
@@ -297,7 +312,7 @@ func TestResyncRepairsDrift(t *testing.T) {
 			if tc.check() {
 				t.Fatal("the tampering changed nothing")
 			}
-			took := h.waitFor("repair", 3*period+time.Second, tc.check)
+			took := waitUntil(t, "repair", 3*period+time.Second, 2*time.Millisecond, tc.check)
 			t.Logf("repaired after %v (resync period %v)", took, period)
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -293,12 +294,39 @@ func TestDownAllShadowed(t *testing.T) {
 // The leak that `make e2e` left: while a lab is up, another tool's `ip
 // netns add` (a throwaway namespace of its own) must not make teardown
 // fail or leave anything behind.
+//
+// The bug shows only while /run/netns is not yet a mount point, which
+// holds once per boot at most: the test runs itself again in a mount
+// namespace of its own where /run/netns is a plain directory again.
 func TestIPNetnsAddWhileUp(t *testing.T) {
 	requireRoot(t)
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("no ip command")
 	}
-	prefix := testPrefix(t)
+	const child = "NETPOL_TEST_PLAIN_NETNS_DIR" // the child's lab prefix
+	prefix := os.Getenv(child)
+	if prefix == "" {
+		// The prefix is the parent's: its cleanup also removes what a
+		// failing child leaves in /run/netns.
+		cmd := exec.Command(os.Args[0], "-test.run=^TestIPNetnsAddWhileUp$", "-test.v", "-test.count=1")
+		cmd.Env = append(os.Environ(), child+"="+testPrefix(t))
+		// Go makes the new mount namespace's mounts private (MS_REC):
+		// nothing done in it reaches the host's mount table.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+		out, err := cmd.CombinedOutput()
+		t.Logf("in a mount namespace of its own:\n%s", out)
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestIPNetnsAddWhileUp") {
+			t.Fatalf("the test failed in its own mount namespace: %v", err)
+		}
+		return
+	}
+	// Take away every mount on /run/netns (the host's self-bind and the
+	// nsfs mounts under it): what iproute2 finds on a fresh boot.
+	for unix.Unmount(netnsDir, unix.MNT_DETACH) == nil {
+	}
+	if isMountPoint(t, netnsDir) {
+		t.Fatalf("%s is still a mount point", netnsDir)
+	}
 	l, err := Up(context.Background(), loadBase(t, "hostnet.yaml"), Options{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
@@ -325,4 +353,20 @@ func TestIPNetnsAddWhileUp(t *testing.T) {
 	if left := mountsUnder(t, netnsDir, prefix+"-"); len(left) > 0 {
 		t.Errorf("mounts left (hidden namespaces): %v", left)
 	}
+}
+
+// isMountPoint tells whether dir is a mount point in this process's mount
+// namespace.
+func isMountPoint(t *testing.T, dir string) bool {
+	t.Helper()
+	table, err := mountTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range table {
+		if e.point == dir {
+			return true
+		}
+	}
+	return false
 }
