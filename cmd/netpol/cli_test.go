@@ -9,11 +9,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/lab"
@@ -124,6 +126,106 @@ func TestExplainServiceErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) || (tt.notWant != "" && strings.Contains(err.Error(), tt.notWant)) {
 			t.Errorf("%s -> %s %s: got %v, want an error with %q", tt.src, tt.dst, tt.port, err, tt.want)
 		}
+	}
+}
+
+// badServices is the demo plus Services with entries proxy.Build rejects:
+// api/lb (a bad source range, and a slice with a bad address) in front of
+// api/orders, and api/other (a bad external IP).
+func badServices(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	doc := `apiVersion: v1
+kind: Service
+metadata: {name: lb, namespace: api}
+spec:
+  type: LoadBalancer
+  selector: {app: orders}
+  clusterIP: 10.96.0.50
+  loadBalancerSourceRanges: [bogus, 10.0.0.0/8]
+  ports:
+  - {name: http, port: 80, targetPort: http, nodePort: 30091, protocol: TCP}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: lb-1
+  namespace: api
+  labels: {kubernetes.io/service-name: lb}
+addressType: IPv4
+ports:
+- {name: http, port: 8080, protocol: TCP}
+endpoints:
+- addresses: [10.244.2.10]
+  conditions: {ready: true}
+  nodeName: node-2
+  targetRef: {kind: Pod, namespace: api, name: orders}
+- addresses: [not-an-ip]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: other, namespace: api}
+spec:
+  clusterIP: 10.96.0.51
+  externalIPs: [300.1.1.1]
+  ports:
+  - {port: 80, protocol: TCP}
+`
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Service errors name the file and document, as the loader's and the
+// policy model's do; explain reports those of the Service it explains
+// (and of its EndpointSlices), still explains, and exits 1.
+func TestServiceErrorsNameTheirOrigin(t *testing.T) {
+	path := badServices(t)
+	lb := path + ` (document 1): Service api/lb: spec.loadBalancerSourceRanges[0]: invalid CIDR "bogus"`
+	slice := path + ` (document 2): EndpointSlice api/lb-1: endpoints[1].addresses[0]: invalid IP "not-an-ip"`
+	other := path + ` (document 3): Service api/other: spec.externalIPs[0]: invalid IP "300.1.1.1"`
+	tests := []struct {
+		name     string
+		args     []string
+		stdout   string
+		want     []string
+		not      []string
+		problems int
+	}{
+		{"compile --services", []string{"compile", "--node", "node-1", "--services"}, "table inet netpol-proxy",
+			[]string{lb, slice, other}, nil, 3},
+		{"explain svc/", []string{"explain", "web/frontend", "svc/api/lb", "--port", "tcp/80"}, "web/frontend -> service api/lb tcp/80",
+			[]string{lb, slice}, []string{"api/other"}, 2},
+		{"explain by ClusterIP address, as JSON", []string{"explain", "web/frontend", "10.96.0.50", "--port", "tcp/80", "-o", "json"}, `"service": "api/lb"`,
+			[]string{lb, slice}, []string{"api/other"}, 2},
+		{"explain another Service", []string{"explain", "web/frontend", "svc/api/orders", "--port", "tcp/80"}, "web/frontend -> service api/orders tcp/80",
+			nil, []string{"api/lb", "api/other"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, stderr, err := run(t, "", append(tt.args, "-f", demo, "-f", path)...)
+			if !strings.Contains(out, tt.stdout) {
+				t.Errorf("stdout lacks %q:\n%s", tt.stdout, out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr, "error: "+w+"\n") {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr)
+				}
+			}
+			for _, w := range tt.not {
+				if strings.Contains(stderr, w) {
+					t.Errorf("stderr mentions %q:\n%s", w, stderr)
+				}
+			}
+			var partial *partialError
+			switch {
+			case tt.problems == 0 && err != nil:
+				t.Errorf("err %v, want none", err)
+			case tt.problems > 0 && (!errors.As(err, &partial) || partial.n != tt.problems):
+				t.Errorf("err %v, want %d problem(s) (exit status 1)", err, tt.problems)
+			}
+		})
 	}
 }
 
@@ -505,6 +607,8 @@ func TestCompletion(t *testing.T) {
 		{[]string{"table", "-f", demo, "-n", ""}, []string{"api", "web", "sandbox"}, nil},
 		{[]string{"table", "-o", ""}, []string{"table", "json", "yaml"}, []string{"text"}},
 		{[]string{"explain", "-o", ""}, []string{"text", "json", "yaml"}, []string{"table"}},
+		// A value's remark in brackets is not part of it.
+		{[]string{"conformance", "run", "-o", ""}, []string{"text", "json"}, []string{"yaml", "(report.json's", "shape)"}},
 	}
 	for _, tt := range tests {
 		out, _, err := run(t, "", append([]string{"__complete"}, tt.args...)...)
@@ -531,6 +635,28 @@ func TestCompletion(t *testing.T) {
 			}
 		}
 	}
+	// Every command's -o completes to its values, each one word.
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		if c.Flags().Lookup("output") == nil {
+			return
+		}
+		args := append([]string{"__complete"}, strings.Fields(c.CommandPath())[1:]...)
+		out, _, err := run(t, "", append(args, "-o", "")...)
+		var values []string
+		for _, l := range strings.Split(out, "\n") {
+			if l != "" && !strings.HasPrefix(l, ":") { // ":4" is cobra's directive
+				values = append(values, l)
+			}
+		}
+		if err != nil || len(values) < 2 || slices.ContainsFunc(values, func(v string) bool { return strings.ContainsAny(v, " ()") }) {
+			t.Errorf("%s -o: completions %q (err %v), want its formats", c.CommandPath(), values, err)
+		}
+	}
+	walk(newRootCommand())
 }
 
 // Rough edges: --denied shows only the denied cells.

@@ -43,13 +43,10 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 					table = proxy.DefaultTable
 				}
 				m := proxy.Build(l.snap, node, proxy.Options{})
-				for _, e := range m.Errors {
-					fmt.Fprintln(cmd.ErrOrStderr(), "error:", e)
-				}
+				l.reportErrors(cmd.ErrOrStderr(), m.Errors)
 				if t, err = proxy.Compile(m, proxy.CompileOptions{Table: table}); err != nil {
 					return err
 				}
-				l.problems += len(m.Errors)
 			} else {
 				opts := compiler.Options{Node: node, Table: table}
 				if opts.AgentPorts, err = agent.parse(); err != nil {

@@ -144,17 +144,32 @@ func registerCompletions(root *cobra.Command, in *inputFlags) {
 	complete("namespace", completeNamespaces(in))
 }
 
-// formatsOf reads "output format: table, json or yaml" as its values.
+// formatsOf reads "output format: table, json or yaml" as its values. A
+// value may carry a remark, "json (report.json's shape)": the value is
+// the item's first word, and remarks in brackets (commas and all) are
+// dropped first.
 func formatsOf(usage string) []string {
 	_, list, ok := strings.Cut(usage, ":")
 	if !ok {
 		return nil
 	}
-	list = strings.ReplaceAll(list, " or ", ", ")
+	var plain strings.Builder
+	depth := 0
+	for _, r := range list {
+		switch {
+		case r == '(':
+			depth++
+		case r == ')' && depth > 0:
+			depth--
+		case depth == 0:
+			plain.WriteRune(r)
+		}
+	}
+	list = strings.ReplaceAll(plain.String(), " or ", ", ")
 	var out []string
 	for _, f := range strings.Split(list, ",") {
-		if f = strings.TrimSpace(f); f != "" && !strings.ContainsAny(f, " ()") {
-			out = append(out, f)
+		if words := strings.Fields(f); len(words) > 0 {
+			out = append(out, words[0])
 		}
 	}
 	return out

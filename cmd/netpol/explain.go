@@ -76,6 +76,8 @@ an error or when some input object was invalid (reported on stderr); with
 			var result any
 			var text func()
 			if isService {
+				// First: explaining may fail for want of the entries left out.
+				l.reportErrors(cmd.ErrOrStderr(), serviceErrors(l.snap, target.namespace, target.name))
 				sv, err := explainService(l, args[0], target, probe, fam)
 				if err != nil {
 					return err

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
@@ -479,6 +480,25 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 	}
 	sv.Note = strings.Join(notes, "; ")
 	return sv, nil
+}
+
+// serviceErrors are proxy.Build's errors about the Service namespace/name
+// and its EndpointSlices: entries left out of what explain says about it.
+// They do not depend on the node, so any node's build has them.
+func serviceErrors(snap *cluster.Snapshot, namespace, name string) []error {
+	ours := map[cluster.ObjectKey]bool{{Kind: cluster.KindService, Namespace: namespace, Name: name}: true}
+	for _, es := range snap.EndpointSlices {
+		if es != nil && es.Namespace == namespace && es.Labels[discoveryv1.LabelServiceName] == name {
+			ours[cluster.ObjectKey{Kind: cluster.KindEndpointSlice, Namespace: es.Namespace, Name: es.Name}] = true
+		}
+	}
+	var out []error
+	for _, e := range proxy.Build(snap, "", proxy.Options{}).Errors {
+		if key, ok := objectOf(e); ok && ours[key] {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 func familyOf(f corev1.IPFamily) eval.Family {

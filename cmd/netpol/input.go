@@ -13,6 +13,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/policy"
+	"github.com/netpol/netpol/pkg/proxy"
 )
 
 // inputFlags say where the cluster state comes from: files (-f) or the live
@@ -122,22 +123,44 @@ func (in *inputFlags) load(ctx context.Context, stdin io.Reader, stderr io.Write
 	for _, e := range report.Errors {
 		fmt.Fprintln(stderr, "error:", e)
 	}
-	for _, e := range model.Errors {
-		fmt.Fprintln(stderr, "error:", withOrigin(snap, e))
+	l := &loaded{snap: snap, model: model, evaluator: eval.New(snap, model), problems: len(report.Errors)}
+	l.reportErrors(stderr, model.Errors)
+	return l, nil
+}
+
+// reportErrors prints errors about input objects found after loading (the
+// policy model's, proxy.Build's) as the loader's are, and counts them
+// toward the exit status.
+func (l *loaded) reportErrors(stderr io.Writer, errs []error) {
+	for _, e := range errs {
+		fmt.Fprintln(stderr, "error:", withOrigin(l.snap, e))
 	}
-	return &loaded{snap: snap, model: model, evaluator: eval.New(snap, model), problems: len(report.Errors) + len(model.Errors)}, nil
+	l.problems += len(errs)
 }
 
 // withOrigin prefixes an object's error with the file and document it was
 // read from.
 func withOrigin(snap *cluster.Snapshot, err error) string {
-	var oe *policy.ObjectError
-	if errors.As(err, &oe) {
-		if src, ok := snap.Origin[oe.Object]; ok && src.File != "" {
+	if key, ok := objectOf(err); ok {
+		if src, ok := snap.Origin[key]; ok && src.File != "" {
 			return fmt.Sprintf("%s: %s", src, err)
 		}
 	}
 	return err.Error()
+}
+
+// objectOf is the object an error names: policy and proxy each have
+// their own error type for an object's field.
+func objectOf(err error) (cluster.ObjectKey, bool) {
+	var oe *policy.ObjectError
+	if errors.As(err, &oe) {
+		return oe.Object, true
+	}
+	var fe *proxy.FieldError
+	if errors.As(err, &fe) {
+		return fe.Object, true
+	}
+	return cluster.ObjectKey{}, false
 }
 
 func emptyConfig(err error) bool {

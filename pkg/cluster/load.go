@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -259,7 +260,7 @@ func (s *Snapshot) addObject(data []byte, src Source, replace bool, report *Repo
 	}
 	unknown, err := decode(s, data, key.Namespace)
 	if err != nil {
-		report.Errors = append(report.Errors, fmt.Errorf("%s: %s: %w", src, key, err))
+		report.Errors = append(report.Errors, fmt.Errorf("%s: %s: %s", src, key, plainJSONError(err)))
 		return
 	}
 	if len(unknown) > 0 {
@@ -285,13 +286,21 @@ func documentKind(data []byte) string {
 }
 
 // plainJSONError says what a decoding error means without Go type names:
-// "metadata.name is a number, not a string".
+// "metadata.name is a number, not a string", "spec.ports.port is 8.5, not
+// a whole number".
 func plainJSONError(err error) string {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		field := strings.TrimPrefix(te.Field, "TypeMeta.") // the inline apiVersion and kind
 		if field == "" {
 			field = "the document"
+		}
+		// A number of the wrong shape or size comes as "number 8.5".
+		if n, ok := strings.CutPrefix(te.Value, "number "); ok && isInteger(te.Type.Kind()) {
+			if strings.ContainsAny(n, ".eE") {
+				return fmt.Sprintf("%s is %s, not a whole number", field, n)
+			}
+			return fmt.Sprintf("%s is %s, out of range for a %d-bit whole number", field, n, te.Type.Bits())
 		}
 		want := te.Type.Kind().String()
 		switch want {
@@ -313,6 +322,10 @@ func plainJSONError(err error) string {
 		return fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, se.Error())
 	}
 	return err.Error()
+}
+
+func isInteger(k reflect.Kind) bool {
+	return k >= reflect.Int && k <= reflect.Uintptr
 }
 
 func jsonValueName(v string) string {

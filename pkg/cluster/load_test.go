@@ -743,6 +743,45 @@ func TestNotAnObjectIsAPlainSentence(t *testing.T) {
 	}
 }
 
+// An object's fields that do not decode are plain sentences too, after the
+// file, document and object: no Go struct or type names.
+func TestFieldErrorsArePlainSentences(t *testing.T) {
+	tests := []struct{ name, doc, want string }{
+		{"a string for a list", "apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: x}\nspec: {containers: oops}\n",
+			"Pod x/a: spec.containers is a string, not a list"},
+		{"a string for a number", "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: x}\nspec: {ports: [{port: \"80\"}]}\n",
+			"Service x/s: spec.ports.port is a string, not a number"},
+		{"a string for a boolean", "apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: x}\nspec: {hostNetwork: \"yes\"}\n",
+			"Pod x/a: spec.hostNetwork is a string, not a boolean"},
+		{"a list for a mapping", "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np, namespace: x}\nspec: {podSelector: []}\n",
+			"NetworkPolicy x/np: spec.podSelector is a list, not a mapping"},
+		{"a number for a label value", "apiVersion: v1\nkind: Namespace\nmetadata: {name: x, labels: {a: 1}}\n",
+			"Namespace x: metadata.labels is a number, not a string"},
+		{"a fraction for a whole number", "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: x}\nspec: {ports: [{port: 8.5}]}\n",
+			"Service x/s: spec.ports.port is 8.5, not a whole number"},
+		{"a number out of range", "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: x}\nspec: {ports: [{port: 99999999999}]}\n",
+			"Service x/s: spec.ports.port is 99999999999, out of range for a 32-bit whole number"},
+		{"a string for a list of addresses", "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: e, namespace: x}\naddressType: IPv4\nendpoints: [{addresses: 10.0.0.1}]\n",
+			"EndpointSlice x/e: endpoints.addresses is a string, not a list"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New()
+			r := s.AddDocuments([]byte(tt.doc), "f.yaml", false)
+			if len(r.Errors) != 1 {
+				t.Fatalf("errors %v, want one", r.Errors)
+			}
+			got := r.Errors[0].Error()
+			if want := "f.yaml (document 1): " + tt.want; got != want {
+				t.Errorf("got  %q\nwant %q", got, want)
+			}
+			if len(s.Origin) != 0 {
+				t.Errorf("the object was loaded: %v", s.Origin)
+			}
+		})
+	}
+}
+
 func TestSupportedKinds(t *testing.T) {
 	got := SupportedKinds()
 	for _, w := range []string{"NetworkPolicy networking.k8s.io/v1", "Pod v1", "EndpointSlice discovery.k8s.io/v1"} {
