@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -38,7 +40,10 @@ import (
 // time, a response's write time, the number of open connections, and (for
 // the watch stream) the number of watchers and the time one write may
 // block. A watcher gets the latest model when it can take it; the sync
-// loop only closes a channel and never waits for a reader.
+// loop only closes a channel and never waits for a reader or a render.
+// The health listener, open to the pods, keeps idle connections briefly
+// and never makes a new one wait for a free slot (connLimit): a pod
+// holding connections cannot starve the kubelet's probes.
 
 // Limits of the HTTP listeners.
 const (
@@ -58,6 +63,14 @@ const (
 	// connsBeyondWatchers is how many connections a listener accepts
 	// besides the watchers.
 	connsBeyondWatchers = 64
+	// healthTimeout bounds a health request (read and write) and how long
+	// the health listener keeps an idle connection: a probe is one small
+	// request, and the kubelet does not reuse connections.
+	healthTimeout = 5 * time.Second
+	// healthMaxConns is how many connections the health listener keeps
+	// open; beyond it a new connection closes the oldest one not in a
+	// request (connLimit).
+	healthMaxConns = 64
 )
 
 // readHeaderTimeout is how long a client may take to send its request
@@ -84,9 +97,23 @@ func (a *Agent) serve() (func(), error) {
 		if err != nil {
 			return fmt.Errorf("%s: listening on %s: %w", name, addr, err)
 		}
-		l = netutil.LimitListener(l, a.opts.Serving.maxWatchers()+connsBeyondWatchers)
 		srv := &http.Server{Handler: limitRequests(h), ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
 			WriteTimeout: writeTimeout, IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes, TLSConfig: tlsConfig}
+		if name == "health" {
+			// The kubelet's probes share this listener with every pod of
+			// the node (it is never protected: docs/architecture.md).
+			// netutil.LimitListener stops accepting at its limit, and a
+			// probe would then queue behind connections a pod holds open
+			// (idle ones for IdleTimeout, silent ones for
+			// ReadHeaderTimeout). Here connections are kept briefly and
+			// a new one is always accepted: at the limit it closes the
+			// oldest connection that is not in a request.
+			srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout = healthTimeout, healthTimeout, healthTimeout
+			srv.ReadHeaderTimeout = min(readHeaderTimeout, healthTimeout)
+			srv.ConnState = (&connLimit{max: healthMaxConns}).connState
+		} else {
+			l = netutil.LimitListener(l, a.opts.Serving.maxWatchers()+connsBeyondWatchers)
+		}
 		servers = append(servers, srv)
 		a.log.Info("serving", "listener", name, "addr", l.Addr().String(), "tls", tlsConfig != nil)
 		go func() {
@@ -220,13 +247,13 @@ func (a *Agent) debugMux() *http.ServeMux {
 func (a *Agent) serveModel(w http.ResponseWriter, r *http.Request) {
 	watch, _ := strconv.ParseBool(r.URL.Query().Get("watch"))
 	if !watch {
-		p := a.programmed.Load()
-		if p == nil {
+		m := a.models.render(a.opts.NodeName, &a.programmed)
+		if m == nil {
 			http.Error(w, "no model yet: the initial sync is not done", http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		w.Write(a.models.render(a.opts.NodeName, p, true))
+		w.Write(m.indent)
 		return
 	}
 	release, ok := a.models.acquire()
@@ -257,11 +284,11 @@ func (a *Agent) serveModel(w http.ResponseWriter, r *http.Request) {
 	defer keepalive.Stop()
 	for {
 		changed := a.models.changed()
-		if p := a.programmed.Load(); p != nil && p.generation != sent {
-			if !write(a.models.render(a.opts.NodeName, p, false)) {
+		if m := a.models.render(a.opts.NodeName, &a.programmed); m != nil && m.gen > sent {
+			if !write(m.compact) {
 				return
 			}
-			sent = p.generation
+			sent = m.gen
 		}
 		select {
 		case <-r.Context().Done():
@@ -280,19 +307,35 @@ func (a *Agent) serveModel(w http.ResponseWriter, r *http.Request) {
 // modelHub tells the model's watchers about new generations, bounds their
 // number, and renders each generation once for all of them. The zero
 // value is ready to use.
+//
+// mu guards the channels and the watcher count and is only ever held for
+// a few instructions; a rendering (two JSON encodings of the whole model)
+// holds renderMu instead, so publish, which the sync loop calls after each
+// sync, never waits for one.
 type modelHub struct {
-	mu      sync.Mutex
-	ch      chan struct{} // closed at the next publish
-	done    chan struct{} // closed when the agent stops serving
-	max     int
-	active  int
-	gen     int64 // generation rendered in compact and indented
+	mu     sync.Mutex
+	ch     chan struct{} // closed at the next publish
+	done   chan struct{} // closed when the agent stops serving
+	max    int
+	active int
+
+	renderMu sync.Mutex                    // one rendering at a time
+	rendered atomic.Pointer[renderedModel] // the latest rendering
+	// beforeRender, if set (tests), runs at the start of each rendering,
+	// with renderMu held.
+	beforeRender func(generation int64)
+}
+
+// renderedModel is one generation's model as JSON: compact (one line, for
+// the stream) and indented (for a plain GET). Never changed once made.
+type renderedModel struct {
+	gen     int64
 	compact []byte
 	indent  []byte
 }
 
 // publish wakes every watcher: one channel close, whatever their number
-// and however slow they are.
+// and however slow they are, and whatever is being rendered.
 func (h *modelHub) publish() {
 	h.mu.Lock()
 	if h.ch != nil {
@@ -358,23 +401,94 @@ func (h *modelHub) watchers() int {
 	return h.active
 }
 
-// render returns p's model as JSON (indented for a plain GET, one line
-// for the stream), rendered once per generation.
-func (h *modelHub) render(node string, p *programmedTable, indent bool) []byte {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.compact == nil || h.gen != p.generation {
-		m := newModelView(node, p.generation, p.table)
-		h.compact, _ = json.Marshal(m)
-		h.compact = append(h.compact, '\n')
-		h.indent, _ = json.MarshalIndent(m, "", "  ")
-		h.indent = append(h.indent, '\n')
-		h.gen = p.generation
+// render returns the latest programmed model as JSON (nil before the
+// first sync), rendered once per generation: the first caller that finds
+// the rendering older than the programmed table renders the table
+// programmed then, under renderMu; the others wait for it and take it. A
+// rendering never holds mu.
+func (h *modelHub) render(node string, programmed *atomic.Pointer[programmedTable]) *renderedModel {
+	fresh := func() (*renderedModel, *programmedTable) {
+		r, p := h.rendered.Load(), programmed.Load()
+		if p == nil || r != nil && r.gen >= p.generation {
+			return r, nil
+		}
+		return r, p
 	}
-	if indent {
-		return h.indent
+	if r, p := fresh(); p == nil {
+		return r
 	}
-	return h.compact
+	h.renderMu.Lock()
+	defer h.renderMu.Unlock()
+	r, p := fresh() // rendered while this caller waited?
+	if p == nil {
+		return r
+	}
+	if h.beforeRender != nil {
+		h.beforeRender(p.generation)
+	}
+	m := newModelView(node, p.generation, p.table)
+	r = &renderedModel{gen: p.generation}
+	r.compact, _ = json.Marshal(m)
+	r.compact = append(r.compact, '\n')
+	r.indent, _ = json.MarshalIndent(m, "", "  ")
+	r.indent = append(r.indent, '\n')
+	h.rendered.Store(r)
+	return r
+}
+
+// connLimit bounds a listener's open connections (its ConnState hook)
+// without ever making a new connection wait: at the limit, a new
+// connection closes the oldest one that is not in a request (idle between
+// requests, or not done sending its first request's headers), and is
+// closed itself only when all the others are in a request. A client that
+// merely holds connections therefore cannot keep a new one out.
+type connLimit struct {
+	max   int
+	mu    sync.Mutex
+	conns []trackedConn // open connections, oldest first
+}
+
+type trackedConn struct {
+	c     net.Conn
+	state http.ConnState
+}
+
+func (l *connLimit) connState(c net.Conn, state http.ConnState) {
+	var evict net.Conn
+	l.mu.Lock()
+	i := -1
+	if state != http.StateNew {
+		i = slices.IndexFunc(l.conns, func(t trackedConn) bool { return t.c == c })
+	}
+	switch state {
+	case http.StateNew:
+		if len(l.conns) >= l.max {
+			evict = c
+			if j := slices.IndexFunc(l.conns, func(t trackedConn) bool {
+				return t.state == http.StateNew || t.state == http.StateIdle
+			}); j >= 0 {
+				evict = l.conns[j].c
+				l.conns = slices.Delete(l.conns, j, j+1)
+			}
+		}
+		if evict != c {
+			l.conns = append(l.conns, trackedConn{c, state})
+		}
+	case http.StateActive, http.StateIdle:
+		if i >= 0 { // else evicted already
+			l.conns[i].state = state
+		}
+	case http.StateClosed, http.StateHijacked:
+		if i >= 0 {
+			l.conns = slices.Delete(l.conns, i, i+1)
+		}
+	}
+	l.mu.Unlock()
+	if evict != nil {
+		// A connection that turned active meanwhile loses its request;
+		// only under overload, and it was the oldest.
+		evict.Close()
+	}
 }
 
 // ModelURL is the /debug/model URL of an agent address: host:port (plain
