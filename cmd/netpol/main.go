@@ -72,7 +72,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in), newAgentCommand(in), newModelCommand(in), newVersionCommand(), newTraceCommand(in), newConformanceCommand())
+	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in), newAgentCommand(in), newModelCommand(in), newVersionCommand(), newTraceCommand(in), newConformanceCommand(), newProbeCommand())
 	for _, c := range root.Commands() {
 		switch c.Name() {
 		case "agent", "model":

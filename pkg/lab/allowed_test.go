@@ -15,7 +15,7 @@ func TestE2EAllAllowed(t *testing.T) {
 		t.Run(string(family), func(t *testing.T) {
 			opts := eval.TableOptions{Probes: mustProbes(t, "tcp/80", "udp/81"), Family: family}
 			want := evalTable(snap, opts)
-			got, notes := probe(t, l, ProbeOptions{Probes: opts.Probes, Family: family})
+			got, notes := probeLab(t, l, ProbeOptions{Probes: opts.Probes, Family: family})
 			sameTable(t, want, got)
 			if len(notes) > 0 {
 				t.Errorf("notes: %v", notes)
@@ -25,7 +25,7 @@ func TestE2EAllAllowed(t *testing.T) {
 	// The full matrix: every declared port but SCTP (this kernel may
 	// have none), 9 x 9 x 4.
 	t.Run("full", func(t *testing.T) {
-		got, notes := probe(t, l, ProbeOptions{SkipUnsupported: true})
+		got, notes := probeLab(t, l, ProbeOptions{SkipUnsupported: true})
 		opts := eval.TableOptions{}
 		for _, s := range got.Ports {
 			opts.Probes = append(opts.Probes, mustProbes(t, s)...)
@@ -46,7 +46,7 @@ func TestDualStack(t *testing.T) {
 	for _, family := range []eval.Family{eval.FamilyPrimary, eval.FamilyIPv4, eval.FamilyIPv6} {
 		t.Run("family="+string(family), func(t *testing.T) {
 			opts := eval.TableOptions{Probes: mustProbes(t, "tcp/80", "udp/81"), Family: family}
-			got, _ := probe(t, l, ProbeOptions{Probes: opts.Probes, Family: family})
+			got, _ := probeLab(t, l, ProbeOptions{Probes: opts.Probes, Family: family})
 			sameTable(t, evalTable(snap, opts), got)
 		})
 	}
@@ -57,7 +57,7 @@ func TestDualStack(t *testing.T) {
 func TestHostNetwork(t *testing.T) {
 	snap := loadBase(t, "hostnet.yaml")
 	l := upLab(t, snap, Options{})
-	got, _ := probe(t, l, ProbeOptions{})
+	got, _ := probeLab(t, l, ProbeOptions{})
 	sameTable(t, evalTable(snap, eval.TableOptions{}), got)
 
 	h1 := l.Node("node-1")
@@ -79,13 +79,13 @@ func TestConformanceAndNamedPorts(t *testing.T) {
 		snap := loadBase(t, "conformance.yaml")
 		probes := mustProbes(t, "tcp/80", "tcp/8080", "udp/53", "udp/5353")
 		l := upLab(t, snap, Options{ExtraPorts: probes})
-		got, _ := probe(t, l, ProbeOptions{Probes: probes, Family: eval.FamilyIPv4})
+		got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: eval.FamilyIPv4})
 		sameTable(t, evalTable(snap, eval.TableOptions{Probes: probes, Family: eval.FamilyIPv4}), got)
 	})
 	t.Run("namedports", func(t *testing.T) {
 		snap := loadBase(t, "namedports.yaml")
 		l := upLab(t, snap, Options{})
-		got, _ := probe(t, l, ProbeOptions{})
+		got, _ := probeLab(t, l, ProbeOptions{})
 		sameTable(t, evalTable(snap, eval.TableOptions{}), got)
 	})
 }

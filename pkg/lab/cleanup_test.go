@@ -61,7 +61,7 @@ func TestUpdateFailsThenRecovers(t *testing.T) {
 		t.Fatalf("second Update: %v", err)
 	}
 	probes := mustProbes(t, "tcp/80", "udp/81") // what x/late serves
-	got, _ := probe(t, l, ProbeOptions{Probes: probes})
+	got, _ := probeLab(t, l, ProbeOptions{Probes: probes})
 	sameTable(t, evalTable(next, eval.TableOptions{Probes: probes}), got)
 	pods := len(l.Pods())
 	if left, _ := namespacesWithPrefix(l.Prefix() + "-"); len(left) != 1+2+5 || pods != 7 {
@@ -115,7 +115,7 @@ func TestSCTP(t *testing.T) {
 	l := upLab(t, snap, Options{})
 	probes := mustProbes(t, "sctp/80", "tcp/80")
 	if ok {
-		got, _ := probe(t, l, ProbeOptions{Probes: probes, Family: eval.FamilyIPv4})
+		got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: eval.FamilyIPv4})
 		sameTable(t, evalTable(snap, eval.TableOptions{Probes: probes, Family: eval.FamilyIPv4}), got)
 		return
 	}

@@ -54,7 +54,7 @@ func TestDenialObserved(t *testing.T) {
 	for i, r := range want.Results {
 		want.Results[i].Allowed = r.To != target || r.From == target
 	}
-	got, _ := probe(t, l, ProbeOptions{Probes: probes, Family: eval.FamilyIPv4})
+	got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: eval.FamilyIPv4})
 	sameTable(t, want, got)
 
 	// Each denied cell is a timeout (a drop), from the same node and from

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/probe"
 )
 
 // ExternalSource is the source Dial and ProbeServices name the lab's
@@ -73,13 +74,13 @@ func (l *Lab) dial(ctx context.Context, from string, dst netip.AddrPort, protoco
 		o.Result = result
 		return o
 	}
-	reply, local, err := exchangeFrom(ctx, h, netip.AddrPortFrom(src, opts.SourcePort), dst, protocol, opts.Timeout)
+	reply, local, err := probe.Exchange(ctx, h, netip.AddrPortFrom(src, opts.SourcePort), dst, protocol, opts.Timeout)
 	o.FromAddr, o.FromPort = local.Addr(), local.Port()
 	if !local.IsValid() && src.IsValid() && !src.IsUnspecified() {
 		o.FromAddr = src
 	}
 	if err != nil {
-		o.Result = classify(err)
+		o.Result = probe.Classify(err)
 		return o
 	}
 	o.Allowed, o.Result, o.Reply = true, ResultOK, reply

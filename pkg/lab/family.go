@@ -65,13 +65,6 @@ func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), bits)}
 }
 
-func sockaddr(a netip.Addr, port int) unix.Sockaddr {
-	if a.Is4() {
-		return &unix.SockaddrInet4{Port: port, Addr: a.As4()}
-	}
-	return &unix.SockaddrInet6{Port: port, Addr: a.As16()}
-}
-
 func addrFromNet(ip net.IP) netip.Addr {
 	a, _ := netip.AddrFromSlice(ip)
 	return a.Unmap()

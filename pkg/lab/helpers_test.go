@@ -85,7 +85,7 @@ func evalTable(snap *cluster.Snapshot, opts eval.TableOptions) *eval.Table {
 	return eval.New(snap, policy.Build(snap)).Table(opts)
 }
 
-func probe(t *testing.T, l *Lab, opts ProbeOptions) (*eval.Table, []string) {
+func probeLab(t *testing.T, l *Lab, opts ProbeOptions) (*eval.Table, []string) {
 	t.Helper()
 	start := time.Now()
 	got, notes, err := l.Probe(context.Background(), opts)

@@ -5,9 +5,11 @@
 // Topology (every namespace name starts with the lab's prefix):
 //
 //   - <prefix>-underlay: a bridge, br0, with one port per node (n<i>). br0
-//     also has an address per family, so that the underlay is a client
-//     outside the cluster ("external"), with routes to the nodes and to
-//     Service load-balancer and external IPs (see outside.go, External).
+//     also has an address per family (chosen, or Options.Outside), so that
+//     the underlay is a host outside the cluster ("external"), with routes
+//     to the nodes, to the pods through their nodes, and to Service
+//     load-balancer and external IPs (see outside.go, External); it serves
+//     Options.OutsidePorts.
 //   - <prefix>-n-<i>, one per Node: its uplink ("uplink", the peer of n<i>)
 //     carries the node's InternalIP/ExternalIP addresses as /32 and /128,
 //     with on-link host routes to every other node's addresses, routes to
@@ -33,8 +35,8 @@
 // namespace/name. The root namespace is never touched except for the
 // names under /run/netns (and one SCTP socket opened and closed to learn
 // whether the kernel has SCTP), and no probe ever leaves the lab's
-// namespaces: nodes and the underlay have no default route, only host
-// routes to lab and Service addresses.
+// namespaces: nodes and the underlay have no default route, only routes
+// to lab addresses (pod CIDRs among them) and Service addresses.
 package lab
 
 import (
@@ -53,6 +55,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/policy"
+	"github.com/netpol/netpol/pkg/probe"
 )
 
 // Options configure Up.
@@ -63,6 +66,14 @@ type Options struct {
 	// ExtraPorts are served by every pod besides its declared container
 	// ports (the conformance model's pods listen on undeclared ones).
 	ExtraPorts []eval.Probe
+	// Outside pins the outside's addresses (see External), at most one per
+	// family; a family without one gets the automatic choice when the
+	// nodes use it. A pinned address must not be a node's or a pod's.
+	Outside []netip.Addr
+	// OutsidePorts are served on every address of the outside, answering
+	// with that address (e.g. "192.0.2.10"), so that the outside is a peer
+	// pods can reach, not only a client.
+	OutsidePorts []eval.Probe
 }
 
 // Node is a node of the lab.
@@ -106,6 +117,9 @@ type Lab struct {
 	nextNode int
 	nextPod  int
 	down     bool
+
+	// outsideServers serve OutsidePorts on the external addresses.
+	outsideServers []*probe.Server
 }
 
 type labNode struct {
@@ -120,7 +134,7 @@ type labPod struct {
 	node     *labNode
 	ns       *namespace // nil for host-network pods
 	nodeLink string     // node side of the pod's veth
-	servers  []*server
+	servers  []*probe.Server
 }
 
 // Up builds a lab for the snapshot. If it fails, everything it made is
@@ -140,7 +154,7 @@ func Up(ctx context.Context, snap *cluster.Snapshot, opts Options) (*Lab, error)
 	} else if len(existing) > 0 {
 		return nil, fmt.Errorf("lab %s: network namespaces with this prefix exist already (%s ...); remove them with DownAll", opts.Prefix, existing[0])
 	}
-	p, err := makePlan(snap, opts.ExtraPorts, nil)
+	p, err := makePlan(snap, opts, nil)
 	if err != nil {
 		return nil, fmt.Errorf("lab %s: %w", opts.Prefix, err)
 	}
@@ -174,7 +188,7 @@ func (l *Lab) Update(ctx context.Context, snap *cluster.Snapshot) error {
 	for _, n := range l.nodes {
 		previous.nodes = append(previous.nodes, n.plan)
 	}
-	p, err := makePlan(snap, l.opts.ExtraPorts, previous)
+	p, err := makePlan(snap, l.opts, previous)
 	if err == nil {
 		err = l.apply(ctx, p, snap)
 	}
@@ -193,9 +207,10 @@ func (l *Lab) Down() error {
 		return nil
 	}
 	l.down = true
-	var errs []error
+	errs := []error{probe.StopServers(l.outsideServers)}
+	l.outsideServers = nil
 	for _, p := range l.pods {
-		errs = append(errs, stopServers(p.servers))
+		errs = append(errs, probe.StopServers(p.servers))
 		p.servers = nil
 		if p.ns != nil {
 			errs = append(errs, p.ns.delete())

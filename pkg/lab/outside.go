@@ -13,32 +13,67 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/policy"
+	"github.com/netpol/netpol/pkg/probe"
 	"github.com/netpol/netpol/pkg/proxy"
 )
 
 // The outside of the cluster. The underlay namespace, which holds the
-// bridge, doubles as a client outside the cluster ("external"):
+// bridge, doubles as a host outside the cluster ("external"):
 //
-//   - br0 gets one address per family the nodes use: the highest free
-//     address but one of the /24 (IPv4) or /64 (IPv6) around the first
-//     node's (snapshot order) InternalIP/ExternalIP of that family, or of
-//     the synthetic range when no node has one; free means no node, pod,
-//     synthetic address or Service address has it. Update keeps it while
-//     it stays free.
-//   - The underlay has on-link host routes to every node address, and a
-//     route for every Service load-balancer ingress IP and external IP
-//     through one node (the first by name with an address of its family),
-//     as an L2 or BGP load balancer would announce it. It has no route to
-//     pods or ClusterIPs, and it does not forward.
+//   - br0 gets the pinned addresses (Options.Outside, at most one per
+//     family) and, for every other family the nodes use, one chosen: the
+//     highest free address but one of the /24 (IPv4) or /64 (IPv6) around
+//     the first node's (snapshot order) InternalIP/ExternalIP of that
+//     family, or of the synthetic range when no node has one; free means
+//     no node, pod, synthetic address or Service address has it. Update
+//     keeps it while it stays free.
+//   - The underlay has on-link host routes to every node address, routes
+//     to the pods as a node has them (every pod CIDR through its node, host
+//     routes through the node for pods outside their node's CIDRs: a flat
+//     network, where pods are reachable from outside and their replies
+//     to the outside come back), and a route for every Service
+//     load-balancer ingress IP and external IP through one node (the first
+//     by name with an address of its family), as an L2 or BGP load
+//     balancer would announce it. It has no route to ClusterIPs, and it
+//     does not forward.
 //   - Every node has an on-link host route to the underlay's addresses (for
-//     replies), and one to every Service address (ClusterIPs, load-balancer
-//     and external IPs) over its uplink: a socket on the node needs a route
-//     before the output hook's DNAT can change the destination, as a real
-//     node's default route provides. Without DNAT such packets find no one
-//     on the bridge and time out; they never leave the lab.
+//     replies, and for pods' connections to the outside), and one to every
+//     Service address (ClusterIPs, load-balancer and external IPs) over its
+//     uplink: a socket on the node needs a route before the output hook's
+//     DNAT can change the destination, as a real node's default route
+//     provides. Without DNAT such packets find no one on the bridge and
+//     time out; they never leave the lab. Host routes work for any address,
+//     so a pinned one need not be near the nodes'.
+//   - The underlay serves Options.OutsidePorts on each of its addresses
+//     with the same probe servers as pods, answering with the address.
 //
 // Service addresses that are lab addresses already (an external IP equal
 // to a node address, say) need none of these routes and get none.
+
+// pinnedOutside checks Options.Outside: usable addresses, at most one per
+// family (Dial binds the outside's one address of the destination's
+// family), IPv4 first.
+func pinnedOutside(list []netip.Addr) ([]netip.Addr, error) {
+	byFamily := map[*ipFamily]netip.Addr{}
+	for _, a := range list {
+		a = a.Unmap()
+		if why := usable(a); why != "" {
+			return nil, fmt.Errorf("outside address %s is a %s, which the lab cannot give the outside", a, why)
+		}
+		f := familyOf(a)
+		if prev, dup := byFamily[f]; dup && prev != a {
+			return nil, fmt.Errorf("the outside gets at most one %s address, not %s and %s", f.name, prev, a)
+		}
+		byFamily[f] = a
+	}
+	var out []netip.Addr
+	for _, f := range ipFamilies {
+		if a, ok := byFamily[f]; ok {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
 
 // lbRoute sends a load-balancer or external IP from the underlay to a node.
 type lbRoute struct {
@@ -49,8 +84,9 @@ type lbRoute struct {
 
 // planServices reads the Services: the addresses nodes route, where the
 // underlay sends load-balancer and external IPs, and the underlay's own
-// addresses. It runs after addSynthetic; owner has every lab address.
-func (p *plan) planServices(snap *cluster.Snapshot, owner map[netip.Addr]string, previous *plan) {
+// addresses (pinned, else chosen). It runs after addSynthetic; owner has
+// every lab address, pinned ones included.
+func (p *plan) planServices(snap *cluster.Snapshot, owner map[netip.Addr]string, pinned []netip.Addr, previous *plan) {
 	model := proxy.Build(snap, "", proxy.Options{})
 	p.services = model.Services
 	for _, err := range model.Errors {
@@ -104,6 +140,10 @@ func (p *plan) planServices(snap *cluster.Snapshot, owner map[netip.Addr]string,
 
 	taken := func(a netip.Addr) bool { return owner[a] != "" || isVIP[a] || usable(a) != "" }
 	for _, f := range ipFamilies {
+		if i := slices.IndexFunc(pinned, func(a netip.Addr) bool { return familyOf(a) == f }); i >= 0 {
+			p.external = append(p.external, pinned[i])
+			continue
+		}
 		base, used := netip.Prefix{}, false
 		for _, n := range p.nodes {
 			if _, ok := n.addrOf(f); ok {
@@ -157,27 +197,71 @@ func (p *plan) outsideRoutes(n *nodePlan) []route {
 	return out
 }
 
-// underlayRoutes are the routes on br0: every node address on-link, every
-// load-balancer and external IP through its node.
+// underlayRoutes are the routes on br0: those of a node that is none of
+// the lab's (every node address on-link, every pod through its node), then
+// every load-balancer and external IP through its node.
 func (p *plan) underlayRoutes() []route {
-	var out []route
-	for _, n := range p.nodes {
-		for _, a := range n.addrs {
-			out = append(out, route{dst: hostPrefix(a)})
-		}
+	out := p.routesFor(&nodePlan{})
+	taken := map[netip.Prefix]bool{}
+	for _, r := range out {
+		taken[r.dst] = true
 	}
 	for _, r := range p.lbRoutes {
-		out = append(out, route{dst: hostPrefix(r.dst), via: r.via})
+		if dst := hostPrefix(r.dst); !taken[dst] { // a /32 pod CIDR, say
+			out = append(out, route{dst: dst, via: r.via})
+		}
 	}
 	return out
 }
 
-// reconcileUnderlay gives br0 the plan's external addresses and routes.
+// reconcileUnderlay gives br0 the plan's external addresses and routes,
+// then makes the outside serve the plan's ports on those addresses.
 func (l *Lab) reconcileUnderlay(p *plan) error {
 	if err := syncLink(l.underlay, l.bridge, p.external, p.underlayRoutes()); err != nil {
 		return fmt.Errorf("underlay: %w", err)
 	}
 	l.external = p.external
+	if err := l.reconcileOutsideServers(p); err != nil {
+		return fmt.Errorf("underlay: %w", err)
+	}
+	return nil
+}
+
+// reconcileOutsideServers stops the outside's servers the plan does not
+// want (an address gone) and starts those it lacks; the others keep
+// running across Update.
+func (l *Lab) reconcileOutsideServers(p *plan) error {
+	want := map[serverKey]bool{}
+	for _, a := range p.external {
+		for _, pr := range p.outsideServes {
+			want[serverKey{a, pr}] = true
+		}
+	}
+	var keep, stop []*probe.Server
+	have := map[serverKey]bool{}
+	for _, s := range l.outsideServers {
+		if k := (serverKey{s.Addr, s.Probe}); want[k] {
+			keep, have[k] = append(keep, s), true
+		} else {
+			stop = append(stop, s)
+		}
+	}
+	l.outsideServers = keep
+	if err := probe.StopServers(stop); err != nil {
+		return err
+	}
+	for _, a := range p.external {
+		for _, pr := range p.outsideServes {
+			if have[serverKey{a, pr}] {
+				continue
+			}
+			s, err := probe.Serve(l.underlay.handle, a.String(), a, pr)
+			if err != nil {
+				return err
+			}
+			l.outsideServers = append(l.outsideServers, s)
+		}
+	}
 	return nil
 }
 
@@ -256,8 +340,12 @@ type External struct {
 	// Handle is an open descriptor of the namespace, valid until Down. Do
 	// not close it.
 	Handle netns.NsHandle
-	// Addrs are its addresses, IPv4 first: one per family the nodes use.
+	// Addrs are its addresses, IPv4 first: Options.Outside, and one per
+	// other family the nodes use.
 	Addrs []netip.Addr
+	// Serves are the ports served on each address (Options.OutsidePorts
+	// the kernel supports); a server answers with its address.
+	Serves []eval.Probe
 	// Routes send Service load-balancer and external IPs to a node.
 	Routes []ExternalRoute
 }
@@ -279,6 +367,7 @@ func (l *Lab) External() *External {
 		return e
 	}
 	e.Addrs = slices.Clone(l.plan.external)
+	e.Serves = slices.Clone(l.plan.outsideServes)
 	for _, r := range l.plan.lbRoutes {
 		e.Routes = append(e.Routes, ExternalRoute{Dst: r.dst, Node: r.node, Via: r.via})
 	}

@@ -44,7 +44,8 @@ func TestPlanOutside(t *testing.T) {
 		{"uplink routes beyond routesFor on b", routeStrings(p.outsideRoutes(p.node("b"))),
 			"10.0.0.254/32, 10.96.0.10/32, 192.0.2.50/32, 192.0.2.60/32"},
 		{"underlay routes", routeStrings(p.underlayRoutes()),
-			"10.0.0.1/32, 10.0.0.2/32, 203.0.113.2/32, 192.0.2.50/32 via 10.0.0.1, 192.0.2.60/32 via 10.0.0.1"},
+			"10.0.0.1/32, 10.0.0.2/32, 203.0.113.2/32, 10.244.0.0/16 via 10.0.0.1, 10.244.1.0/24 via 10.0.0.2, " +
+				"192.0.2.50/32 via 10.0.0.1, 192.0.2.60/32 via 10.0.0.1"},
 		{"node b's NodePort addresses", addrStrings(p.node("b").status), "10.0.0.2, 203.0.113.2"},
 	} {
 		if c.got != c.want {
@@ -78,7 +79,7 @@ func TestPlanExternalAddress(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			snap := cluster.New()
 			addYAML(t, snap, strings.Join(append([]string{planNodes}, c.docs...), "\n---\n"))
-			p, err := makePlan(snap, nil, &plan{external: c.previous})
+			p, err := makePlan(snap, Options{}, &plan{external: c.previous})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,6 +87,78 @@ func TestPlanExternalAddress(t *testing.T) {
 				t.Errorf("external %s, want %s", got, c.want)
 			}
 		})
+	}
+}
+
+// Options.Outside pins the outside's address of its family, anywhere
+// (host routes reach it); other families keep the automatic choice, and
+// synthetic node addresses go around pinned ones. A pinned address no
+// other lab address may have.
+func TestPlanPinnedOutside(t *testing.T) {
+	six := podYAML("x", "six", "a", false, "80", "81", "fd00::6")
+	addrs := func(s ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, a := range s {
+			out = append(out, netip.MustParseAddr(a))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name      string
+		docs      []string
+		outside   []netip.Addr
+		want      string // external addresses, or the error
+		synthetic string // node a's
+	}{
+		{"IPv4 pinned", nil, addrs("192.0.2.10"), "192.0.2.10", ""},
+		{"IPv6 pinned, IPv4 chosen", nil, addrs("2001:db8::10"), "10.0.0.254, 2001:db8::10", ""},
+		{"both, IPv4 first", []string{six}, addrs("2001:db8::10", "192.0.2.10"), "192.0.2.10, 2001:db8::10", "fd6c:6162::1"},
+		{"listed twice", nil, addrs("192.0.2.10", "192.0.2.10"), "192.0.2.10", ""},
+		{"a would-be synthetic address", []string{six}, addrs("fd6c:6162::1"), "10.0.0.254, fd6c:6162::1", "fd6c:6162::2"},
+		{"a node's", nil, addrs("10.0.0.1"), "error: the outside's address 10.0.0.1 belongs to node a too", ""},
+		{"a pod's", []string{six}, addrs("fd00::6"), "error: the outside's address fd00::6 belongs to pod x/six too", ""},
+		{"two of a family", nil, addrs("192.0.2.10", "192.0.2.11"), "error: the outside gets at most one IPv4 address, not 192.0.2.10 and 192.0.2.11", ""},
+		{"link-local", nil, addrs("fe80::10"), "error: outside address fe80::10 is a link-local address, which the lab cannot give the outside", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			snap := cluster.New()
+			addYAML(t, snap, strings.Join(append([]string{planNodes}, c.docs...), "\n---\n"))
+			p, err := makePlan(snap, Options{Outside: c.outside}, nil)
+			if err != nil {
+				if got := "error: " + err.Error(); got != c.want {
+					t.Errorf("%s, want %s", got, c.want)
+				}
+				return
+			}
+			if got := addrStrings(p.external); got != c.want {
+				t.Errorf("external %s, want %s", got, c.want)
+			}
+			if got := addrStrings(p.node("a").synthetic); got != c.synthetic {
+				t.Errorf("node a's synthetic addresses %s, want %s", got, c.synthetic)
+			}
+			// Every node reaches every outside address of its families.
+			for _, n := range p.nodes {
+				routes := routeStrings(p.outsideRoutes(n))
+				for _, a := range p.external {
+					if _, ok := n.addrOf(familyOf(a)); ok && !strings.Contains(routes, hostPrefix(a).String()) {
+						t.Errorf("node %s has no route to the outside's %s: %s", n.name, a, routes)
+					}
+				}
+			}
+		})
+	}
+}
+
+// The outside serves OutsidePorts once each, sorted, on every address.
+func TestPlanOutsideServes(t *testing.T) {
+	snap := cluster.New()
+	addYAML(t, snap, planNodes)
+	p, err := makePlan(snap, Options{OutsidePorts: mustProbes(t, "udp/81", "tcp/80", "tcp/80")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(p.outsideServes); got != "[tcp/80 udp/81]" {
+		t.Errorf("the outside serves %s, want [tcp/80 udp/81]", got)
 	}
 }
 

@@ -28,6 +28,9 @@ type plan struct {
 	external []netip.Addr
 	vips     []netip.Addr
 	lbRoutes []lbRoute
+	// outsideServes are the ports the outside serves on each external
+	// address (Options.OutsidePorts that the kernel can serve).
+	outsideServes []eval.Probe
 	// services are the proxied Service ports (proxy.Build's), primary
 	// each Service's primary family by namespace/name.
 	services []*proxy.ServicePort
@@ -86,10 +89,16 @@ func (p *plan) node(name string) *nodePlan {
 // makePlan reads the snapshot. previous is what the lab has now (nil on
 // Up): its synthetic and external addresses are kept when still free, so
 // that Update does not renumber them. Conflicts the lab cannot build (two
-// owners of one address, two host-network servers on one socket) are
-// errors; pods it can leave out (no address, no node) are noted.
-func makePlan(snap *cluster.Snapshot, extra []eval.Probe, previous *plan) (*plan, error) {
+// owners of one address, two host-network servers on one socket, a pinned
+// outside address a node or pod has) are errors; pods it can leave out (no
+// address, no node) are noted.
+func makePlan(snap *cluster.Snapshot, opts Options, previous *plan) (*plan, error) {
+	extra := opts.ExtraPorts
 	p := &plan{left: map[string]string{}}
+	pinned, err := pinnedOutside(opts.Outside)
+	if err != nil {
+		return nil, err
+	}
 	owner := map[netip.Addr]string{} // address -> "node X" or "pod ns/name"
 	nodeOwner := map[netip.Addr]string{}
 	for _, n := range snap.Nodes {
@@ -212,14 +221,25 @@ func makePlan(snap *cluster.Snapshot, extra []eval.Probe, previous *plan) (*plan
 		}
 		p.pods = append(p.pods, pp)
 	}
-	if sctpSkipped {
+	// A pod without containers: the outside serves exactly OutsidePorts.
+	var skipped bool
+	p.outsideServes, skipped = servedProbes(&corev1.Pod{}, opts.OutsidePorts, sctpOK)
+	if sctpSkipped = sctpSkipped || skipped; sctpSkipped {
 		p.notes = append(p.notes, "SCTP ports are not served: "+sctpWhy)
 	}
 	for key, why := range p.left {
 		p.notes = append(p.notes, fmt.Sprintf("pod %s is not in the lab: %s", key, why))
 	}
+	// Pinned outside addresses are reserved before synthetic ones are
+	// chosen, which then go around them.
+	for _, a := range pinned {
+		if prev, taken := owner[a]; taken {
+			return nil, fmt.Errorf("the outside's address %s belongs to %s too", a, prev)
+		}
+		owner[a] = "the outside"
+	}
 	p.addSynthetic(owner, previous)
-	p.planServices(snap, owner, previous)
+	p.planServices(snap, owner, pinned, previous)
 	sort.Strings(p.notes)
 	return p, nil
 }

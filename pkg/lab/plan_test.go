@@ -29,7 +29,7 @@ func planFor(t *testing.T, docs ...string) *plan {
 	t.Helper()
 	snap := cluster.New()
 	addYAML(t, snap, strings.Join(append([]string{planNodes}, docs...), "\n---\n"))
-	p, err := makePlan(snap, nil, nil)
+	p, err := makePlan(snap, Options{}, nil)
 	if err != nil {
 		t.Fatalf("makePlan: %v", err)
 	}

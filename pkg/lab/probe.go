@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/probe"
 )
 
 // ProbeOptions choose what Probe dials.
@@ -225,8 +226,8 @@ func (l *Lab) ProbeOne(ctx context.Context, from, to string, probe eval.Probe, f
 }
 
 // observe runs one probe; the caller holds l.mu.
-func (l *Lab) observe(ctx context.Context, from, to string, probe eval.Probe, family eval.Family, timeout time.Duration) Observation {
-	o := Observation{From: from, To: to, Probe: probe}
+func (l *Lab) observe(ctx context.Context, from, to string, pr eval.Probe, family eval.Family, timeout time.Duration) Observation {
+	o := Observation{From: from, To: to, Probe: pr}
 	src, dst := l.pods[from], l.pods[to]
 	if src == nil || dst == nil {
 		o.Result = ResultNotInLab
@@ -249,9 +250,9 @@ func (l *Lab) observe(ctx context.Context, from, to string, probe eval.Probe, fa
 	if src.ns != nil {
 		ns = src.ns
 	}
-	reply, err := exchange(ctx, ns.handle, srcAddr, dstAddr, probe, timeout)
+	reply, _, err := probe.Exchange(ctx, ns.handle, netip.AddrPortFrom(srcAddr, 0), netip.AddrPortFrom(dstAddr, uint16(pr.Port)), pr.Protocol, timeout)
 	if err != nil {
-		o.Result = classify(err)
+		o.Result = probe.Classify(err)
 		return o
 	}
 	o.Allowed, o.Result, o.Reply = true, ResultOK, reply

@@ -58,7 +58,7 @@ func hostnetWithWeb(t *testing.T) *cluster.Snapshot {
 }
 
 // Without any NAT rule: pods serve their slice ports, the outside reaches
-// node addresses (host-network servers) and nothing else, Service
+// node addresses (host-network servers) and pods, nothing else; Service
 // addresses lead nowhere but do not fail fast, and Dial reports sources
 // it does not know.
 func TestDialWithoutNAT(t *testing.T) {
@@ -92,8 +92,8 @@ func TestDialWithoutNAT(t *testing.T) {
 		{NodeSource("node-1"), ap("10.244.2.21:80"), corev1.ProtocolTCP, []string{ResultOK}, "y/b", "172.18.0.2"},
 		{ExternalSource, ap("172.18.0.2:80"), corev1.ProtocolTCP, []string{ResultOK}, "x/h1", "172.18.0.254"},
 		{ExternalSource, ap("172.18.0.3:81"), corev1.ProtocolUDP, []string{ResultOK}, "y/h2", "172.18.0.254"},
-		// The outside has no route to pods.
-		{ExternalSource, ap("10.244.1.10:80"), corev1.ProtocolTCP, []string{ResultUnreachable}, "", "172.18.0.254"},
+		// The underlay routes pods through their nodes.
+		{ExternalSource, ap("10.244.1.10:80"), corev1.ProtocolTCP, []string{ResultOK}, "x/a", "172.18.0.254"},
 		{"x/a", ap("10.244.2.21:9999"), corev1.ProtocolTCP, []string{ResultRefused}, "", "10.244.1.10"},
 		// No DNAT: Service addresses lead onto the bridge and time out.
 		{"x/a", ap("10.96.0.10:80"), corev1.ProtocolTCP, []string{ResultTimeout}, "", "10.244.1.10"},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/probe"
 )
 
 // Interface names (at most 15 characters; indexes never repeat in a lab).
@@ -278,7 +279,7 @@ func (l *Lab) addPod(pp *podPlan) (err error) {
 	ln := l.nodes[pp.node]
 	lp := &labPod{plan: pp, node: ln}
 	if pp.hostNetwork {
-		lp.servers, err = startServers(ln.ns.handle, pp.key, pp.addrs, pp.serves)
+		lp.servers, err = probe.StartServers(ln.ns.handle, pp.key, pp.addrs, pp.serves)
 		if err != nil {
 			return fmt.Errorf("host-network pod %s on node %s (%s): %w", pp.key, pp.node, ln.ns.name, err)
 		}
@@ -305,7 +306,7 @@ func (l *Lab) addPod(pp *podPlan) (err error) {
 			return err
 		}
 	}
-	lp.servers, err = startServers(lp.ns.handle, pp.key, pp.addrs, pp.serves)
+	lp.servers, err = probe.StartServers(lp.ns.handle, pp.key, pp.addrs, pp.serves)
 	if err != nil {
 		return err
 	}
@@ -378,7 +379,7 @@ func (l *Lab) removePod(lp *labPod) error {
 	if l.pods[lp.plan.key] == lp {
 		delete(l.pods, lp.plan.key)
 	}
-	errs := []error{stopServers(lp.servers)}
+	errs := []error{probe.StopServers(lp.servers)}
 	lp.servers = nil
 	if lp.ns != nil {
 		if link, err := lp.node.ns.nl.LinkByName(lp.nodeLink); err == nil {
@@ -405,16 +406,16 @@ func (l *Lab) stopUnwanted(lp *labPod, pp *podPlan) error {
 			want[serverKey{a, pr}] = true
 		}
 	}
-	var keep, stop []*server
+	var keep, stop []*probe.Server
 	for _, s := range lp.servers {
-		if want[serverKey{s.addr, s.probe}] {
+		if want[serverKey{s.Addr, s.Probe}] {
 			keep = append(keep, s)
 		} else {
 			stop = append(stop, s)
 		}
 	}
 	lp.servers = keep
-	if err := stopServers(stop); err != nil {
+	if err := probe.StopServers(stop); err != nil {
 		return fmt.Errorf("pod %s: %w", pp.key, err)
 	}
 	return nil
@@ -429,7 +430,7 @@ func (l *Lab) startMissing(lp *labPod, pp *podPlan) error {
 	}
 	have := map[serverKey]bool{}
 	for _, s := range lp.servers {
-		have[serverKey{s.addr, s.probe}] = true
+		have[serverKey{s.Addr, s.Probe}] = true
 	}
 	ns := lp.node.ns
 	if lp.ns != nil {
@@ -440,7 +441,7 @@ func (l *Lab) startMissing(lp *labPod, pp *podPlan) error {
 			if have[serverKey{a, pr}] {
 				continue
 			}
-			s, err := serve(ns.handle, pp.key, a, pr)
+			s, err := probe.Serve(ns.handle, pp.key, a, pr)
 			if err != nil {
 				return errors.Join(fmt.Errorf("pod %s on node %s (%s): %w", pp.key, pp.node, ns.name, err), l.removePod(lp))
 			}

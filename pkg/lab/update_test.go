@@ -79,7 +79,7 @@ func TestUpdate(t *testing.T) {
 	probes := mustProbes(t, "tcp/80", "udp/81")
 	for _, family := range []eval.Family{eval.FamilyIPv4, eval.FamilyIPv6} {
 		opts := eval.TableOptions{Probes: probes, Family: family}
-		got, _ := probe(t, l, ProbeOptions{Probes: probes, Family: family})
+		got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: family})
 		sameTable(t, evalTable(next, opts), got)
 	}
 	o, err := l.ProbeOne(t.Context(), "y/c", "x/h3", mustProbes(t, "tcp/8080")[0], eval.FamilyIPv4)
@@ -111,7 +111,7 @@ func TestUpdate(t *testing.T) {
 	if err := l.Update(t.Context(), loadBase(t, "hostnet.yaml")); err != nil {
 		t.Fatalf("Update back: %v", err)
 	}
-	got, _ := probe(t, l, ProbeOptions{})
+	got, _ := probeLab(t, l, ProbeOptions{})
 	sameTable(t, evalTable(base, eval.TableOptions{}), got)
 	var names []string
 	for _, n := range l.Nodes() {

@@ -1,4 +1,11 @@
-package lab
+// Package probe is netpol's probe protocol, shared by the lab (servers and
+// clients inside the lab's network namespaces) and by `netpol probe` in a
+// real cluster's pods: a server on an address, port and protocol answers
+// with its owner's name (TCP and SCTP write it and close, UDP replies to
+// each datagram); a client exchange connects (or sends one datagram) and
+// reads the answer, and a failure is classified as a result (timeout,
+// refused, ...).
+package probe
 
 import (
 	"context"
@@ -15,11 +22,22 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/internal/nsexec"
 )
 
 // maxReply bounds what a probe reads: replies are a pod's namespace/name.
 const maxReply = 512
+
+// inNetNS runs fn inside the network namespace h; h <= 0 (netns.None())
+// is the caller's own.
+func inNetNS(h netns.NsHandle, fn func() error) error { return nsexec.In(h, fn) }
+
+func sockaddr(a netip.Addr, port int) unix.Sockaddr {
+	if a.Is4() {
+		return &unix.SockaddrInet4{Port: port, Addr: a.As4()}
+	}
+	return &unix.SockaddrInet6{Port: port, Addr: a.As16()}
+}
 
 // socketKind maps a probe protocol to socket(2) arguments. SCTP uses the
 // one-to-one (SOCK_STREAM) style, which behaves like TCP for connect,
@@ -45,14 +63,17 @@ func boundSocket(h netns.NsHandle, addr netip.Addr, port int, protocol corev1.Pr
 	if err != nil {
 		return nil, err
 	}
-	f := familyOf(addr)
+	af, family := unix.AF_INET, "IPv4"
+	if !addr.Is4() {
+		af, family = unix.AF_INET6, "IPv6"
+	}
 	fd := -1
 	if err := inNetNS(h, func() error {
 		var err error
-		fd, err = unix.Socket(f.af, sotype|unix.SOCK_CLOEXEC, proto)
+		fd, err = unix.Socket(af, sotype|unix.SOCK_CLOEXEC, proto)
 		return err
 	}); err != nil {
-		return nil, fmt.Errorf("socket(%s, %s): %w", f.name, protocol, err)
+		return nil, fmt.Errorf("socket(%s, %s): %w", family, protocol, err)
 	}
 	setup := func() error {
 		if reuse {
@@ -60,7 +81,7 @@ func boundSocket(h netns.NsHandle, addr netip.Addr, port int, protocol corev1.Pr
 				return fmt.Errorf("SO_REUSEADDR: %w", err)
 			}
 		}
-		if f.v6only {
+		if af == unix.AF_INET6 { // an IPv6 socket never stands for IPv4 too
 			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1); err != nil {
 				return fmt.Errorf("IPV6_V6ONLY: %w", err)
 			}
@@ -74,23 +95,16 @@ func boundSocket(h netns.NsHandle, addr netip.Addr, port int, protocol corev1.Pr
 		unix.Close(fd)
 		return nil, err
 	}
-	return os.NewFile(uintptr(fd), "lab-socket"), nil
+	return os.NewFile(uintptr(fd), "probe-socket"), nil
 }
 
-// exchange is one probe: from src (inside namespace h) to dst on the probe's
-// protocol and port. TCP and SCTP connect and read what the server writes
-// before closing; UDP sends a datagram and reads the answer. It returns
-// the reply, or the error that classify names.
-func exchange(ctx context.Context, h netns.NsHandle, src, dst netip.Addr, probe eval.Probe, timeout time.Duration) (string, error) {
-	reply, _, err := exchangeFrom(ctx, h, netip.AddrPortFrom(src, 0), netip.AddrPortFrom(dst, uint16(probe.Port)), probe.Protocol, timeout)
-	return reply, err
-}
-
-// exchangeFrom is exchange from a given source port (0: an ephemeral one;
-// another one is bound with SO_REUSEADDR, so that it can be reused at
-// once) and source address (unspecified: the kernel picks it). It also
-// returns the source the connection used.
-func exchangeFrom(ctx context.Context, h netns.NsHandle, src, dst netip.AddrPort, protocol corev1.Protocol, timeout time.Duration) (string, netip.AddrPort, error) {
+// Exchange is one probe from src (inside namespace h) to dst: TCP and SCTP
+// connect and read what the server writes before closing; UDP sends a
+// datagram and reads the answer. src's port 0 is an ephemeral one (another
+// is bound with SO_REUSEADDR, so that it can be reused at once); an
+// unspecified src address lets the kernel pick it. It returns the reply and
+// the source the connection used, or the error that Classify names.
+func Exchange(ctx context.Context, h netns.NsHandle, src, dst netip.AddrPort, protocol corev1.Protocol, timeout time.Duration) (string, netip.AddrPort, error) {
 	file, err := boundSocket(h, src.Addr(), int(src.Port()), protocol, src.Port() != 0)
 	if err != nil {
 		return "", netip.AddrPort{}, err
@@ -196,7 +210,7 @@ func connect(conn net.Conn, sa unix.Sockaddr) error {
 	return connErr
 }
 
-// Results of a probe, as Observation.Result.
+// Results of a probe.
 const (
 	ResultOK          = "ok"
 	ResultTimeout     = "timeout"
@@ -205,20 +219,14 @@ const (
 	// ResultRejected: a rule on the way out of the source refused to send
 	// (EPERM), as a drop in an output hook does.
 	ResultRejected = "rejected"
-	// ResultNoAddress: the source has no address of the destination's
-	// family (the evaluator says not allowed).
-	ResultNoAddress = "no-address"
-	// ResultNotInLab: the evaluator lists the pod but the lab could not
-	// build it (see Lab.Notes).
-	ResultNotInLab = "not-in-lab"
 )
 
-// resultErrorPrefix starts the Result of a probe the lab failed to make
-// (no socket, ...): a lab problem, never a policy answer.
-const resultErrorPrefix = "error: "
+// ErrorPrefix starts the result of a probe that could not be made (no
+// socket, ...): a problem of the prober, never a policy answer.
+const ErrorPrefix = "error: "
 
-// classify names a failed exchange.
-func classify(err error) string {
+// Classify names a failed exchange.
+func Classify(err error) string {
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
 		return ResultTimeout
@@ -230,5 +238,5 @@ func classify(err error) string {
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
 		return ResultRejected
 	}
-	return resultErrorPrefix + err.Error()
+	return ErrorPrefix + err.Error()
 }

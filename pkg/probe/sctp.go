@@ -1,4 +1,4 @@
-package lab
+package probe
 
 import (
 	"fmt"
@@ -17,8 +17,8 @@ var sctpSupport = sync.OnceValues(func() (bool, string) {
 })
 
 // SCTPSupported reports, once per process, whether the kernel can make SCTP
-// sockets, with a reason fit for an error message. Without them the lab
-// serves no SCTP ports and refuses SCTP probes.
+// sockets, with a reason fit for an error message. Without them nothing
+// serves SCTP ports and SCTP probes are refused.
 func SCTPSupported() (bool, string) {
 	return sctpSupport()
 }

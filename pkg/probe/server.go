@@ -1,4 +1,4 @@
-package lab
+package probe
 
 import (
 	"errors"
@@ -15,20 +15,20 @@ import (
 	"github.com/netpol/netpol/pkg/eval"
 )
 
-// server answers probes to one address and port of a pod with the pod's
-// namespace/name: TCP and SCTP write it and close, UDP replies to each
-// datagram with it.
-type server struct {
-	owner string
-	addr  netip.Addr
-	probe eval.Probe
+// Server answers probes to one address and port of a pod with the pod's
+// namespace/name (its owner): TCP and SCTP write it and close, UDP replies
+// to each datagram with it.
+type Server struct {
+	Owner string
+	Addr  netip.Addr
+	Probe eval.Probe
 	close func() error
 	done  sync.WaitGroup
 }
 
-// serve starts a server inside namespace h.
-func serve(h netns.NsHandle, owner string, addr netip.Addr, probe eval.Probe) (*server, error) {
-	s := &server{owner: owner, addr: addr, probe: probe}
+// Serve starts a server inside namespace h (netns.None(): this process's).
+func Serve(h netns.NsHandle, owner string, addr netip.Addr, probe eval.Probe) (*Server, error) {
+	s := &Server{Owner: owner, Addr: addr, Probe: probe}
 	file, err := boundSocket(h, addr, int(probe.Port), probe.Protocol, true)
 	if err != nil {
 		return nil, fmt.Errorf("serving %s on %s: %w", probe, addr, err)
@@ -86,23 +86,24 @@ func answerConnections(ln net.Listener, reply []byte) {
 	}
 }
 
-func (s *server) stop() error {
+// Stop closes the server's socket and waits for it to finish.
+func (s *Server) Stop() error {
 	err := s.close()
 	s.done.Wait()
 	if err != nil {
-		return fmt.Errorf("stopping %s server of %s on %s: %w", s.probe, s.owner, s.addr, err)
+		return fmt.Errorf("stopping %s server of %s on %s: %w", s.Probe, s.Owner, s.Addr, err)
 	}
 	return nil
 }
 
-// startServers serves every probe on every address, all or nothing.
-func startServers(h netns.NsHandle, owner string, addrs []netip.Addr, probes []eval.Probe) ([]*server, error) {
-	var servers []*server
+// StartServers serves every probe on every address, all or nothing.
+func StartServers(h netns.NsHandle, owner string, addrs []netip.Addr, probes []eval.Probe) ([]*Server, error) {
+	var servers []*Server
 	for _, a := range addrs {
 		for _, p := range probes {
-			s, err := serve(h, owner, a, p)
+			s, err := Serve(h, owner, a, p)
 			if err != nil {
-				return nil, errors.Join(err, stopServers(servers))
+				return nil, errors.Join(err, StopServers(servers))
 			}
 			servers = append(servers, s)
 		}
@@ -110,10 +111,11 @@ func startServers(h netns.NsHandle, owner string, addrs []netip.Addr, probes []e
 	return servers, nil
 }
 
-func stopServers(servers []*server) error {
+// StopServers stops every server, returning every error.
+func StopServers(servers []*Server) error {
 	var errs []error
 	for _, s := range servers {
-		errs = append(errs, s.stop())
+		errs = append(errs, s.Stop())
 	}
 	return errors.Join(errs...)
 }
