@@ -44,6 +44,10 @@ type StepResult struct {
 	Name       string     `json:"name,omitempty"`
 	Probes     int        `json:"probes"`
 	Mismatches []Mismatch `json:"mismatches"`
+	// SettleSeconds (cluster runner) is how long after the step's objects
+	// were written every cell agreed, or the settle bound when some never
+	// did.
+	SettleSeconds float64 `json:"settleSeconds,omitempty"`
 	// Expected is the evaluator's table, Observed the data plane's (for
 	// the report's matrices; not in report.json).
 	Expected *eval.Table `json:"-"`

@@ -28,6 +28,11 @@ type LabOptions struct {
 	Probes []eval.Probe
 	// Prefix names the lab's namespaces (default: netpol lab's).
 	Prefix string
+	// Outside are the addresses of the host outside the cluster (the lab's
+	// outside), at most one per family (default generator.OutsideAddr). It
+	// serves the probe ports, and every step probes every pod to it and
+	// back besides the pod pairs.
+	Outside []netip.Addr
 	// Timeout bounds one probe attempt (default 300ms: the lab's veths
 	// answer in microseconds); a failed cell is retried once with
 	// RetryTimeout (default 4 x Timeout).
@@ -44,18 +49,72 @@ type LabOptions struct {
 
 // RunLab runs the cases on one lab for the whole run: the base is brought
 // up once, and every step is applied incrementally through the agent's node
-// programmer (Enforcer), conntrack flushed, every pod pair probed on every
-// port and compared with the evaluator. A mismatching cell is probed once
+// programmer (Enforcer), conntrack flushed, every pod pair and every pod to
+// and from the outside (outside.go) probed on every port and compared with
+// the evaluator. A mismatching cell is probed once
 // more: only a cell that mismatches twice counts (a cell that does not is
 // named in the notes as flaky), and it carries explain's text and the path
-// through the compiled tables.
+// through the compiled tables. A cancelled ctx (Ctrl-C) returns the report
+// of the cases finished so far with ctx's error.
 func RunLab(ctx context.Context, cases []generator.Case, opts LabOptions) (_ *Report, err error) {
 	start := time.Now()
+	lr, err := NewLabRunner(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := lr.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	rep := &Report{Runner: "lab", Cases: []CaseResult{}}
+	for _, c := range cases {
+		if ctx.Err() != nil {
+			break
+		}
+		res := lr.Run(c)
+		if ctx.Err() != nil && len(res.Steps) < len(c.Steps) {
+			break // interrupted: not a result
+		}
+		rep.Cases = append(rep.Cases, res)
+		rep.Summary.Cases++
+		for _, st := range res.Steps {
+			rep.Summary.Steps++
+			rep.Summary.Probes += st.Probes
+			rep.Summary.Mismatches += len(st.Mismatches)
+			rep.Summary.Skipped += lr.skippedPerStep * cellsPerProbe(st.Expected)
+		}
+		if opts.CaseDone != nil {
+			opts.CaseDone(res)
+		}
+	}
+	rep.Notes = append(rep.Notes, lr.Notes()...)
+	rep.Summary.DurationSeconds = time.Since(start).Seconds()
+	if err := ctx.Err(); err != nil {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("interrupted after %d cases", len(rep.Cases)))
+		return rep, err
+	}
+	return rep, nil
+}
+
+// LabRunner is one lab, up and programmed with the base, that runs cases
+// one at a time (RunLab; shrinking a failing case runs many).
+type LabRunner struct {
+	labRun
+	skippedPerStep int
+	setupNotes     []string
+}
+
+// NewLabRunner brings up the lab for opts and programs the base.
+func NewLabRunner(ctx context.Context, opts LabOptions) (_ *LabRunner, err error) {
 	if opts.Base == nil {
 		opts.Base = generator.Base
 	}
 	if opts.Probes == nil {
 		opts.Probes = generator.Probes()
+	}
+	if opts.Outside == nil {
+		opts.Outside = []netip.Addr{netip.MustParseAddr(generator.OutsideAddr)}
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = 300 * time.Millisecond
@@ -66,25 +125,25 @@ func RunLab(ctx context.Context, cases []generator.Case, opts LabOptions) (_ *Re
 	if opts.Parallel == 0 {
 		opts.Parallel = 1024
 	}
-	rep := &Report{Runner: "lab", Cases: []CaseResult{}}
+	lr := &LabRunner{}
 	probes := opts.Probes
 	if ok, why := lab.SCTPSupported(); !ok && slices.ContainsFunc(probes, isSCTP) {
 		probes = slices.DeleteFunc(slices.Clone(probes), isSCTP)
-		rep.Notes = append(rep.Notes, "SCTP probes skipped: "+why)
+		lr.setupNotes = append(lr.setupNotes, "SCTP probes skipped: "+why)
 	}
-	skippedPerStep := len(opts.Probes) - len(probes)
+	lr.skippedPerStep = len(opts.Probes) - len(probes)
 	base := opts.Base()
-	l, err := lab.Up(ctx, base, lab.Options{Prefix: opts.Prefix, ExtraPorts: probes})
+	l, err := lab.Up(ctx, base, lab.Options{Prefix: opts.Prefix, ExtraPorts: probes, Outside: opts.Outside, OutsidePorts: probes})
 	if err != nil {
 		return nil, err
 	}
+	enf := NewEnforcer(l)
 	defer func() {
-		if derr := l.Down(); derr != nil {
-			err = errors.Join(err, fmt.Errorf("lab down: %w", derr))
+		if err != nil {
+			enf.Close()
+			err = errors.Join(err, l.Down())
 		}
 	}()
-	enf := NewEnforcer(l)
-	defer enf.Close()
 	if _, err := enf.Sync(base); err != nil {
 		return nil, fmt.Errorf("programming the base: %w", err)
 	}
@@ -93,30 +152,35 @@ func RunLab(ctx context.Context, cases []generator.Case, opts LabOptions) (_ *Re
 			return nil, err
 		}
 	}
-	r := &labRun{ctx: ctx, l: l, enf: enf, probes: probes, opts: opts}
-	for _, c := range cases {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		res := r.runCase(c)
-		rep.Cases = append(rep.Cases, res)
-		rep.Summary.Cases++
-		for _, st := range res.Steps {
-			rep.Summary.Steps++
-			rep.Summary.Probes += st.Probes
-			rep.Summary.Mismatches += len(st.Mismatches)
-			rep.Summary.Skipped += skippedPerStep * len(st.Expected.Pods) * len(st.Expected.Pods)
-		}
-		if opts.CaseDone != nil {
-			opts.CaseDone(res)
-		}
+	lr.labRun = labRun{ctx: ctx, l: l, enf: enf, probes: probes, opts: opts}
+	return lr, nil
+}
+
+// Run runs one case from the base.
+func (lr *LabRunner) Run(c generator.Case) CaseResult { return lr.runCase(c) }
+
+// Notes are what the runs so far left out or found flaky.
+func (lr *LabRunner) Notes() []string { return append(slices.Clone(lr.setupNotes), lr.notes...) }
+
+// Close takes the lab down.
+func (lr *LabRunner) Close() error {
+	lr.enf.Close()
+	if err := lr.l.Down(); err != nil {
+		return fmt.Errorf("lab down: %w", err)
 	}
-	rep.Notes = append(rep.Notes, r.notes...)
-	rep.Summary.DurationSeconds = time.Since(start).Seconds()
-	return rep, nil
+	return nil
 }
 
 func isSCTP(p eval.Probe) bool { return p.Protocol == "SCTP" }
+
+// cellsPerProbe is how many cells a table has per port: pod pairs, and
+// pods to and from the outside.
+func cellsPerProbe(t *eval.Table) int {
+	if t == nil || len(t.Ports) == 0 {
+		return 0
+	}
+	return len(t.Results) / len(t.Ports)
+}
 
 type labRun struct {
 	ctx    context.Context
@@ -169,9 +233,19 @@ func (r *labRun) step(snap *cluster.Snapshot, i int, st generator.Step) (StepRes
 	}
 	ev := eval.New(snap, sync.Model)
 	want := ev.Table(eval.TableOptions{Probes: r.probes})
-	got, _, err := r.l.Probe(r.ctx, lab.ProbeOptions{Probes: r.probes, Timeout: r.opts.Timeout, RetryTimeout: r.opts.RetryTimeout, Parallel: r.opts.Parallel})
+	got, notes, err := r.l.Probe(r.ctx, lab.ProbeOptions{Probes: r.probes, Timeout: r.opts.Timeout, RetryTimeout: r.opts.RetryTimeout, Parallel: r.opts.Parallel})
 	if err != nil {
 		return sr, err
+	}
+	outside, outsideNotes, err := r.probeOutside(ev, want, got)
+	if err != nil {
+		return sr, err
+	}
+	for _, n := range append(notes, outsideNotes...) {
+		// Once per run: the same note comes back every step.
+		if !slices.Contains(r.notes, n) {
+			r.notes = append(r.notes, n)
+		}
 	}
 	diffs, err := Compare(want, got)
 	if err != nil {
@@ -179,11 +253,18 @@ func (r *labRun) step(snap *cluster.Snapshot, i int, st generator.Step) (StepRes
 	}
 	sr.Expected, sr.Observed, sr.Probes = want, got, len(want.Results)
 	var dp *dataplane.Cluster
+	// Probed once more: a cell must mismatch twice to count (outside
+	// cells all at once).
+	again, err := r.reprobeOutside(outside, diffs)
+	if err != nil {
+		return sr, err
+	}
 	for _, d := range diffs {
-		// Probed once more: a cell must mismatch twice to count.
-		obs, err := r.l.ProbeOne(r.ctx, d.From, d.To, d.Probe, eval.FamilyPrimary)
-		if err != nil {
-			return sr, err
+		obs, ok := again[cellID{d.From, d.To, d.Probe}]
+		if !ok {
+			if obs, err = r.l.ProbeOne(r.ctx, d.From, d.To, d.Probe, eval.FamilyPrimary); err != nil {
+				return sr, err
+			}
 		}
 		if obs.Allowed == d.Expected {
 			r.notes = append(r.notes, fmt.Sprintf("flaky cell in step %d of the case with %s: %s -> %s %s mismatched once, then agreed", i, stepLabel(st), d.From, d.To, d.Probe))
@@ -214,10 +295,16 @@ func markCell(t *eval.Table, d Difference, allowed bool) {
 }
 
 // explainCell is explain's text for a mismatching cell and its path
-// through the compiled tables.
+// through the compiled tables. Either end may be an address (the
+// outside): a pod then uses its address of that address's family, as the
+// cell was made.
 func explainCell(ev *eval.Evaluator, model *policy.Model, snap *cluster.Snapshot, dp **dataplane.Cluster, d Difference) (string, string) {
 	var explain, trace strings.Builder
-	v, err := ev.Explain(d.From, d.To, d.Probe, eval.FamilyPrimary)
+	family := eval.FamilyPrimary
+	if a, err := netip.ParseAddr(d.From); err == nil {
+		family = familyOf(a)
+	}
+	v, err := ev.Explain(d.From, d.To, d.Probe, family)
 	if err != nil {
 		return "explain: " + err.Error(), ""
 	}
@@ -227,7 +314,7 @@ func explainCell(ev *eval.Evaluator, model *policy.Model, snap *cluster.Snapshot
 			return explain.String(), "trace: " + err.Error()
 		}
 	}
-	dst, err := ev.Endpoint(d.To, eval.FamilyPrimary, netip.Addr{})
+	dst, err := ev.Endpoint(d.To, family, netip.Addr{})
 	if err == nil {
 		var src eval.Endpoint
 		if src, err = ev.Endpoint(d.From, eval.FamilyPrimary, dst.Addr); err == nil {
@@ -245,4 +332,11 @@ func explainCell(ev *eval.Evaluator, model *policy.Model, snap *cluster.Snapshot
 		trace.WriteString("trace: " + err.Error())
 	}
 	return explain.String(), trace.String()
+}
+
+func familyOf(a netip.Addr) eval.Family {
+	if a.Is4() {
+		return eval.FamilyIPv4
+	}
+	return eval.FamilyIPv6
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -15,6 +17,7 @@ import (
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/conformance/generator"
 	creport "github.com/netpol/netpol/conformance/report"
+	"github.com/netpol/netpol/pkg/cluster"
 )
 
 func newConformanceCommand() *cobra.Command {
@@ -103,39 +106,60 @@ func tagCounts(perTag map[string]int) string {
 
 func newConformanceRunCommand() *cobra.Command {
 	var (
-		sel       selection
-		runner    string
-		reportDir string
-		output    string
-		prefix    string
-		timeout   time.Duration
+		sel        selection
+		runner     string
+		reportDir  string
+		output     string
+		prefix     string
+		timeout    time.Duration
+		kubeconfig string
+		kubeCtx    string
+		image      string
+		settle     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the cases and compare every probed cell with the evaluator (exit status 1 iff any mismatch)",
-		Long: `Run the selected cases. The lab runner (the default; root) brings up one lab
-of network namespaces for the whole run (namespaces x, y, z with pods a, b, c
-on two nodes and a host-network pod), programs every step through the agent's
-node programmer and probes it in the real kernel.
+		Long: `Run the selected cases.
+
+The lab runner (the default; root) brings up one lab of network namespaces for
+the whole run (namespaces x, y, z with pods a, b, c on two nodes and a
+host-network pod), programs every step through the agent's node programmer and
+probes it in the real kernel.
+
+The cluster runner (--runner cluster) runs on any cluster through a kubeconfig:
+it creates namespaces PREFIX-RUN-x, -y, -z with probe pods a, b, c (--image,
+netpol's own: netpol probe serve), writes each step's objects, probes every pod
+pair from inside the pods (one exec per source pod running netpol probe dial),
+re-probes until the cells agree with the evaluator fed the live objects or
+--settle passes, and deletes everything it made on every way out (Ctrl-C
+included). Cases the cluster cannot express (pods added or moved, node
+selectors, the host-network pod, CIDRs without a counterpart) are left out and
+counted in the notes.
 
 --report-dir DIR writes report.json, junit.xml and index.html (a static page:
 the summary, every case's matrices of expected vs observed, and for every
-mismatching cell explain's reason and the nftables trace).
+mismatching cell explain's reason and the nftables trace). An interrupted run
+(Ctrl-C) still writes the report of the cases it finished.
 
-Exit status: 0 when every cell agreed, 1 when some cell mismatched or a case
-could not be run, and on errors.`,
+A failing case of --random is shrunk to a 1-minimal failing case, printed as
+YAML that netpol explain -f and netpol lab probe -f read.
+
+Exit status: 0 when every cell agreed, 1 when some cell mismatched, 2 when a
+case or the run could not be run to the end (or was interrupted).`,
 		Example: "  sudo netpol conformance run --include admin,pass --report-dir /tmp/report\n" +
-			"  sudo netpol conformance run --random 50 --seed 7 -o json",
+			"  sudo netpol conformance run --random 50 --seed 7 -o json\n" +
+			"  netpol conformance run --runner cluster --kubeconfig ~/.kube/config --exclude churn",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkFormat(output, "text", "json"); err != nil {
 				return err
 			}
-			if runner != "lab" {
-				return fmt.Errorf("--runner %q: only the lab runner is available here (the cluster runner needs a cluster: --runner cluster is not built yet)", runner)
+			if runner != "lab" && runner != "cluster" {
+				return fmt.Errorf("--runner %q: want lab or cluster", runner)
 			}
-			if os.Geteuid() != 0 {
-				return fmt.Errorf("the lab runner needs root (network namespaces and nftables)")
+			if runner == "lab" && os.Geteuid() != 0 {
+				return fmt.Errorf("the lab runner needs root (network namespaces and nftables); --runner cluster runs on a cluster instead")
 			}
 			cases := sel.cases()
 			if len(cases) == 0 {
@@ -144,43 +168,82 @@ could not be run, and on errors.`,
 			ctx, cancel := signalContext(cmd.Context())
 			defer cancel()
 			stderr := cmd.ErrOrStderr()
+			fmt.Fprintf(stderr, "conformance: %d cases on the %s\n", len(cases), runner)
 			progress := creport.NewProgress(stderr, len(cases), isTerminal(stderr))
-			fmt.Fprintf(stderr, "conformance: %d cases on the lab\n", len(cases))
-			rep, err := conformance.RunLab(ctx, cases, conformance.LabOptions{Prefix: prefix, Timeout: timeout, CaseDone: progress.CaseDone})
+			var (
+				rep *conformance.Report
+				err error
+			)
+			if runner == "lab" {
+				rep, err = conformance.RunLab(ctx, cases, conformance.LabOptions{Prefix: prefix, Timeout: timeout, CaseDone: progress.CaseDone})
+			} else {
+				cfg, cerr := cluster.RESTConfig(cluster.LiveOptions{Kubeconfig: kubeconfig, Context: kubeCtx})
+				if emptyConfig(cerr) {
+					return errors.New("--runner cluster: no kubeconfig found (looked at --kubeconfig, KUBECONFIG, ~/.kube/config and the in-cluster service account): give one with --kubeconfig PATH")
+				}
+				if cerr != nil {
+					return fmt.Errorf("--runner cluster: %w", cerr)
+				}
+				rep, err = conformance.RunCluster(ctx, cases, conformance.ClusterOptions{Config: cfg, Image: image, Prefix: prefix,
+					Settle: settle, Timeout: timeout, CaseDone: progress.CaseDone,
+					Logf: func(format string, a ...any) { progress.Note(fmt.Sprintf(format, a...)) }})
+			}
 			progress.Done()
-			if err != nil {
-				return err
+			if rep == nil {
+				return &exitError{code: 2, msg: fmt.Sprintf("conformance: %v", err)}
 			}
 			if reportDir != "" {
-				if err := creport.WriteDir(reportDir, rep); err != nil {
-					return err
+				if werr := creport.WriteDir(reportDir, rep); werr != nil {
+					return errors.Join(err, werr)
 				}
 				fmt.Fprintf(stderr, "report written to %s (index.html, report.json, junit.xml)\n", reportDir)
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return err
+				if werr := creport.JSON(out, rep); werr != nil {
+					return werr
 				}
 			} else {
 				creport.Text(out, rep)
 			}
-			if failed := failedCases(rep); failed > 0 {
-				return &exitError{code: 1, msg: fmt.Sprintf("conformance: %d of %d cases failed, %d mismatching cells", failed, len(rep.Cases), rep.Summary.Mismatches)}
+			if sel.random > 0 && runner == "lab" {
+				shrinkFailures(ctx, stderr, out, cases, rep, prefix, timeout)
 			}
-			return nil
+			return runStatus(rep, err)
 		},
 	}
 	sel.register(cmd)
 	f := cmd.Flags()
-	f.StringVar(&runner, "runner", "lab", "where to run: lab (network namespaces on this machine, root)")
+	f.StringVar(&runner, "runner", "lab", "where to run: lab (network namespaces on this machine, root) or cluster (the cluster --kubeconfig reaches)")
 	f.StringVar(&reportDir, "report-dir", "", "write report.json, junit.xml and index.html there")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json (report.json's shape)")
-	f.StringVar(&prefix, "prefix", "", "lab namespace prefix (default netpol-<random>)")
-	f.DurationVar(&timeout, "timeout", 0, "one probe attempt's timeout (default 300ms; a failed cell is retried with 4x)")
+	f.StringVar(&prefix, "prefix", "", "the lab's namespace prefix (default netpol-<random>); with --runner cluster, the namespaces' (default netpol-conf)")
+	f.DurationVar(&timeout, "timeout", 0, "one probe attempt's timeout (default 300ms on the lab, 500ms on a cluster; a failed cell is retried with 3-4x)")
+	f.StringVar(&kubeconfig, "kubeconfig", "", "with --runner cluster: the kubeconfig (default: KUBECONFIG, then ~/.kube/config, then in-cluster)")
+	f.StringVar(&kubeCtx, "context", "", "with --runner cluster: the kubeconfig context")
+	f.StringVar(&image, "image", conformance.DefaultImage, "with --runner cluster: the probe pods' image (netpol's: it runs netpol probe serve and dial)")
+	f.DurationVar(&settle, "settle", 10*time.Second, "with --runner cluster: how long a step's cells may take to agree after its objects are written")
 	return cmd
+}
+
+// runStatus is the run's exit status: 1 iff some cell mismatched, 2 when a
+// case or the run itself could not be run to the end.
+func runStatus(rep *conformance.Report, err error) error {
+	errored := 0
+	for _, c := range rep.Cases {
+		if c.Error != "" {
+			errored++
+		}
+	}
+	switch {
+	case err != nil:
+		return &exitError{code: 2, msg: fmt.Sprintf("conformance: stopped after %d cases: %v", len(rep.Cases), err)}
+	case errored > 0:
+		return &exitError{code: 2, msg: fmt.Sprintf("conformance: %d of %d cases could not be run to the end, %d mismatching cells", errored, len(rep.Cases), rep.Summary.Mismatches)}
+	case rep.Summary.Mismatches > 0:
+		return &exitError{code: 1, msg: fmt.Sprintf("conformance: %d of %d cases failed, %d mismatching cells", failedCases(rep), len(rep.Cases), rep.Summary.Mismatches)}
+	}
+	return nil
 }
 
 func failedCases(rep *conformance.Report) int {
@@ -201,4 +264,44 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// shrinkFailures shrinks every failing random case on a lab of its own to
+// a 1-minimal failing case and prints that as YAML (the state after its
+// last step, which netpol explain -f and netpol lab probe -f read).
+func shrinkFailures(ctx context.Context, stderr, out io.Writer, cases []generator.Case, rep *conformance.Report, prefix string, timeout time.Duration) {
+	byName := map[string]generator.Case{}
+	for _, c := range cases {
+		byName[c.Name] = c
+	}
+	var failing []generator.Case
+	for _, res := range rep.Cases {
+		if !res.Passed && res.Error == "" {
+			failing = append(failing, byName[res.Name])
+		}
+	}
+	if len(failing) == 0 {
+		return
+	}
+	lr, err := conformance.NewLabRunner(ctx, conformance.LabOptions{Prefix: prefix, Timeout: timeout})
+	if err != nil {
+		fmt.Fprintf(stderr, "conformance: not shrinking the failing cases: %v\n", err)
+		return
+	}
+	defer func() {
+		if err := lr.Close(); err != nil {
+			fmt.Fprintf(stderr, "conformance: %v\n", err)
+		}
+	}()
+	for _, c := range failing {
+		fmt.Fprintf(stderr, "conformance: shrinking %s (%d steps)\n", c.Name, len(c.Steps))
+		runs := 0
+		small := generator.Shrink(c, func(try generator.Case) bool {
+			runs++
+			res := lr.Run(try)
+			return !res.Passed && res.Error == "" && ctx.Err() == nil
+		})
+		fmt.Fprintf(out, "# %s: shrunk in %d runs to %d steps; the state after its last step:\n%s",
+			c.Name, runs, len(small.Steps), generator.CaseYAML(small))
+	}
 }

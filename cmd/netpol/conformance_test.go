@@ -1,9 +1,21 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/probe"
 )
 
 // `netpol conformance list`: every case with its tags, selection by tag,
@@ -68,7 +80,85 @@ func TestConformanceList(t *testing.T) {
 	if again != first || again == other {
 		t.Errorf("random cases are not deterministic per seed")
 	}
-	if _, _, err := run(t, "", "conformance", "run", "--runner", "cluster"); err == nil || !strings.Contains(err.Error(), "only the lab runner") {
-		t.Errorf("--runner cluster: %v", err)
+	// No cluster to run on: said plainly, before anything is made.
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	if _, _, err := run(t, "", "conformance", "run", "--runner", "cluster"); err == nil || !strings.Contains(err.Error(), "no kubeconfig found") || strings.Contains(err.Error(), "KUBERNETES_MASTER") {
+		t.Errorf("--runner cluster without a kubeconfig: %v", err)
+	}
+	if _, _, err := run(t, "", "conformance", "run", "--runner", "moon"); err == nil || !strings.Contains(err.Error(), "want lab or cluster") {
+		t.Errorf("--runner moon: %v", err)
+	}
+}
+
+// The run's exit status: 1 iff a cell mismatched, 2 when a case or the
+// run could not be run to the end.
+func TestConformanceRunStatus(t *testing.T) {
+	mismatch := conformance.CaseResult{Name: "m", Steps: []conformance.StepResult{{Mismatches: []conformance.Mismatch{{From: "x/a"}}}}}
+	errored := conformance.CaseResult{Name: "e", Error: "step 0: lab update: boom"}
+	clean := conformance.CaseResult{Name: "c", Passed: true}
+	tests := []struct {
+		name  string
+		cases []conformance.CaseResult
+		err   error
+		want  int // 0: nil
+	}{
+		{"clean", []conformance.CaseResult{clean}, nil, 0},
+		{"a mismatch", []conformance.CaseResult{clean, mismatch}, nil, 1},
+		{"a case that could not run", []conformance.CaseResult{clean, errored}, nil, 2},
+		{"both", []conformance.CaseResult{mismatch, errored}, nil, 2},
+		{"interrupted", []conformance.CaseResult{clean}, context.Canceled, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := &conformance.Report{Cases: tt.cases}
+			for _, c := range tt.cases {
+				for _, st := range c.Steps {
+					rep.Summary.Mismatches += len(st.Mismatches)
+				}
+			}
+			err := runStatus(rep, tt.err)
+			var st *exitError
+			switch {
+			case tt.want == 0 && err != nil:
+				t.Fatalf("status %v, want success", err)
+			case tt.want != 0 && (!errors.As(err, &st) || st.code != tt.want):
+				t.Fatalf("status %v, want exit status %d", err, tt.want)
+			}
+		})
+	}
+}
+
+// netpol probe dial: the JSON of every target, in order, against probe
+// servers on loopback; bad targets are usage errors.
+func TestProbeDial(t *testing.T) {
+	lo := netip.MustParseAddr("127.0.0.1")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := int32(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	srv, err := probe.Serve(netns.None(), "x/a", lo, eval.Probe{Protocol: corev1.ProtocolTCP, Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	target := fmt.Sprintf("127.0.0.1:tcp/%d", port)
+	out, stderr, err := run(t, "", "probe", "dial", "--timeout", "1s", "x/a="+target, "x/b="+target)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	var got []probe.Outcome
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(got) != 2 || !got[0].Allowed || got[0].Result != probe.ResultOK || got[0].To != "x/a" ||
+		got[1].Allowed || got[1].Result != probe.ResultWrongReply || got[1].Reply != "x/a" {
+		t.Errorf("outcomes %+v", got)
+	}
+	if _, stderr, err := run(t, "", "probe", "dial", "nobody"); err == nil || !strings.Contains(stderr+err.Error(), "NAME=ADDR:PROTO/PORT") {
+		t.Errorf("a bad target: %v %s", err, stderr)
 	}
 }

@@ -9,7 +9,8 @@ import (
 
 // The base cluster: the cyclonus model (namespaces x, y, z with pods a, b, c
 // serving 80 and 81 on TCP, UDP and SCTP) on two nodes, plus one
-// host-network pod h/h on node-1. IPv4 only, so every probe is one cell.
+// host-network pod h/h on node-1, and one host outside the cluster
+// (OutsideAddr). IPv4 only, so every probe is one cell.
 const (
 	node1IP   = "172.18.0.2"
 	node2IP   = "172.18.0.3"
@@ -17,9 +18,18 @@ const (
 	node2CIDR = "10.244.2.0/24"
 	podsCIDR  = "10.244.0.0/16"
 	nodesCIDR = "172.18.0.0/16"
-	// outsideCIDR is TEST-NET-1: no endpoint of the base lives there.
+	// outsideCIDR is TEST-NET-1, outside every other CIDR of the base:
+	// OutsideAddr is its one endpoint.
 	outsideCIDR = "192.0.2.0/24"
 )
+
+// OutsideAddr is the base's endpoint outside the cluster, in outsideCIDR:
+// no object of the base, but a host the runner makes (the lab's outside)
+// that serves the probe ports and is probed from and to every pod, so
+// that peers naming the outside (an ipBlock or networks peer of
+// outsideCIDR or 0.0.0.0/0, with or without exceptions) are observed, not
+// only compiled. In tables it is a pod named by the address.
+const OutsideAddr = "192.0.2.10"
 
 // Namespaces and pods of the base (pod-network pods only).
 var (
@@ -174,7 +184,8 @@ func baseDocs() []string {
 func BaseYAML() string {
 	return "# netpol conformance base: namespaces x, y, z (labels ns=<name>) with pods a, b, c\n" +
 		"# (labels pod=<name>) serving 80 and 81 on TCP, UDP and SCTP, over node-1 and node-2;\n" +
-		"# the host-network pod h/h on node-1 (address " + node1IP + ").\n" +
+		"# the host-network pod h/h on node-1 (address " + node1IP + "). Outside the cluster, the\n" +
+		"# host " + OutsideAddr + " (in " + outsideCIDR + ", no object here) serves the same ports.\n" +
 		strings.Join(baseDocs(), "---\n")
 }
 

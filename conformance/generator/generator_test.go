@@ -1,6 +1,7 @@
 package generator
 
 import (
+	"net/netip"
 	"sort"
 	"strings"
 	"testing"
@@ -50,6 +51,35 @@ func TestBaseLoads(t *testing.T) {
 	}
 	if BaseYAML() != BaseYAML() {
 		t.Error("BaseYAML is not deterministic")
+	}
+}
+
+// OutsideAddr is in outsideCIDR and in no other CIDR of the base, and no
+// node or pod has it: it is outside the cluster for every policy.
+func TestOutsideAddr(t *testing.T) {
+	a := netip.MustParseAddr(OutsideAddr)
+	for _, c := range []struct {
+		cidr string
+		in   bool
+	}{{outsideCIDR, true}, {podsCIDR, false}, {node1CIDR, false}, {node2CIDR, false}, {nodesCIDR, false}} {
+		if netip.MustParsePrefix(c.cidr).Contains(a) != c.in {
+			t.Errorf("%s in %s: %v, want %v", a, c.cidr, !c.in, c.in)
+		}
+	}
+	snap := Base()
+	for _, p := range snap.Pods {
+		for _, pa := range cluster.PodAddresses(p) {
+			if pa == a {
+				t.Errorf("pod %s/%s has the outside's address", p.Namespace, p.Name)
+			}
+		}
+	}
+	for _, n := range snap.Nodes {
+		for _, na := range n.Status.Addresses {
+			if na.Address == OutsideAddr {
+				t.Errorf("node %s has the outside's address", n.Name)
+			}
+		}
 	}
 }
 

@@ -177,7 +177,7 @@ func deniesTCP81(c Case) bool {
 func policyDocs(t *testing.T, c Case) []M {
 	var out []M
 	for _, st := range c.Steps {
-		docs, err := splitDocs(st.Apply)
+		docs, err := SplitDocs(st.Apply)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// splitDocs parses a YAML stream into its (non-empty) documents.
-func splitDocs(stream string) ([]M, error) {
+// SplitDocs parses a YAML stream into its (non-empty) documents.
+func SplitDocs(stream string) ([]M, error) {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader([]byte(stream))))
 	var out []M
 	for {
@@ -71,7 +71,7 @@ type shrinkState struct {
 func parseCase(c Case) (shrinkState, error) {
 	s := shrinkState{c: c, docs: make([][]M, len(c.Steps))}
 	for i, st := range c.Steps {
-		d, err := splitDocs(st.Apply)
+		d, err := SplitDocs(st.Apply)
 		if err != nil {
 			return s, fmt.Errorf("step %d: %w", i, err)
 		}
@@ -269,7 +269,7 @@ func CaseYAML(c Case) string {
 		state = append(state, entry{key, text})
 	}
 	for _, d := range baseDocs() {
-		docs, err := splitDocs(d)
+		docs, err := SplitDocs(d)
 		if err != nil || len(docs) != 1 {
 			panic("generator: base document does not parse")
 		}
@@ -285,7 +285,7 @@ func CaseYAML(c Case) string {
 				state[i].text = ""
 			}
 		}
-		docs, err := splitDocs(st.Apply)
+		docs, err := SplitDocs(st.Apply)
 		if err != nil {
 			continue
 		}

@@ -80,6 +80,19 @@ func (p *Progress) CaseDone(res conformance.CaseResult) {
 	p.draw(res.Name)
 }
 
+// Note writes one line of its own (what the runner is doing); on a
+// terminal the live line is drawn again below it.
+func (p *Progress) Note(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.finished || !p.terminal {
+		fmt.Fprintln(p.w, line)
+		return
+	}
+	fmt.Fprintf(p.w, "\r\x1b[K%s\n", line)
+	p.draw("")
+}
+
 // Done ends the report: on a terminal the live line is finished with a
 // newline, otherwise a closing line is written. Later calls do nothing.
 func (p *Progress) Done() {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"golang.org/x/net/html"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/eval"
 
@@ -493,5 +494,79 @@ func TestProgressConcurrent(t *testing.T) {
 	p.Done()
 	if !strings.HasSuffix(b.String(), "64 cases done, 32 failed, 64 mismatches, in 0s\n") {
 		t.Errorf("got %q", b.String()[max(0, b.Len()-120):])
+	}
+}
+
+// TestOutsideRowAndColumn renders a lab step with the outside as a peer:
+// one more row and column named by its address, no outside -> outside
+// cell (shown not probed), and a mismatching outside cell linked like any
+// other, in HTML, text and report.json.
+func TestOutsideRowAndColumn(t *testing.T) {
+	const outside = "192.0.2.10"
+	withOutside := func(t *eval.Table, allowed func(from, to string) bool) *eval.Table {
+		out := *t
+		out.Pods = append(append([]string(nil), t.Pods...), outside)
+		out.Results = append([]eval.Result(nil), t.Results...)
+		for _, p := range sampleProbes {
+			for _, pod := range samplePods {
+				out.Results = append(out.Results,
+					eval.Result{From: pod, To: outside, Protocol: p.Protocol, Port: p.Port, Allowed: allowed(pod, outside)},
+					eval.Result{From: outside, To: pod, Protocol: p.Protocol, Port: p.Port, Allowed: allowed(outside, pod)})
+			}
+		}
+		return &out
+	}
+	// x denies egress to the outside; the kernel lets x/a out on tcp/80.
+	exp := withOutside(table(func(string, string, eval.Probe) bool { return true }),
+		func(from, to string) bool { return to != outside || ns(from) != "x" })
+	m := conformance.Mismatch{From: "x/a", To: outside, Protocol: corev1.ProtocolTCP, Port: 80, Expected: false, Observed: true, Result: "ok",
+		Explain: "x/a (10.244.1.10) -> 192.0.2.10 TCP/80: DENIED", Trace: "traced through the nftables tables: DENIED"}
+	probes := len(exp.Results)
+	r := &conformance.Report{
+		Summary: conformance.Summary{Cases: 1, Steps: 1, Probes: probes, Mismatches: 1},
+		Runner:  "lab",
+		Cases: []conformance.CaseResult{{Name: "networks: x denies egress to the outside", Tags: []string{"networks"},
+			Steps: []conformance.StepResult{{Step: 0, Probes: probes, Mismatches: []conformance.Mismatch{m}, Expected: exp, Observed: flip(exp, m)}}}},
+	}
+	dir := writeSample(t, r)
+	page := read(t, filepath.Join(dir, HTMLFile))
+	checkBalanced(t, page)
+	s := string(page)
+	for _, want := range []string{
+		`<th>192.0.2.10</th>`,
+		`<td class="d x" title="x/a → 192.0.2.10 tcp/80: denied (mismatch)"><a href="#c1-s1-m1"></a></td>`,
+		`<td class="a x" title="x/a → 192.0.2.10 tcp/80: allowed (mismatch)"><a href="#c1-s1-m1"></a></td>`,
+		`title="192.0.2.10 → 192.0.2.10 tcp/80: not probed"`,
+		`<div class="mm" id="c1-s1-m1">`,
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("index.html lacks %s", want)
+		}
+	}
+	var b bytes.Buffer
+	if err := Text(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("step 0: 1 of %d cells mismatch", probes),
+		"x/a -> 192.0.2.10 tcp/80: expected denied, observed allowed (ok)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, b.String())
+		}
+	}
+	var doc struct {
+		Cases []struct {
+			Steps []struct {
+				Probes     int
+				Mismatches []conformance.Mismatch
+			}
+		}
+	}
+	if err := json.Unmarshal(read(t, filepath.Join(dir, JSONFile)), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if st := doc.Cases[0].Steps[0]; st.Probes != 9*9*2+2*9*2 || len(st.Mismatches) != 1 || st.Mismatches[0].To != outside {
+		t.Errorf("report.json step %+v", st)
 	}
 }

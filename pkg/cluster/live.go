@@ -50,14 +50,10 @@ var (
 // LoadLive reads a snapshot from the API server that opts (and the usual
 // kubeconfig rules) name.
 func LoadLive(ctx context.Context, opts LiveOptions) (*Snapshot, *Report, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = opts.Kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: opts.Context}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	cfg, err := RESTConfig(opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubeconfig: %w", err)
+		return nil, nil, err
 	}
-	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " netpol"
 	// A handful of list calls: no need to throttle them as a controller.
 	cfg.QPS, cfg.Burst = 50, 100
@@ -74,6 +70,19 @@ func LoadLive(ctx context.Context, opts LiveOptions) (*Snapshot, *Report, error)
 		return nil, nil, fmt.Errorf("%s: %w", cfg.Host, err)
 	}
 	return snap, report, nil
+}
+
+// RESTConfig is the client configuration opts (and the usual kubeconfig
+// rules) name.
+func RESTConfig(opts LiveOptions) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = opts.Kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: opts.Context}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return rest.CopyConfig(cfg), nil
 }
 
 // LoadFromClients reads a snapshot through the given clients. Core kinds
