@@ -51,7 +51,7 @@ kill_kubepods() {
 our_shims() {
 	local d
 	for d in /proc/[0-9]*; do
-		if tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q -- "-address $CTRD_SOCK "; then
+		if tr '\0' ' ' 2>/dev/null <"$d/cmdline" | grep -q -- "-address $CTRD_SOCK "; then
 			echo "${d#/proc/}"
 		fi
 	done

@@ -151,17 +151,6 @@ kubeconfig "$CLUSTER_DIR/kubelet.kubeconfig" kubelet-client
 # start NAME COMMAND...: in the background, in its own session, logging to
 # $LOGS/NAME.log; the pid in $RUN/NAME.pid. Every other file descriptor is
 # closed first: the daemons must not keep the lab lock's open.
-start() {
-	local name=$1
-	shift
-	(
-		for fd in $(ls /proc/$BASHPID/fd); do
-			[ "$fd" -gt 2 ] && { eval "exec $fd>&-" 2>/dev/null || true; }
-		done
-		exec setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null
-	) &
-	echo $! >"$RUN/$name.pid"
-}
 # wait_for WHAT SECONDS COMMAND...: until COMMAND succeeds.
 wait_for() {
 	local what=$1 secs=$2 i

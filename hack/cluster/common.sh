@@ -71,3 +71,20 @@ stop() {
 	fi
 	rm -f "$RUN/$1.pid"
 }
+
+# start NAME COMMAND...: COMMAND in the background, in a session of its
+# own, with no inherited descriptor but stdio (an inherited lab lock would
+# stay held), logging to $LOGS/NAME.log; its pid goes to $RUN/NAME.pid and
+# its command line to $RUN/NAME.cmd (hack/cluster-restart.sh reads it).
+start() {
+	local name=$1
+	shift
+	printf '%s\0' "$@" >"$RUN/$name.cmd"
+	(
+		for fd in $(ls /proc/$BASHPID/fd); do
+			[ "$fd" -gt 2 ] && { eval "exec $fd>&-" 2>/dev/null || true; }
+		done
+		exec setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null
+	) &
+	echo $! >"$RUN/$name.pid"
+}

@@ -24,6 +24,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/conformance/generator"
+	creport "github.com/netpol/netpol/conformance/report"
+	"github.com/netpol/netpol/pkg/cluster"
 )
 
 var (
@@ -86,6 +91,34 @@ func eventually(t testing.TB, d time.Duration, what string, f func() error) time
 func probe(t testing.TB, ns, pod, addr string) (string, error) {
 	out, err := kubectl(t, "", "-n", ns, "exec", pod, "--", "/bin/probe", "connect", addr, "1s")
 	return strings.TrimSpace(out), err
+}
+
+// podPID is the host PID of a pod's (only) container, from its status's
+// containerID and the node's containerd.
+func podPID(t testing.TB, ns, pod string) string {
+	t.Helper()
+	id := strings.TrimSpace(mustKubectl(t, "", "-n", ns, "get", "pod", pod, "-o", "jsonpath={.status.containerStatuses[0].containerID}"))
+	id = strings.TrimPrefix(id, "containerd://")
+	ctr := filepath.Join(clusterDir, "bin", "ctr")
+	sock := filepath.Join(clusterDir, "containerd", "containerd.sock")
+	out, err := exec.Command(ctr, "--address", sock, "-n", "k8s.io", "tasks", "ls").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ctr tasks ls: %v: %s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == id {
+			return f[1]
+		}
+	}
+	t.Fatalf("no containerd task %s for pod %s/%s", id, ns, pod)
+	return ""
+}
+
+// probeFromHost probes from the network namespace of the process pid with
+// the host's copy of the probe binary: no kubectl exec, so it works while
+// the kubelet is down.
+func probeFromHost(pid, addr string) error {
+	return exec.Command("nsenter", "-t", pid, "-n", "../../_output/images/bin/probe", "connect", addr, "1s").Run()
 }
 
 type cell struct {
@@ -341,40 +374,54 @@ spec:
 		t.Logf("ClusterIP load-balanced over %v", keys(seen))
 	}
 
+	// Probes that must not flip while the agent is replaced or the kubelet
+	// restarts: the kernel keeps what was programmed.
+	steady := []cell{{"client-a", vip, true}, {"client-b", s0, false}, {"client-a", s0, true}}
+
 	// The agent pod deleted: the DaemonSet makes a new one, which adopts the
 	// table; no probe flips meanwhile.
 	t.Run("agent pod recreated", func(t *testing.T) {
 		old := getPods(t, "netpol-system", "app.kubernetes.io/name=netpol")[0].Metadata.Name
-		done := make(chan struct{})
-		flips := make(chan string, 100)
-		go func() {
-			defer close(flips)
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				for _, c := range []cell{{"client-a", vip, true}, {"client-b", s0, false}, {"client-a", s0, true}} {
-					if _, err := probe(t, ns, c.from, c.to); (err == nil) != c.allowed {
-						flips <- fmt.Sprintf("%s -> %s allowed=%v at %s", c.from, c.to, err == nil, time.Now().Format(time.StampMilli))
-					}
-				}
-			}
-		}()
-		mustKubectl(t, "", "-n", "netpol-system", "delete", "pod", old, "--wait=true")
-		eventually(t, 90*time.Second, "a new agent pod Ready", func() error {
-			for _, p := range getPods(t, "netpol-system", "app.kubernetes.io/name=netpol") {
-				if p.Metadata.Name != old && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready {
-					return nil
-				}
-			}
-			return fmt.Errorf("not yet")
+		noFlips(t, ns, steady, func() {
+			mustKubectl(t, "", "-n", "netpol-system", "delete", "pod", old, "--wait=true")
+			newAgentReady(t, old)
 		})
-		time.Sleep(2 * time.Second)
-		close(done)
-		for f := range flips {
-			t.Errorf("flipped: %s", f)
+	})
+
+	// A rollout to a new image tag (the same image, tagged again in the
+	// node's containerd): the DaemonSet replaces the pod; no probe flips.
+	t.Run("rollout to a new image tag", func(t *testing.T) {
+		ctr := filepath.Join(clusterDir, "bin", "ctr")
+		sock := filepath.Join(clusterDir, "containerd", "containerd.sock")
+		if out, err := exec.Command(ctr, "--address", sock, "-n", "k8s.io", "images", "tag", "--force", "netpol.local/netpol:dev", "netpol.local/netpol:rollout").CombinedOutput(); err != nil {
+			t.Fatalf("ctr images tag: %v: %s", err, out)
+		}
+		old := getPods(t, "netpol-system", "app.kubernetes.io/name=netpol")[0].Metadata.Name
+		noFlips(t, ns, steady, func() {
+			mustKubectl(t, "", "-n", "netpol-system", "set", "image", "daemonset/netpol-agent", "agent=netpol.local/netpol:rollout")
+			mustKubectl(t, "", "-n", "netpol-system", "rollout", "status", "daemonset/netpol-agent", "--timeout=120s")
+			newAgentReady(t, old)
+		})
+		agent := getPods(t, "netpol-system", "app.kubernetes.io/name=netpol")[0]
+		if img := agent.Spec.Containers[0].Image; img != "netpol.local/netpol:rollout" {
+			t.Errorf("agent runs %s after the rollout", img)
+		}
+	})
+
+	// The kubelet restarted (as a node's service manager would): the pods
+	// go on, the agent too; no probe flips.
+	t.Run("kubelet restarted", func(t *testing.T) {
+		agent := getPods(t, "netpol-system", "app.kubernetes.io/name=netpol")[0].Metadata.Name
+		noFlips(t, ns, steady, func() {
+			if out, err := exec.Command("../../hack/cluster-restart.sh", "kubelet").CombinedOutput(); err != nil {
+				t.Fatalf("restarting the kubelet: %v: %s", err, out)
+			}
+			time.Sleep(2 * time.Second) // the node is still Ready from before
+			mustKubectl(t, "", "wait", "--for=condition=Ready", "node", "--all", "--timeout=120s")
+			mustKubectl(t, "", "-n", "netpol-system", "rollout", "status", "daemonset/netpol-agent", "--timeout=120s")
+		})
+		if now := getPods(t, "netpol-system", "app.kubernetes.io/name=netpol")[0].Metadata.Name; now != agent {
+			t.Errorf("the agent pod changed from %s to %s over a kubelet restart", agent, now)
 		}
 	})
 
@@ -383,6 +430,121 @@ spec:
 	expect(t, ns, "policy deleted", []cell{
 		{"client-b", s0, true}, {"client-b", vip, true}, {"client-a", s0b, true},
 		{"client-a", np, true}, {"client-b", np, true},
+	})
+
+	t.Run("conformance cluster runner", testConformanceRunner)
+}
+
+// testConformanceRunner runs the conformance suite's cluster runner on the
+// cluster: NetworkPolicy (the upstream e2e cases) and the admin tiers'
+// Pass cases (AdminNetworkPolicy, BaselineAdminNetworkPolicy,
+// ClusterNetworkPolicy v1alpha2 and v1beta1), real probe pods of netpol's
+// image, every cell compared with the evaluator fed the live objects.
+func testConformanceRunner(t *testing.T) {
+	cfg, err := cluster.RESTConfig(cluster.LiveOptions{Kubeconfig: kubeconfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := generator.Select(generator.All(), []string{"upstream-e2e", "pass"}, nil)
+	rep, err := conformance.RunCluster(context.Background(), cases, conformance.ClusterOptions{
+		Config: cfg, Logf: t.Logf,
+		CaseDone: func(res conformance.CaseResult) {
+			if !res.Passed {
+				t.Logf("FAIL %s: %s", res.Name, res.Error)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join("..", "..", "_output", "conformance-cluster")
+	if err := creport.WriteDir(dir, rep); err != nil {
+		t.Error(err)
+	}
+	for _, n := range rep.Notes {
+		t.Logf("note: %s", n)
+	}
+	s := rep.Summary
+	t.Logf("cluster runner: %d cases, %d steps, %d probes, %d mismatches, %d skipped, %.0f s (report in %s)",
+		s.Cases, s.Steps, s.Probes, s.Mismatches, s.Skipped, s.DurationSeconds, dir)
+	if s.Cases < 50 {
+		t.Errorf("%d cases ran, want at least 50", s.Cases)
+	}
+	for _, c := range rep.Cases {
+		if c.Error != "" {
+			t.Errorf("%s: %s", c.Name, c.Error)
+		}
+		for _, st := range c.Steps {
+			for _, m := range st.Mismatches {
+				t.Errorf("%s step %d: %s -> %s %s/%d expected allowed=%v, observed %s\n%s\n%s", c.Name, st.Step, m.From, m.To, m.Protocol, m.Port, m.Expected, m.Result, m.Explain, m.Trace)
+			}
+		}
+	}
+	// Nothing of the run is left.
+	if out := mustKubectl(t, "", "get", "namespaces", "-l", generator.RunLabel, "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("namespaces left by the run: %s", out)
+	}
+	for _, kind := range []string{"adminnetworkpolicies", "baselineadminnetworkpolicies", "clusternetworkpolicies"} {
+		if out := mustKubectl(t, "", "get", kind, "-l", generator.RunLabel, "-o", "name"); strings.TrimSpace(out) != "" {
+			t.Errorf("%s left by the run: %s", kind, out)
+		}
+	}
+}
+
+// noFlips probes cells over and over while during runs, and fails the
+// test for every probe that did not give the expected answer.
+//
+// The probes run from the pods' network namespaces on the host (nsenter),
+// not through kubectl exec: the kubelet serves exec, and its restart is one
+// of the things that must not flip a probe.
+func noFlips(t *testing.T, ns string, cells []cell, during func()) {
+	t.Helper()
+	pids := map[string]string{}
+	for _, c := range cells {
+		if pids[c.from] == "" {
+			pids[c.from] = podPID(t, ns, c.from)
+		}
+	}
+	done := make(chan struct{})
+	flips := make(chan string, 100)
+	rounds := 0
+	go func() {
+		defer close(flips)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			rounds++
+			for _, c := range cells {
+				if err := probeFromHost(pids[c.from], c.to); (err == nil) != c.allowed {
+					select {
+					case flips <- fmt.Sprintf("%s -> %s allowed=%v at %s", c.from, c.to, err == nil, time.Now().Format(time.StampMilli)):
+					default:
+					}
+				}
+			}
+		}
+	}()
+	during()
+	time.Sleep(2 * time.Second)
+	close(done)
+	for f := range flips {
+		t.Errorf("flipped: %s", f)
+	}
+	t.Logf("%d rounds of %d probes, none flipped", rounds, len(cells))
+}
+
+// newAgentReady waits for an agent pod other than old to be Ready.
+func newAgentReady(t *testing.T, old string) {
+	t.Helper()
+	eventually(t, 90*time.Second, "a new agent pod Ready", func() error {
+		for _, p := range getPods(t, "netpol-system", "app.kubernetes.io/name=netpol") {
+			if p.Metadata.Name != old && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready {
+				return nil
+			}
+		}
+		return fmt.Errorf("not yet")
 	})
 }
 
