@@ -84,11 +84,16 @@ type index struct {
 	selecting [3][2][][]int32
 	// plans[dir][pod] is the pod's Plan (nil for host-network pods).
 	plans [2][]*Plan
+	// selected caches selectPods by selector: policies share selectors
+	// (every "all pods of namespaces labelled ..." peer is one), and each
+	// distinct one is matched against the pods once. The bitsets are
+	// shared and never written after they are made.
+	selected map[string]bitset
 }
 
 func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 	ix := &index{podByKey: map[string]int{}, podByIP: map[netip.Addr]int{}, nodeByIP: map[netip.Addr]int{},
-		podsByNamespace: map[string][]int{}}
+		podsByNamespace: map[string][]int{}, selected: map[string]bitset{}}
 	nodeByName := map[string]int{}
 	for _, n := range snap.Nodes {
 		ni := nodeInfo{node: n}
@@ -158,10 +163,7 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 		}
 	}
 	for pi, cp := range ix.policies {
-		for pod := range ix.pods {
-			if !cp.subjects.has(pod) {
-				continue
-			}
+		for _, pod := range cp.subjects.members() {
 			for _, d := range policy.Directions {
 				if cp.Tier == policy.TierNetworkPolicy && !cp.Isolates[d] {
 					continue
@@ -175,16 +177,16 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 }
 
 func (ix *index) compile(pol *policy.Policy) *compiledPolicy {
-	cp := &compiledPolicy{Policy: pol, subjects: newBitset(len(ix.pods))}
-	ix.selectPods(pol.Subject, cp.subjects)
+	cp := &compiledPolicy{Policy: pol, subjects: ix.selectPods(pol.Subject)}
 	for _, d := range policy.Directions {
 		for ri := range pol.Rules[d] {
 			r := &pol.Rules[d][ri]
-			cr := compiledRule{Rule: r, pods: newBitset(len(ix.pods)), nodes: newBitset(len(ix.nodes))}
+			cr := compiledRule{Rule: r, nodes: newBitset(len(ix.nodes))}
+			var peerSets []bitset
 			for _, peer := range r.Peers {
 				switch peer.Kind {
 				case policy.PeerPods:
-					ix.selectPods(policy.Subject{Namespace: peer.Namespace, Namespaces: peer.Namespaces, Pods: peer.Pods}, cr.pods)
+					peerSets = append(peerSets, ix.selectPods(policy.Subject{Namespace: peer.Namespace, Namespaces: peer.Namespaces, Pods: peer.Pods}))
 				case policy.PeerNodes:
 					for i, n := range ix.nodes {
 						if peer.Nodes.Matches(labels.Set(n.node.Labels)) {
@@ -197,16 +199,48 @@ func (ix *index) compile(pol *policy.Policy) *compiledPolicy {
 					cr.domains = true
 				}
 			}
+			cr.pods = union(peerSets, len(ix.pods))
 			cp.rules[d] = append(cp.rules[d], cr)
 		}
 	}
 	return cp
 }
 
-// selectPods sets in out the pod-network pods that s selects. Namespaces
-// are matched once each, and only their pods are tested against the pod
+// selectorKey names what a selector selects: its canonical text, which
+// labels.Nothing shares with labels.Everything ("") unless told apart.
+func selectorKey(sel labels.Selector) string {
+	if _, selectable := sel.Requirements(); !selectable {
+		return "\x01nothing"
+	}
+	return sel.String()
+}
+
+// union is the union of sets: the one set itself when there is one (shared,
+// read-only), else a new one.
+func union(sets []bitset, n int) bitset {
+	if len(sets) == 1 {
+		return sets[0]
+	}
+	out := newBitset(n)
+	for _, s := range sets {
+		for w := range s {
+			out[w] |= s[w]
+		}
+	}
+	return out
+}
+
+// selectPods is the set of pod-network pods that s selects, shared with
+// every other use of the same selector (do not write to it). Namespaces are
+// matched once each, and only their pods are tested against the pod
 // selector: a NetworkPolicy looks at one namespace, not the cluster.
-func (ix *index) selectPods(s policy.Subject, out bitset) {
+func (ix *index) selectPods(s policy.Subject) bitset {
+	key := s.Namespace + "\x00" + selectorKey(s.Namespaces) + "\x00" + selectorKey(s.Pods)
+	if out, ok := ix.selected[key]; ok {
+		return out
+	}
+	out := newBitset(len(ix.pods))
+	ix.selected[key] = out
 	match := func(pods []int) {
 		if len(pods) == 0 || !s.Namespaces.Matches(ix.pods[pods[0]].nsLabels) {
 			return
@@ -220,11 +254,12 @@ func (ix *index) selectPods(s policy.Subject, out bitset) {
 	}
 	if s.Namespace != "" {
 		match(ix.podsByNamespace[s.Namespace])
-		return
+		return out
 	}
 	for _, pods := range ix.podsByNamespace {
 		match(pods)
 	}
+	return out
 }
 
 // Endpoint is one side of a connection: a pod, or a bare address (an

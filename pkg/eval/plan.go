@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -80,6 +81,11 @@ func planRule(pi int32, ri int, r *policy.Rule) PlanRule {
 // equal plans.
 func (ix *index) buildPlans() {
 	shared := map[string]*Plan{}
+	// bySelecting finds a plan by the policies that select the pod (their
+	// indexes): most pods share theirs, and the key of a new plan costs a
+	// string per policy.
+	bySelecting := map[string]*Plan{}
+	var sig []byte
 	for d := range ix.plans {
 		ix.plans[d] = make([]*Plan, len(ix.pods))
 	}
@@ -88,12 +94,24 @@ func (ix *index) buildPlans() {
 			continue // never a subject: it acts as its node
 		}
 		for _, d := range policy.Directions {
+			sig = append(sig[:0], byte(d))
+			for t := range ix.selecting {
+				for _, pi := range ix.selecting[t][d][pod] {
+					sig = binary.LittleEndian.AppendUint32(sig, uint32(pi))
+				}
+				sig = append(sig, 0xff, 0xff, 0xff, 0xff) // tier boundary: no index is that
+			}
+			if p, ok := bySelecting[string(sig)]; ok {
+				ix.plans[d][pod] = p
+				continue
+			}
 			p := ix.plan(pod, d)
 			if old, ok := shared[p.Key]; ok {
 				p = old
 			} else {
 				shared[p.Key] = p
 			}
+			bySelecting[string(sig)] = p
 			ix.plans[d][pod] = p
 		}
 	}
