@@ -230,7 +230,7 @@ func newAgent(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, pr
 		a.status = newStatusWriter(kube, dyn, opts.StatusNamespace, opts.NodeName,
 			func(msg string, args ...any) { a.log.Info(msg, args...) }, func() {
 				// A new leader writes status at the next sync.
-				a.markPending(time.Now())
+				a.markPending(time.Now(), node.Policy)
 				a.trigger()
 			})
 	}
@@ -268,18 +268,33 @@ func Cleanup(opts Options) error {
 	return errors.Join(errs...)
 }
 
-// changed records an informer event and asks for a sync.
+// changed records an informer event and asks for a sync of the tables the
+// resource feeds.
 func (a *Agent) changed(resource string) {
 	a.metrics.events.WithLabelValues(resource).Inc()
-	a.markPending(time.Now())
+	a.markPending(time.Now(), tablesFed(resource))
 	a.trigger()
 }
 
-// markPending notes a change not yet programmed into any table.
-func (a *Agent) markPending(now time.Time) {
+// tablesFed are the tables a resource's objects feed: Services and
+// EndpointSlices only the NAT table (a Service change must not recompile
+// policy), namespaces and policies only the policy table; pods and nodes
+// both (node addresses and pod CIDRs count for the NAT table too).
+func tablesFed(resource string) node.Tables {
+	switch resource {
+	case "services", "endpointslices":
+		return node.Services
+	case "pods", "nodes":
+		return node.All
+	}
+	return node.Policy
+}
+
+// markPending notes a change not yet programmed into the given tables.
+func (a *Agent) markPending(now time.Time, tables node.Tables) {
 	a.mu.Lock()
 	for _, ts := range a.tables {
-		if ts.pending.IsZero() {
+		if ts.pending.IsZero() && tables&ts.table != 0 {
 			ts.pending = now
 		}
 	}
@@ -310,7 +325,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		go a.status.run(ctx)
 		go a.status.writeLoop(ctx)
 	}
-	a.markPending(time.Now())
+	a.markPending(time.Now(), node.All)
 	return a.loop(ctx)
 }
 
@@ -461,8 +476,13 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		a.log.Error("sync failed; the kernel keeps the previous state", "err", fmt.Errorf("snapshot: %w", err))
 		return due
 	}
-	in := node.Prepare(snap)
-	a.reportProblems("policy", append(report.Errors, in.Model.Errors...), in.Model.Warnings)
+	// A Service or EndpointSlice change syncs the NAT table only: the
+	// policy model is not rebuilt for it.
+	in := &node.Input{Snapshot: snap}
+	if due&node.Policy != 0 {
+		in = node.Prepare(snap)
+		a.reportProblems("policy", append(report.Errors, in.Model.Errors...), in.Model.Warnings)
+	}
 	if verify {
 		if drifted, err := a.prog.Verify(due); err != nil {
 			a.log.Warn("checking the kernel tables", "err", err)

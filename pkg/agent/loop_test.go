@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -403,4 +404,30 @@ spec:
 	want := h.create(isolate("y", "a")) // a pod on node-1
 	took := h.waitFor("a policy change while the status write hangs", 5*time.Second, func() bool { return holds(h.pol, want) })
 	t.Logf("programmed after %v with the status write stuck", took)
+}
+
+// TestServiceChangeSyncsOnlyNAT: a Service and its EndpointSlice feed the
+// NAT table only; the policy table is not synced (nor its model rebuilt)
+// for them. Before, every event synced both tables.
+func TestServiceChangeSyncsOnlyNAT(t *testing.T) {
+	h := newHarness(t, loadSnapshot(t, "e2e.yaml"), Options{NoStatus: true, ResyncPeriod: time.Hour})
+	h.run()
+	h.waitFor("the first sync", 5*time.Second, func() bool { return h.agent.ready.Load() })
+	syncs := func(table node.Tables) uint64 {
+		var m dto.Metric
+		h.agent.metrics.programmingLatency.WithLabelValues(table.String()).(prometheus.Histogram).Write(&m)
+		return m.GetHistogram().GetSampleCount()
+	}
+	policyBefore, natBefore := syncs(node.Policy), syncs(node.Services)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "x"}, Spec: corev1.ServiceSpec{
+		ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+		Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}}}
+	if _, err := h.kube.CoreV1().Services("x").Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the NAT sync", 5*time.Second, func() bool { return syncs(node.Services) > natBefore })
+	time.Sleep(300 * time.Millisecond) // a policy sync would follow within MinSyncInterval
+	if n := syncs(node.Policy); n != policyBefore {
+		t.Errorf("the policy table was synced %d times for a Service", n-policyBefore)
+	}
 }
