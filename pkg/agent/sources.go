@@ -64,6 +64,9 @@ func newSources(kube kubernetes.Interface, dyn dynamic.Interface, log *slog.Logg
 	s := &sources{dyn: dyn, disc: kube.Discovery(), log: log, onChange: onChange,
 		core: informers.NewSharedInformerFactory(kube, 0), rediscover: make(chan struct{}, 1)}
 	watch := func(resource string, inf cache.SharedIndexInformer) cache.GenericLister {
+		if err := inf.SetTransform(leanTransform); err != nil {
+			panic(err) // only after the informer started: never here
+		}
 		inf.AddEventHandler(s.handler(resource))
 		return cache.NewGenericLister(inf.GetIndexer(), schema.GroupResource{Resource: resource})
 	}
@@ -87,7 +90,11 @@ func newSources(kube kubernetes.Interface, dyn dynamic.Interface, log *slog.Logg
 func (s *sources) handler(resource string) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.onChange(resource) },
-		UpdateFunc: func(any, any) { s.onChange(resource) },
+		UpdateFunc: func(old, cur any) {
+			if !sameLean(old, cur) {
+				s.onChange(resource)
+			}
+		},
 		DeleteFunc: func(any) { s.onChange(resource) },
 	}
 }

@@ -1,0 +1,210 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// kubeletPod is a pod as a kubelet and a ReplicaSet leave it: managed
+// fields, annotations, volumes, probes, conditions, container statuses.
+func kubeletPod(t testing.TB) *corev1.Pod {
+	t.Helper()
+	data, err := os.ReadFile("testdata/kubelet-pod.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p corev1.Pod
+	if err := json.Unmarshal(data, &p); err != nil {
+		t.Fatal(err)
+	}
+	return &p
+}
+
+// TestLeanPodKeepsWhatPolicyReads: the lean pod decides every connection
+// as the full one does (labels, node, ports for named ports, phase,
+// addresses), and nothing else is kept.
+func TestLeanPodKeepsWhatPolicyReads(t *testing.T) {
+	full := kubeletPod(t)
+	lean := leanPod(full)
+	if lean.Name != full.Name || lean.Namespace != full.Namespace || lean.UID != full.UID || lean.ResourceVersion != full.ResourceVersion ||
+		fmt.Sprint(lean.Labels) != fmt.Sprint(full.Labels) || lean.Spec.NodeName != "node-17" || lean.Status.Phase != corev1.PodRunning ||
+		fmt.Sprint(cluster.PodAddresses(lean)) != fmt.Sprint(cluster.PodAddresses(full)) {
+		t.Fatalf("lean pod lost what policy reads: %+v", lean)
+	}
+	if len(lean.ManagedFields) > 0 || len(lean.Annotations) > 0 || len(lean.Spec.Volumes) > 0 || len(lean.Status.Conditions) > 0 ||
+		len(lean.Status.ContainerStatuses) > 0 || len(lean.OwnerReferences) > 0 {
+		t.Errorf("lean pod keeps what nothing reads: %+v", lean)
+	}
+	if len(lean.Spec.Containers) != 1 || len(lean.Spec.Containers[0].Ports) != 2 || lean.Spec.Containers[0].Env != nil || lean.Spec.Containers[0].Image != "" {
+		t.Errorf("lean containers: %+v", lean.Spec.Containers)
+	}
+	// The same verdicts, named port included, for a policy on the pod.
+	np := `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: http-only, namespace: shop}
+spec:
+  podSelector: {matchLabels: {app: api}}
+  ingress: [{ports: [{port: http}]}]
+`
+	for name, pod := range map[string]*corev1.Pod{"full": full, "lean": lean} {
+		snap := cluster.New()
+		snap.Pods = append(snap.Pods, pod)
+		if rep := snap.AddDocuments([]byte(np), "np", false); len(rep.Errors) > 0 {
+			t.Fatal(rep.Errors)
+		}
+		ev := eval.New(snap, policy.Build(snap))
+		for _, tc := range []struct {
+			port    int32
+			allowed bool
+		}{{8080, true}, {9090, false}} {
+			v, err := ev.Explain("192.0.2.1", "shop/"+full.Name, eval.Probe{Protocol: corev1.ProtocolTCP, Port: tc.port}, eval.FamilyPrimary)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Allowed != tc.allowed {
+				t.Errorf("%s pod: TCP %d allowed=%v, want %v", name, tc.port, v.Allowed, tc.allowed)
+			}
+		}
+	}
+}
+
+func TestSameLean(t *testing.T) {
+	base := leanPod(kubeletPod(t))
+	change := func(f func(p *corev1.Pod)) *corev1.Pod {
+		p := leanPod(kubeletPod(t))
+		f(p)
+		return p
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"zone": "a"}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "172.18.0.2"}}}}
+	heartbeat := node.DeepCopy()
+	heartbeat.ResourceVersion = "2"
+	heartbeat.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	moved := node.DeepCopy()
+	moved.Status.Addresses[0].Address = "172.18.0.3"
+	tests := []struct {
+		name     string
+		old, cur any
+		same     bool
+	}{
+		{"a pod's status conditions and resource version", base, func() *corev1.Pod {
+			full := kubeletPod(t)
+			full.ResourceVersion = "481516299"
+			full.Status.Conditions = nil
+			full.Status.ContainerStatuses[0].RestartCount = 3
+			return leanPod(full)
+		}(), true},
+		{"a pod's labels", base, change(func(p *corev1.Pod) { p.Labels = map[string]string{"app": "other"} }), false},
+		{"a pod's address", base, change(func(p *corev1.Pod) { p.Status.PodIPs = []corev1.PodIP{{IP: "10.244.3.99"}} }), false},
+		{"a pod's phase", base, change(func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), false},
+		{"a pod's ports", base, change(func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].ContainerPort = 8081 }), false},
+		{"a pod being deleted", base, change(func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} }), false},
+		{"a node's heartbeat", leanNode(node), leanNode(heartbeat), true},
+		{"a node's address", leanNode(node), leanNode(moved), false},
+		{"a Service (never compared)", &corev1.Service{}, &corev1.Service{}, false},
+	}
+	for _, tt := range tests {
+		if got := sameLean(tt.old, tt.cur); got != tt.same {
+			t.Errorf("%s: sameLean = %v, want %v", tt.name, got, tt.same)
+		}
+	}
+	// A tombstone passes the transform unchanged.
+	tomb := cache.DeletedFinalStateUnknown{Key: "shop/x", Obj: base}
+	if out, err := leanTransform(tomb); err != nil || out != any(tomb) {
+		t.Errorf("tombstone: %v %v", out, err)
+	}
+}
+
+// TestPodConditionsAreNoEvent: the agent's informers are lean, and a pod
+// update the kubelet makes to conditions only is not an event; a label
+// change is.
+func TestPodConditionsAreNoEvent(t *testing.T) {
+	snap := loadSnapshot(t, "e2e.yaml")
+	h := newHarness(t, snap, Options{NoStatus: true, ResyncPeriod: time.Hour})
+	h.run()
+	h.waitFor("the first sync", 5*time.Second, func() bool { return h.agent.ready.Load() })
+	events := func() float64 {
+		var m dto.Metric
+		h.agent.metrics.events.WithLabelValues("pods").Write(&m)
+		return m.GetCounter().GetValue()
+	}
+	pods := h.kube.CoreV1().Pods(snap.Pods[0].Namespace)
+	pod, err := pods.Get(context.Background(), snap.Pods[0].Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := events()
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse})
+	if pod, err = pods.UpdateStatus(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The store holds the lean pod once the update arrived.
+	h.waitFor("the update in the cache", 5*time.Second, func() bool {
+		obj, err := h.agent.src.listers.pods.Get(pod.Namespace + "/" + pod.Name)
+		return err == nil && obj.(*corev1.Pod).ResourceVersion == pod.ResourceVersion
+	})
+	if n := events() - before; n != 0 {
+		t.Errorf("a conditions-only update made %v events", n)
+	}
+	cached, _ := h.agent.src.listers.pods.Get(pod.Namespace + "/" + pod.Name)
+	if len(cached.(*corev1.Pod).Status.Conditions) != 0 {
+		t.Error("the cache holds the pod's conditions")
+	}
+	pod.Labels = map[string]string{"pod": "relabelled"}
+	if _, err := pods.Update(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("the label change as an event", 5*time.Second, func() bool { return events() > before })
+}
+
+// BenchmarkLeanPods measures the bytes an informer holds per pod, for the
+// pod a kubelet writes and for its lean copy, in one run (b.N pods, at
+// least 10,000: the heap's growth over storing them).
+func BenchmarkLeanPods(b *testing.B) {
+	data, err := os.ReadFile("testdata/kubelet-pod.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := max(b.N, 10000)
+	held := func(transform bool) float64 {
+		store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for i := 0; i < n; i++ {
+			var p corev1.Pod
+			if err := json.Unmarshal(data, &p); err != nil {
+				b.Fatal(err)
+			}
+			p.Name = fmt.Sprintf("api-%d", i)
+			var obj any = &p
+			if transform {
+				obj, _ = leanTransform(obj)
+			}
+			store.Add(obj)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(store)
+		return float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+	}
+	full := held(false)
+	lean := held(true)
+	b.ReportMetric(full, "full-bytes/pod")
+	b.ReportMetric(lean, "lean-bytes/pod")
+	b.ReportMetric(lean/full, "ratio")
+}
