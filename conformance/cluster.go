@@ -149,32 +149,16 @@ func RunCluster(ctx context.Context, cases []generator.Case, opts ClusterOptions
 	}
 
 	skipped := map[string]int{}
-	for _, c := range cases {
-		if ctx.Err() != nil {
-			break
-		}
+	runCases(ctx, rep, cases, r.skippedPerStep, opts.CaseDone, func(c generator.Case) (CaseResult, int, bool) {
 		tc, why := r.forCluster(c)
 		if why != "" {
 			skipped[why]++
-			continue
+			return CaseResult{}, 0, false
 		}
 		res := r.runCase(ctx, tc)
 		res.Name, res.Tags = c.Name, c.Tags
-		if ctx.Err() != nil && len(res.Steps) < len(tc.Steps) {
-			break // interrupted: not a result
-		}
-		rep.Cases = append(rep.Cases, res)
-		rep.Summary.Cases++
-		for _, st := range res.Steps {
-			rep.Summary.Steps++
-			rep.Summary.Probes += st.Probes
-			rep.Summary.Mismatches += len(st.Mismatches)
-			rep.Summary.Skipped += r.skippedPerStep * len(st.Expected.Pods) * len(st.Expected.Pods)
-		}
-		if opts.CaseDone != nil {
-			opts.CaseDone(res)
-		}
-	}
+		return res, len(tc.Steps), true
+	})
 	for _, why := range slices.Sorted(maps.Keys(skipped)) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d cases left out: %s", skipped[why], why))
 	}
@@ -185,12 +169,7 @@ func RunCluster(ctx context.Context, cases []generator.Case, opts ClusterOptions
 		rep.Notes = append(rep.Notes, fmt.Sprintf("settle time (objects written to every cell agreeing) over %d steps: p50 %v, max %v (bound %v)",
 			len(s), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), opts.Settle))
 	}
-	rep.Summary.DurationSeconds = time.Since(start).Seconds()
-	if err := ctx.Err(); err != nil {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("interrupted after %d cases", len(rep.Cases)))
-		return rep, err
-	}
-	return rep, nil
+	return finish(ctx, rep, start)
 }
 
 // caseProblem says what went wrong in a failed case.

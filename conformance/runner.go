@@ -68,13 +68,28 @@ func RunLab(ctx context.Context, cases []generator.Case, opts LabOptions) (_ *Re
 		}
 	}()
 	rep := &Report{Runner: "lab", Cases: []CaseResult{}}
+	runCases(ctx, rep, cases, lr.skippedPerStep, opts.CaseDone, func(c generator.Case) (CaseResult, int, bool) {
+		return lr.Run(c), len(c.Steps), true
+	})
+	rep.Notes = append(rep.Notes, lr.Notes()...)
+	return finish(ctx, rep, start)
+}
+
+// runCases runs the cases one at a time and adds each result to rep: run
+// returns the result, the number of steps the case has and whether it ran
+// at all (false: left out). A case that ctx cut short is not a result.
+func runCases(ctx context.Context, rep *Report, cases []generator.Case, skippedPerStep int, done func(CaseResult),
+	run func(generator.Case) (CaseResult, int, bool)) {
 	for _, c := range cases {
 		if ctx.Err() != nil {
-			break
+			return
 		}
-		res := lr.Run(c)
-		if ctx.Err() != nil && len(res.Steps) < len(c.Steps) {
-			break // interrupted: not a result
+		res, steps, ran := run(c)
+		if !ran {
+			continue
+		}
+		if ctx.Err() != nil && len(res.Steps) < steps {
+			return // interrupted: not a result
 		}
 		rep.Cases = append(rep.Cases, res)
 		rep.Summary.Cases++
@@ -82,13 +97,17 @@ func RunLab(ctx context.Context, cases []generator.Case, opts LabOptions) (_ *Re
 			rep.Summary.Steps++
 			rep.Summary.Probes += st.Probes
 			rep.Summary.Mismatches += len(st.Mismatches)
-			rep.Summary.Skipped += lr.skippedPerStep * cellsPerProbe(st.Expected)
+			rep.Summary.Skipped += skippedPerStep * cellsPerProbe(st.Expected)
 		}
-		if opts.CaseDone != nil {
-			opts.CaseDone(res)
+		if done != nil {
+			done(res)
 		}
 	}
-	rep.Notes = append(rep.Notes, lr.Notes()...)
+}
+
+// finish stamps the run's duration; an interrupted run keeps its report,
+// with a note, and returns ctx's error.
+func finish(ctx context.Context, rep *Report, start time.Time) (*Report, error) {
 	rep.Summary.DurationSeconds = time.Since(start).Seconds()
 	if err := ctx.Err(); err != nil {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("interrupted after %d cases", len(rep.Cases)))

@@ -263,38 +263,34 @@ func (t translator) rewrite(v any) error {
 			}
 		}
 		for k, child := range v {
-			if s, ok := child.(string); ok && strings.Contains(s, "/") {
-				if p, err := netip.ParsePrefix(s); err == nil {
-					mapped, err := t.prefix(p)
-					if err != nil {
-						return err
-					}
-					v[k] = mapped
-				}
-				continue
-			}
-			if err := t.rewrite(child); err != nil {
+			mapped, err := t.rewriteChild(child)
+			if err != nil {
 				return err
 			}
+			v[k] = mapped
 		}
 	case []any:
 		for i, child := range v {
-			if s, ok := child.(string); ok && strings.Contains(s, "/") {
-				if p, err := netip.ParsePrefix(s); err == nil {
-					mapped, err := t.prefix(p)
-					if err != nil {
-						return err
-					}
-					v[i] = mapped
-				}
-				continue
-			}
-			if err := t.rewrite(child); err != nil {
+			mapped, err := t.rewriteChild(child)
+			if err != nil {
 				return err
 			}
+			v[i] = mapped
 		}
 	}
 	return nil
+}
+
+// rewriteChild is a value inside a spec as the cluster needs it: a CIDR
+// mapped, anything else rewritten inside.
+func (t translator) rewriteChild(child any) (any, error) {
+	if s, ok := child.(string); ok && strings.Contains(s, "/") {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			return t.prefix(p)
+		}
+		return s, nil
+	}
+	return child, t.rewrite(child)
 }
 
 // selectedNamespace maps a namespace a selector names: the base's to the
