@@ -862,7 +862,7 @@ func (ev *evaluation) rule(r *tRule) (ruleResult, error) {
 			case expr.VerdictBreak:
 				return noMatch, nil
 			}
-			return ruleResult{matched: true}, nil // continue
+			// continue: the kernel goes on with the rule's next expression.
 		case *expr.Numgen:
 			ev.storeUint32(o.reg, ev.c.take(e.Modulus)+e.Offset)
 		case *expr.NAT:

@@ -320,3 +320,22 @@ func TestTraceInterfaceNames(t *testing.T) {
 		}
 	}
 }
+
+// An immediate continue does not end the rule: the kernel evaluates the
+// rule's next expression (here a drop).
+func TestTraceContinueGoesOnInTheRule(t *testing.T) {
+	tab := NewTable("x")
+	rule := &Rule{Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictContinue}, &expr.Verdict{Kind: expr.VerdictDrop}}, Text: "continue drop"}
+	tab.AddChain(&Chain{Name: "in", Base: &Hook{Type: "filter", Hook: HookInput, Policy: "accept"}, Rules: []*Rule{rule}})
+	tr, err := NewTracer(tab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := tr.Trace(HookInput, tcpTo(podA, podB, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].Verdict != "drop" {
+		t.Errorf("traced %+v, want the rule's drop", rs)
+	}
+}
