@@ -6,7 +6,7 @@ BIN     := bin/netpol
 COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo " (modified)")
 PKGS    := ./...
 
-.PHONY: build install uninstall test lint bench fuzz demo clean e2e e2e-deps image cluster-up cluster-down e2e-cluster
+.PHONY: build install uninstall test lint bench bench-peers fuzz demo clean e2e e2e-deps image cluster-up cluster-down e2e-cluster
 
 # Where `make install` puts netpol (and kubectl-netpol, so that
 # `kubectl netpol ...` works): $(DESTDIR)$(PREFIX)/bin.
@@ -114,6 +114,18 @@ e2e-cluster: image
 	flock $(LAB_LOCK) env NETPOL_LAB_LOCKED=1 sh -c '\
 		hack/cluster-up.sh && (cd test/cluster && ../../_output/cluster.test -test.v -test.count=1 -test.timeout 20m); rc=$$?; \
 		if [ -z "$(KEEP_CLUSTER)" ]; then hack/cluster-down.sh || rc=1; fi; exit $$rc'
+
+# netpol's agent next to kube-proxy v1.37.2 (hack/tools/go.mod) in its
+# nftables and iptables modes, one at a time in the same run, against the
+# same 10,000 x 10 and 30,000 x 2 Services in a real apiserver, each system
+# in a network namespace of its own (test/peers; root; not in CI; 30-60
+# min: each full sync is capped at BENCH_PEERS_TIMEOUT, default 10m).
+# Writes _output/bench/peers.json and peers.md (docs/benchmarks.md by
+# hand). Under the lab lock: no lab test shares the machine meanwhile.
+bench-peers: build e2e-deps
+	hack/build-kube-tools.sh kube-proxy >/dev/null
+	$(GO) test -c -tags bench_peers -o _output/peers.test ./test/peers
+	flock $(LAB_LOCK) env NETPOL_LAB_LOCKED=1 sh -c 'cd test/peers && ../../_output/peers.test -test.v -test.count=1 -test.timeout 3h'
 
 clean:
 	rm -rf bin

@@ -279,7 +279,7 @@ func FindBinaries() (etcd, apiserver string, err error) {
 		}
 		return etcd, apiserver, nil
 	}
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return "", "", fmt.Errorf("finding kube-apiserver: %w; set KUBE_APISERVER_BIN or %s", err, hint)
 	}
@@ -290,9 +290,9 @@ func FindBinaries() (etcd, apiserver string, err error) {
 	return etcd, apiserver, nil
 }
 
-// repoRoot walks up from the working directory (a package directory under
+// RepoRoot walks up from the working directory (a package directory under
 // go test) to the main module's root.
-func repoRoot() (string, error) {
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
