@@ -155,40 +155,54 @@ func outsideRetryable(result string) bool {
 	return result != lab.ResultOK && result != lab.ResultNoAddress && result != lab.ResultNotInLab
 }
 
-// probeOutside adds the outside cells to the step's tables: the
-// evaluator's to want, the lab's to got, under the outside addresses as
-// pods. It returns how to probe each cell again (by cell) and notes on
-// replies from the wrong server.
-func (r *labRun) probeOutside(ev *eval.Evaluator, want, got *eval.Table) (map[cellID]outsideCell, []string, error) {
+// outsideProbe is a step's outside cells: the evaluator's verdicts and
+// what the lab saw.
+type outsideProbe struct {
+	expected, observed []eval.Result
+	byCell             map[cellID]outsideCell
+	notes              []string
+}
+
+// probeOutside probes the outside cells of a step whose pods are pods (the
+// evaluator's table's) and returns how to probe each cell again (by cell)
+// and notes on replies from the wrong server. It only reads the lab, so it
+// runs beside the lab's probe of the pod pairs.
+func (r *labRun) probeOutside(ev *eval.Evaluator, pods []string) (*outsideProbe, error) {
 	if len(r.opts.Outside) == 0 {
-		return nil, nil, nil
+		return &outsideProbe{}, nil
 	}
-	results, cells, err := outsideCells(ev, want.Pods, r.opts.Outside, r.probes)
+	results, cells, err := outsideCells(ev, pods, r.opts.Outside, r.probes)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	obs, err := r.observeOutside(cells, r.podsInLab())
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	byCell := make(map[cellID]outsideCell, len(cells))
-	var notes []string
-	observed := slices.Clone(results)
+	op := &outsideProbe{expected: results, observed: slices.Clone(results), byCell: make(map[cellID]outsideCell, len(cells))}
 	for i, o := range obs {
 		res := results[i]
-		byCell[keyOf(res)] = cells[i]
-		observed[i].Allowed = o.Allowed
+		op.byCell[keyOf(res)] = cells[i]
+		op.observed[i].Allowed = o.Allowed
 		if o.Allowed && o.Reply != cells[i].reply {
-			notes = append(notes, fmt.Sprintf("%s -> %s %s/%d: the reply came from %q", res.From, res.To, res.Protocol, res.Port, o.Reply))
+			op.notes = append(op.notes, fmt.Sprintf("%s -> %s %s/%d: the reply came from %q", res.From, res.To, res.Protocol, res.Port, o.Reply))
 		}
 	}
-	for _, a := range r.opts.Outside {
+	return op, nil
+}
+
+// addTo adds the outside cells to the step's tables: the evaluator's to
+// want, the lab's to got, under the outside addresses as pods.
+func (op *outsideProbe) addTo(want, got *eval.Table, outside []netip.Addr) {
+	if len(op.expected) == 0 {
+		return
+	}
+	for _, a := range outside {
 		want.Pods = append(want.Pods, a.String())
 		got.Pods = append(got.Pods, a.String())
 	}
-	want.Results = append(want.Results, results...)
-	got.Results = append(got.Results, observed...)
-	return byCell, notes, nil
+	want.Results = append(want.Results, op.expected...)
+	got.Results = append(got.Results, op.observed...)
 }
 
 // reprobeOutside probes the outside cells among diffs once more (with

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/netpol/netpol/conformance/generator"
@@ -242,7 +243,7 @@ func (r *labRun) step(snap *cluster.Snapshot, i int, st generator.Step) (StepRes
 	if err := r.l.Update(r.ctx, snap); err != nil {
 		return sr, fmt.Errorf("lab update: %w", err)
 	}
-	sync, err := r.enf.Sync(snap)
+	synced, err := r.enf.Sync(snap)
 	if err != nil {
 		return sr, err
 	}
@@ -250,17 +251,27 @@ func (r *labRun) step(snap *cluster.Snapshot, i int, st generator.Step) (StepRes
 	if err := r.l.FlushConntrack(); err != nil {
 		return sr, err
 	}
-	ev := eval.New(snap, sync.Model)
+	ev := eval.New(snap, synced.Model)
 	want := ev.Table(eval.TableOptions{Probes: r.probes})
-	got, notes, err := r.l.Probe(r.ctx, lab.ProbeOptions{Probes: r.probes, Timeout: r.opts.Timeout, RetryTimeout: r.opts.RetryTimeout, Parallel: r.opts.Parallel})
-	if err != nil {
+	// The pod pairs and the outside cells are probed at once: each costs
+	// about one timeout and one retry.
+	var (
+		got   *eval.Table
+		notes []string
+		perr  error
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() {
+		got, notes, perr = r.l.Probe(r.ctx, lab.ProbeOptions{Probes: r.probes, Timeout: r.opts.Timeout, RetryTimeout: r.opts.RetryTimeout, Parallel: r.opts.Parallel})
+	})
+	op, oerr := r.probeOutside(ev, slices.Clone(want.Pods))
+	wg.Wait()
+	if err := errors.Join(perr, oerr); err != nil {
 		return sr, err
 	}
-	outside, outsideNotes, err := r.probeOutside(ev, want, got)
-	if err != nil {
-		return sr, err
-	}
-	for _, n := range append(notes, outsideNotes...) {
+	op.addTo(want, got, r.opts.Outside)
+	outside := op.byCell
+	for _, n := range append(notes, op.notes...) {
 		// Once per run: the same note comes back every step.
 		if !slices.Contains(r.notes, n) {
 			r.notes = append(r.notes, n)
@@ -291,7 +302,7 @@ func (r *labRun) step(snap *cluster.Snapshot, i int, st generator.Step) (StepRes
 			continue
 		}
 		m := Mismatch{From: d.From, To: d.To, Protocol: d.Probe.Protocol, Port: d.Probe.Port, Expected: d.Expected, Observed: !d.Expected, Result: obs.Result}
-		m.Explain, m.Trace = explainCell(ev, sync.Model, snap, &dp, d)
+		m.Explain, m.Trace = explainCell(ev, synced.Model, snap, &dp, d)
 		sr.Mismatches = append(sr.Mismatches, m)
 	}
 	return sr, nil
