@@ -89,7 +89,7 @@ func newSources(kube kubernetes.Interface, dyn dynamic.Interface, log *slog.Logg
 
 func (s *sources) handler(resource string) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { s.onChange(resource) },
+		AddFunc: func(any) { s.onChange(resource) },
 		UpdateFunc: func(old, cur any) {
 			if !sameLean(old, cur) {
 				s.onChange(resource)
