@@ -6,7 +6,7 @@ BIN     := bin/netpol
 COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo " (modified)")
 PKGS    := ./...
 
-.PHONY: build install uninstall test lint bench bench-peers fuzz demo clean e2e e2e-deps image cluster-up cluster-down e2e-cluster
+.PHONY: build install uninstall test lint bench bench-agent bench-peers fuzz demo clean e2e e2e-deps image cluster-up cluster-down e2e-cluster
 
 # Where `make install` puts netpol (and kubectl-netpol, so that
 # `kubectl netpol ...` works): $(DESTDIR)$(PREFIX)/bin.
@@ -64,6 +64,15 @@ bench: build
 	$(MAKE) e2e-deps
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -count 1 -v ./test/e2e
 	hack/bench-cli.sh
+
+# The agent scale harness (pkg/agent BenchmarkAgentEvents, issue 14):
+# node-1's agent fed a synthetic cluster through its informers, per-event
+# latency and CPU at each size in BENCH_PODS, BENCH_EVENTS events per kind.
+BENCH_PODS   ?= 10000,100000
+BENCH_EVENTS ?= 200
+bench-agent:
+	NETPOL_BENCH_PODS=$(BENCH_PODS) NETPOL_BENCH_EVENTS=$(BENCH_EVENTS) \
+		$(GO) test -run '^$$' -bench BenchmarkAgentEvents -benchtime 1x -count 1 -timeout 3h ./pkg/agent
 
 # A short run of every fuzz target.
 fuzz:

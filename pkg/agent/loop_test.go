@@ -34,7 +34,7 @@ import (
 // harness runs the agent's sync loop against fake API clients and fake
 // kernel tables: no API server, no root.
 type harness struct {
-	t        *testing.T
+	t        testing.TB
 	snap     *cluster.Snapshot
 	kube     *kubefake.Clientset
 	dyn      *dynamicfake.FakeDynamicClient
@@ -63,7 +63,7 @@ func (b *logBuffer) count(s string) int {
 }
 
 // loadSnapshot reads a base snapshot of the repository's testdata.
-func loadSnapshot(t *testing.T, name string) *cluster.Snapshot {
+func loadSnapshot(t testing.TB, name string) *cluster.Snapshot {
 	t.Helper()
 	snap, report := cluster.LoadPaths([]string{filepath.Join("..", "..", "testdata", "base", name)}, nil)
 	if len(report.Errors) > 0 {
@@ -73,7 +73,7 @@ func loadSnapshot(t *testing.T, name string) *cluster.Snapshot {
 }
 
 // policyObjects are ANP objects (unstructured) for the dynamic client.
-func policyObjects(t *testing.T, docs ...string) []runtime.Object {
+func policyObjects(t testing.TB, docs ...string) []runtime.Object {
 	t.Helper()
 	var out []runtime.Object
 	for _, d := range docs {
@@ -88,7 +88,7 @@ func policyObjects(t *testing.T, docs ...string) []runtime.Object {
 
 // newHarness prepares an agent for node-1 of snap, with the ANPs given
 // served by the fake API.
-func newHarness(t *testing.T, snap *cluster.Snapshot, opts Options, anps ...runtime.Object) *harness {
+func newHarness(t testing.TB, snap *cluster.Snapshot, opts Options, anps ...runtime.Object) *harness {
 	t.Helper()
 	var objs []runtime.Object
 	for _, o := range snap.Namespaces {
@@ -116,8 +116,11 @@ func newHarness(t *testing.T, snap *cluster.Snapshot, opts Options, anps ...runt
 		APIResources: []metav1.APIResource{{Name: cluster.GVRAdminPolicy.Resource}},
 	}}
 	h.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		gvrCRD:                 "CustomResourceDefinitionList",
-		cluster.GVRAdminPolicy: "AdminNetworkPolicyList",
+		gvrCRD:                           "CustomResourceDefinitionList",
+		cluster.GVRAdminPolicy:           "AdminNetworkPolicyList",
+		cluster.GVRBaselinePolicy:        "BaselineAdminNetworkPolicyList",
+		cluster.GVRClusterPolicyV1beta1:  "ClusterNetworkPolicyList",
+		cluster.GVRClusterPolicyV1alpha2: "ClusterNetworkPolicyList",
 	}, anps...)
 	opts.NodeName = "node-1"
 	if opts.MinSyncInterval == 0 {
@@ -175,7 +178,7 @@ func waitUntil(t testing.TB, what string, timeout, poll time.Duration, cond func
 }
 
 // desired compiles node-1's policy table for snap.
-func desired(t *testing.T, snap *cluster.Snapshot) *nft.Table {
+func desired(t testing.TB, snap *cluster.Snapshot) *nft.Table {
 	t.Helper()
 	table, err := compiler.Compile(node.Prepare(snap).Resolved, compiler.Options{Node: "node-1"})
 	if err != nil {

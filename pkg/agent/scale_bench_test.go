@@ -1,0 +1,374 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+
+	"github.com/netpol/netpol/internal/synth"
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/node"
+)
+
+// BenchmarkAgentEvents is the agent scale harness (issue 14): a synthetic
+// cluster (internal/synth: 100 pods per namespace and per node, one
+// NetworkPolicy per 10 pods, one admin or baseline policy per 100 pods)
+// served by fake API clients, and node-1's agent fed every object through
+// its real informers and event handlers into fake kernel tables. It
+// reports the first full sync, then for each kind of event the time from
+// the API write to the committed transactions (the informer's delivery,
+// the event handler, the snapshot, the policy pipeline, the diff and the
+// commit): wall and CPU (the process's, which includes the fake API's
+// share), p50 and p99, and the transaction size. After the events the
+// kernel must hold what a from-scratch compile of the informers' state
+// gives.
+//
+// Sizes: NETPOL_BENCH_PODS (comma-separated, default 10000); events per
+// kind: NETPOL_BENCH_EVENTS (default 200). make bench-agent runs 10,000
+// and 100,000 pods in one run.
+func BenchmarkAgentEvents(b *testing.B) {
+	sizes := envInts(b, "NETPOL_BENCH_PODS", []int{10000})
+	events := envInts(b, "NETPOL_BENCH_EVENTS", []int{200})[0]
+	for _, pods := range sizes {
+		b.Run(fmt.Sprintf("pods=%d", pods), func(b *testing.B) {
+			sb := newScaleBench(b, pods)
+			b.Run("first-sync", func(b *testing.B) {
+				for range b.N {
+					sb.firstSync(b)
+				}
+			})
+			for _, kind := range scaleEvents {
+				b.Run(kind.name, func(b *testing.B) {
+					for range b.N {
+						sb.measure(b, kind, events)
+					}
+				})
+			}
+			sb.checkKernel(b)
+		})
+	}
+}
+
+func envInts(b *testing.B, name string, def []int) []int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("%s=%q: want positive integers", name, v)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+type scaleBench struct {
+	h          *harness
+	spec       synth.Spec
+	messages   atomic.Int64 // netlink messages committed since the last reset
+	firstDone  bool
+	added      []string // pods added by pod-add, deleted by pod-delete
+	nextPolicy int
+}
+
+func newScaleBench(b *testing.B, pods int) *scaleBench {
+	spec := synth.Spec{Namespaces: pods / 100, Pods: pods, Nodes: pods / 100, NetworkPolicies: pods / 10,
+		AdminPolicies: pods / 100, Seed: 1}
+	snap, err := synth.Snapshot(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var admin []runtime.Object
+	add := func(obj any, apiVersion, kind string) {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			b.Fatal(err)
+		}
+		o := &unstructured.Unstructured{Object: u}
+		o.SetAPIVersion(apiVersion)
+		o.SetKind(kind)
+		admin = append(admin, o)
+	}
+	for _, p := range snap.AdminPolicies {
+		add(p, cluster.GVRAdminPolicy.GroupVersion().String(), "AdminNetworkPolicy")
+	}
+	for _, p := range snap.BaselinePolicies {
+		add(p, cluster.GVRBaselinePolicy.GroupVersion().String(), "BaselineAdminNetworkPolicy")
+	}
+	for _, p := range snap.ClusterPolicies {
+		add(p, cluster.GVRClusterPolicyV1beta1.GroupVersion().String(), "ClusterNetworkPolicy")
+	}
+	sb := &scaleBench{spec: spec}
+	sb.h = newHarness(b, snap, Options{NoStatus: true, ResyncPeriod: time.Hour}, admin...)
+	var served []*metav1.APIResourceList
+	for _, gvr := range []struct{ gv, resource string }{
+		{cluster.GVRAdminPolicy.GroupVersion().String(), cluster.GVRAdminPolicy.Resource},
+		{cluster.GVRBaselinePolicy.GroupVersion().String(), cluster.GVRBaselinePolicy.Resource},
+		{cluster.GVRClusterPolicyV1beta1.GroupVersion().String(), cluster.GVRClusterPolicyV1beta1.Resource},
+	} {
+		i := slices.IndexFunc(served, func(l *metav1.APIResourceList) bool { return l.GroupVersion == gvr.gv })
+		if i < 0 {
+			served = append(served, &metav1.APIResourceList{GroupVersion: gvr.gv})
+			i = len(served) - 1
+		}
+		served[i].APIResources = append(served[i].APIResources, metav1.APIResource{Name: gvr.resource})
+	}
+	sb.h.kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = served
+	count := func(p *nft.Plan) error { sb.messages.Add(int64(p.Stats.Messages)); return nil }
+	sb.h.pol.FailWith(count)
+	sb.h.nat.FailWith(count)
+	sb.h.startSources()
+	return sb
+}
+
+// firstSync programs both tables from nothing (once; later runs of b.N
+// re-sync unchanged tables and are not reported).
+func (sb *scaleBench) firstSync(b *testing.B) {
+	if sb.firstDone {
+		return
+	}
+	sb.firstDone = true
+	sb.messages.Store(0)
+	wall, cpu := time.Now(), cpuTime()
+	sb.h.agent.syncTables(node.All, false)
+	b.ReportMetric(time.Since(wall).Seconds(), "wall-s")
+	b.ReportMetric((cpuTime() - cpu).Seconds(), "cpu-s")
+	b.ReportMetric(float64(sb.messages.Load()), "messages")
+	if sb.h.pol.Transactions() == 0 {
+		b.Fatal("the first sync committed no policy table")
+	}
+}
+
+// scaleEvent is one kind of event: prepare reads what the write needs
+// (outside the measurement), write makes the change through the API.
+type scaleEvent struct {
+	name    string
+	prepare func(sb *scaleBench, i int) any
+	write   func(sb *scaleBench, i int, prepared any) error
+}
+
+var scaleEvents = []scaleEvent{
+	{name: "pod-add", write: func(sb *scaleBench, i int, _ any) error {
+		p := sb.benchPod(i)
+		sb.added = append(sb.added, p.Namespace+"/"+p.Name)
+		_, err := sb.h.kube.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
+		return err
+	}},
+	{name: "pod-delete", write: func(sb *scaleBench, i int, _ any) error {
+		if len(sb.added) == 0 {
+			return fmt.Errorf("no pod left to delete")
+		}
+		ns, name, _ := strings.Cut(sb.added[0], "/")
+		sb.added = sb.added[1:]
+		return sb.h.kube.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+	}},
+	{name: "pod-label",
+		prepare: func(sb *scaleBench, i int) any {
+			name := fmt.Sprintf("pod-%d", (i*7919)%sb.spec.Pods)
+			ns := fmt.Sprintf("ns-%d", (i*7919)%sb.spec.Pods%sb.spec.Namespaces)
+			p, err := sb.h.kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			// Another app: the pod leaves some policies' selectors and
+			// joins others'.
+			app, _ := strconv.Atoi(strings.TrimPrefix(p.Labels["app"], "app-"))
+			p.Labels["app"] = fmt.Sprintf("app-%d", (app+1)%7)
+			return p
+		},
+		write: func(sb *scaleBench, _ int, prepared any) error {
+			p, ok := prepared.(*corev1.Pod)
+			if !ok {
+				return prepared.(error)
+			}
+			_, err := sb.h.kube.CoreV1().Pods(p.Namespace).Update(context.Background(), p, metav1.UpdateOptions{})
+			return err
+		}},
+	{name: "namespace-label",
+		prepare: func(sb *scaleBench, i int) any {
+			ns, err := sb.h.kube.CoreV1().Namespaces().Get(context.Background(), fmt.Sprintf("ns-%d", i%sb.spec.Namespaces), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			team, _ := strconv.Atoi(strings.TrimPrefix(ns.Labels["team"], "team-"))
+			ns.Labels["team"] = fmt.Sprintf("team-%d", (team+1)%10)
+			return ns
+		},
+		write: func(sb *scaleBench, _ int, prepared any) error {
+			ns, ok := prepared.(*corev1.Namespace)
+			if !ok {
+				return prepared.(error)
+			}
+			_, err := sb.h.kube.CoreV1().Namespaces().Update(context.Background(), ns, metav1.UpdateOptions{})
+			return err
+		}},
+	{name: "networkpolicy-add", write: func(sb *scaleBench, i int, _ any) error {
+		tcp := corev1.ProtocolTCP
+		port := intstr.FromInt32(int32(8000 + i%1000))
+		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-np-%d", i), Namespace: fmt.Sprintf("ns-%d", i%sb.spec.Namespaces)},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("app-%d", i%7)}},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{
+					From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("team-%d", i%10)}}}},
+					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
+				}}}}
+		_, err := sb.h.kube.NetworkingV1().NetworkPolicies(np.Namespace).Create(context.Background(), np, metav1.CreateOptions{})
+		return err
+	}},
+	{name: "clusternetworkpolicy-add", write: func(sb *scaleBench, i int, _ any) error {
+		cnp := policyObjects(sb.h.t, fmt.Sprintf(`apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: bench-cnp-%d}
+spec:
+  tier: Admin
+  priority: %d
+  subject:
+    namespaces:
+      matchLabels: {team: team-%d}
+  ingress:
+  - name: deny-from-dev
+    action: Deny
+    from:
+    - namespaces:
+        matchLabels: {env: dev}
+    protocols:
+    - tcp: {destinationPort: {number: %d}}`, i, i%1000, i%10, 10000+i))[0].(*unstructured.Unstructured)
+		_, err := sb.h.dyn.Resource(cluster.GVRClusterPolicyV1beta1).Create(context.Background(), cnp, metav1.CreateOptions{})
+		return err
+	}},
+}
+
+// benchPod is pod-add's i-th pod: on node i of the cluster (node-1, the
+// agent's, holds one in Nodes), labelled as synth's pods are.
+func (sb *scaleBench) benchPod(i int) *corev1.Pod {
+	tiers := []string{"frontend", "backend", "db", "cache"}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%d", i), Namespace: fmt.Sprintf("ns-%d", (i*7)%sb.spec.Namespaces),
+		Labels: map[string]string{"app": fmt.Sprintf("app-%d", i%7), "tier": tiers[i%len(tiers)]}},
+		Spec: corev1.PodSpec{NodeName: fmt.Sprintf("node-%d", i%sb.spec.Nodes), Containers: []corev1.Container{{Name: "main",
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 80, Protocol: corev1.ProtocolTCP}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: fmt.Sprintf("10.200.%d.%d", i>>8&255, i&255),
+			PodIPs: []corev1.PodIP{{IP: fmt.Sprintf("10.200.%d.%d", i>>8&255, i&255)}}}}
+}
+
+// measure runs n events of one kind, each written through the API, seen
+// by the agent's informer and synced into the fake kernel before the next.
+func (sb *scaleBench) measure(b *testing.B, kind scaleEvent, n int) {
+	var walls, cpus, sizes []float64
+	for i := range n {
+		var prepared any
+		if kind.prepare != nil {
+			prepared = kind.prepare(sb, sb.nextPolicy+i)
+		}
+		sb.messages.Store(0)
+		wall, cpu := time.Now(), cpuTime()
+		if err := kind.write(sb, sb.nextPolicy+i, prepared); err != nil {
+			b.Fatalf("%s %d: %v", kind.name, i, err)
+		}
+		due := sb.waitPending(b, kind.name)
+		sb.h.agent.syncTables(due, false)
+		walls = append(walls, time.Since(wall).Seconds()*1000)
+		cpus = append(cpus, (cpuTime()-cpu).Seconds()*1000)
+		sizes = append(sizes, float64(sb.messages.Load()))
+		if failed := sb.failedTables(); failed != 0 {
+			b.Fatalf("%s %d: the %s table failed to sync", kind.name, i, failed)
+		}
+	}
+	sb.nextPolicy += n
+	for _, m := range []struct {
+		unit string
+		vals []float64
+	}{{"ms-p50", walls}, {"cpu-ms-p50", cpus}, {"messages-p50", sizes}} {
+		b.ReportMetric(quantile(m.vals, 0.5), m.unit)
+		b.ReportMetric(quantile(m.vals, 0.99), strings.Replace(m.unit, "p50", "p99", 1))
+	}
+}
+
+// waitPending waits for the agent's event handler to mark a table
+// pending, and returns the tables marked.
+func (sb *scaleBench) waitPending(b *testing.B, what string) node.Tables {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var due node.Tables
+		sb.h.agent.mu.Lock()
+		for _, ts := range sb.h.agent.tables {
+			if !ts.pending.IsZero() {
+				due |= ts.table
+			}
+		}
+		sb.h.agent.mu.Unlock()
+		if due != 0 {
+			return due
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: the agent saw no event within a minute", what)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+func (sb *scaleBench) failedTables() node.Tables {
+	var failed node.Tables
+	sb.h.agent.mu.Lock()
+	defer sb.h.agent.mu.Unlock()
+	for _, ts := range sb.h.agent.tables {
+		if ts.backoff > 0 {
+			failed |= ts.table
+		}
+	}
+	return failed
+}
+
+// checkKernel: after every event the fake kernel holds exactly what a
+// from-scratch compile of the informers' state gives.
+func (sb *scaleBench) checkKernel(b *testing.B) {
+	snap, _, _, err := sb.h.agent.src.snapshot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	want, err := compiler.Compile(node.Prepare(snap).Resolved, compiler.Options{Node: sb.h.agent.opts.NodeName})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if d := nft.Diff(sb.h.pol.Kernel(), want); !d.Empty() {
+		b.Fatalf("after the events the kernel's policy table differs from a full compile: %d operations", len(d.Ops))
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// quantile is the q-quantile of vals (nearest rank).
+func quantile(vals []float64, q float64) float64 {
+	if len(vals) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(vals))
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
