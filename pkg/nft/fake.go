@@ -3,6 +3,7 @@ package nft
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -160,19 +161,38 @@ func execOp(t *Table, name string, op Op) (*Table, error) {
 		if s == nil {
 			return nil, unix.ENOENT
 		}
+		// Elements are found by key through an index: a first sync
+		// adds hundreds of thousands to one set.
+		at := make(map[string]int, len(s.Elements))
+		for i, x := range s.Elements {
+			at[elementKey(x)] = i
+		}
+		deleted := map[int]bool{}
 		for _, e := range op.Elements {
 			e = normalElement(s, e)
-			i := slices.IndexFunc(s.Elements, func(x Element) bool { return sameKey(x, e) })
+			k := elementKey(e)
+			i, found := at[k]
 			switch {
-			case op.Kind == OpAddElements && i < 0:
+			case op.Kind == OpAddElements && !found:
+				at[k] = len(s.Elements)
 				s.Elements = append(s.Elements, copyElement(e))
 			case op.Kind == OpAddElements:
 				s.Elements[i] = copyElement(e)
-			case i < 0:
+			case !found:
 				return nil, unix.ENOENT
 			default:
-				s.Elements = slices.Delete(s.Elements, i, i+1)
+				delete(at, k)
+				deleted[i] = true
 			}
+		}
+		if len(deleted) > 0 {
+			kept := s.Elements[:0]
+			for i, x := range s.Elements {
+				if !deleted[i] {
+					kept = append(kept, x)
+				}
+			}
+			s.Elements = kept
 		}
 	default:
 		return nil, fmt.Errorf("unknown plan operation %d", op.Kind)
@@ -180,9 +200,9 @@ func execOp(t *Table, name string, op Op) (*Table, error) {
 	return t, nil
 }
 
-// sameKey: the kernel finds an element by its key (and key end).
-func sameKey(a, b Element) bool {
-	return string(a.Key) == string(b.Key) && string(a.KeyEnd) == string(b.KeyEnd)
+// elementKey is what the kernel finds an element by: its key and key end.
+func elementKey(e Element) string {
+	return strconv.Itoa(len(e.Key)) + ":" + string(e.Key) + string(e.KeyEnd)
 }
 
 // copyTable copies a table in read-back form: rules by ID, sets with
