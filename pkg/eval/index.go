@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,6 +57,8 @@ type nodeInfo struct {
 type compiledPolicy struct {
 	*policy.Policy
 	subjects bitset // pod-network pods the policy applies to
+	// subjectIdents are the identities of subjects.
+	subjectIdents bitset
 	rules    [2][]compiledRule
 }
 
@@ -73,8 +76,15 @@ type index struct {
 	pods     []podInfo
 	podByKey map[string]int
 	podByIP  map[netip.Addr]int // pod-network pods only
-	// podsByNamespace lists the pod-network pods of each namespace.
-	podsByNamespace map[string][]int
+	// idents group the pod-network pods by namespace and labels: pods
+	// that share both are selected by the same selectors, so selectors
+	// are matched against identities and policies walked by them, not by
+	// pods (a Deployment's pods are one identity).
+	idents []identity
+	// identOf[pod] is the pod's identity, -1 for a host-network pod.
+	identOf []int32
+	// identsByNamespace lists the identities of each namespace.
+	identsByNamespace map[string][]int
 	nodes           []nodeInfo
 	nodeByIP        map[netip.Addr]int
 	policies        []*compiledPolicy // model order
@@ -86,14 +96,30 @@ type index struct {
 	plans [2][]*Plan
 	// selected caches selectPods by selector: policies share selectors
 	// (every "all pods of namespaces labelled ..." peer is one), and each
-	// distinct one is matched against the pods once. The bitsets are
-	// shared and never written after they are made.
-	selected map[string]bitset
+	// distinct one is matched against the identities once. The bitsets
+	// are shared and never written after they are made.
+	selected map[string]selection
+}
+
+// identity is a namespace and a set of pod labels, and the pod-network
+// pods that have them.
+type identity struct {
+	namespace string
+	nsLabels  labels.Set
+	labels    labels.Set
+	pods      []int
+}
+
+// selection is what one selector selects: identities and their pods.
+type selection struct {
+	idents bitset
+	pods   bitset
 }
 
 func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 	ix := &index{podByKey: map[string]int{}, podByIP: map[netip.Addr]int{}, nodeByIP: map[netip.Addr]int{},
-		podsByNamespace: map[string][]int{}, selected: map[string]bitset{}}
+		identsByNamespace: map[string][]int{}, selected: map[string]selection{}}
+	identByKey := map[string]int{}
 	nodeByName := map[string]int{}
 	for _, n := range snap.Nodes {
 		ni := nodeInfo{node: n}
@@ -140,8 +166,10 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 		}
 		idx := len(ix.pods)
 		ix.podByKey[pi.key] = idx
+		ident := int32(-1)
 		if !pi.hostNetwork {
-			ix.podsByNamespace[p.Namespace] = append(ix.podsByNamespace[p.Namespace], idx)
+			ident = int32(ix.identity(identByKey, p.Namespace, pi.nsLabels, p.Labels))
+			ix.idents[ident].pods = append(ix.idents[ident].pods, idx)
 			for _, a := range pi.addrs {
 				ix.podByIP[a] = idx
 			}
@@ -153,22 +181,37 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 			}
 		}
 		ix.pods = append(ix.pods, pi)
+		ix.identOf = append(ix.identOf, ident)
 	}
 	for _, pol := range model.Policies {
 		ix.policies = append(ix.policies, ix.compile(pol))
 	}
-	for t := range ix.selecting {
-		for d := range ix.selecting[t] {
+	// The policies selecting an identity are found once and shared by
+	// its pods (read-only).
+	var byIdent [3][2][][]int32
+	for t := range byIdent {
+		for d := range byIdent[t] {
+			byIdent[t][d] = make([][]int32, len(ix.idents))
 			ix.selecting[t][d] = make([][]int32, len(ix.pods))
 		}
 	}
 	for pi, cp := range ix.policies {
-		for _, pod := range cp.subjects.members() {
+		for _, id := range cp.subjectIdents.members() {
 			for _, d := range policy.Directions {
 				if cp.Tier == policy.TierNetworkPolicy && !cp.Isolates[d] {
 					continue
 				}
-				ix.selecting[cp.Tier][d][pod] = append(ix.selecting[cp.Tier][d][pod], int32(pi))
+				byIdent[cp.Tier][d][id] = append(byIdent[cp.Tier][d][id], int32(pi))
+			}
+		}
+	}
+	for pod, id := range ix.identOf {
+		if id < 0 {
+			continue
+		}
+		for t := range byIdent {
+			for d := range byIdent[t] {
+				ix.selecting[t][d][pod] = slices.Clip(byIdent[t][d][id])
 			}
 		}
 	}
@@ -176,8 +219,23 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 	return ix
 }
 
+// identity returns the index of the identity of a pod-network pod in
+// namespace ns with podLabels, adding it when new.
+func (ix *index) identity(byKey map[string]int, ns string, nsLabels labels.Set, podLabels map[string]string) int {
+	key := ns + "\x00" + labels.Set(podLabels).String()
+	if id, ok := byKey[key]; ok {
+		return id
+	}
+	id := len(ix.idents)
+	byKey[key] = id
+	ix.idents = append(ix.idents, identity{namespace: ns, nsLabels: nsLabels, labels: labels.Set(podLabels)})
+	ix.identsByNamespace[ns] = append(ix.identsByNamespace[ns], id)
+	return id
+}
+
 func (ix *index) compile(pol *policy.Policy) *compiledPolicy {
-	cp := &compiledPolicy{Policy: pol, subjects: ix.selectPods(pol.Subject)}
+	subjects := ix.selectPods(pol.Subject)
+	cp := &compiledPolicy{Policy: pol, subjects: subjects.pods, subjectIdents: subjects.idents}
 	for _, d := range policy.Directions {
 		for ri := range pol.Rules[d] {
 			r := &pol.Rules[d][ri]
@@ -186,7 +244,7 @@ func (ix *index) compile(pol *policy.Policy) *compiledPolicy {
 			for _, peer := range r.Peers {
 				switch peer.Kind {
 				case policy.PeerPods:
-					peerSets = append(peerSets, ix.selectPods(policy.Subject{Namespace: peer.Namespace, Namespaces: peer.Namespaces, Pods: peer.Pods}))
+					peerSets = append(peerSets, ix.selectPods(policy.Subject{Namespace: peer.Namespace, Namespaces: peer.Namespaces, Pods: peer.Pods}).pods)
 				case policy.PeerNodes:
 					for i, n := range ix.nodes {
 						if peer.Nodes.Matches(labels.Set(n.node.Labels)) {
@@ -230,34 +288,38 @@ func union(sets []bitset, n int) bitset {
 	return out
 }
 
-// selectPods is the set of pod-network pods that s selects, shared with
-// every other use of the same selector (do not write to it). Namespaces are
-// matched once each, and only their pods are tested against the pod
-// selector: a NetworkPolicy looks at one namespace, not the cluster.
-func (ix *index) selectPods(s policy.Subject) bitset {
+// selectPods is what s selects: pod-network pods and their identities,
+// shared with every other use of the same selector (do not write to
+// them). Namespaces are matched once each, and only their identities are
+// tested against the pod selector: a NetworkPolicy looks at one
+// namespace, not the cluster, and pods that share labels are tested once.
+func (ix *index) selectPods(s policy.Subject) selection {
 	key := s.Namespace + "\x00" + selectorKey(s.Namespaces) + "\x00" + selectorKey(s.Pods)
 	if out, ok := ix.selected[key]; ok {
 		return out
 	}
-	out := newBitset(len(ix.pods))
+	out := selection{idents: newBitset(len(ix.idents)), pods: newBitset(len(ix.pods))}
 	ix.selected[key] = out
-	match := func(pods []int) {
-		if len(pods) == 0 || !s.Namespaces.Matches(ix.pods[pods[0]].nsLabels) {
+	match := func(idents []int) {
+		if len(idents) == 0 || !s.Namespaces.Matches(ix.idents[idents[0]].nsLabels) {
 			return
 		}
 		everyPod := s.Pods.Empty()
-		for _, i := range pods {
-			if everyPod || s.Pods.Matches(labels.Set(ix.pods[i].pod.Labels)) {
-				out.set(i)
+		for _, id := range idents {
+			if everyPod || s.Pods.Matches(ix.idents[id].labels) {
+				out.idents.set(id)
+				for _, pod := range ix.idents[id].pods {
+					out.pods.set(pod)
+				}
 			}
 		}
 	}
 	if s.Namespace != "" {
-		match(ix.podsByNamespace[s.Namespace])
+		match(ix.identsByNamespace[s.Namespace])
 		return out
 	}
-	for _, pods := range ix.podsByNamespace {
-		match(pods)
+	for _, idents := range ix.identsByNamespace {
+		match(idents)
 	}
 	return out
 }

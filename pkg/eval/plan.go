@@ -89,10 +89,11 @@ func (ix *index) buildPlans() {
 	for d := range ix.plans {
 		ix.plans[d] = make([]*Plan, len(ix.pods))
 	}
-	for pod := range ix.pods {
-		if ix.pods[pod].hostNetwork {
-			continue // never a subject: it acts as its node
-		}
+	// The pods of an identity have the same selecting policies, so one
+	// plan each; host-network pods have none (never a subject: each acts
+	// as its node).
+	for _, id := range ix.idents {
+		pod := id.pods[0]
 		for _, d := range policy.Directions {
 			sig = append(sig[:0], byte(d))
 			for t := range ix.selecting {
@@ -101,18 +102,19 @@ func (ix *index) buildPlans() {
 				}
 				sig = append(sig, 0xff, 0xff, 0xff, 0xff) // tier boundary: no index is that
 			}
-			if p, ok := bySelecting[string(sig)]; ok {
-				ix.plans[d][pod] = p
-				continue
+			p, ok := bySelecting[string(sig)]
+			if !ok {
+				p = ix.plan(pod, d)
+				if old, ok := shared[p.Key]; ok {
+					p = old
+				} else {
+					shared[p.Key] = p
+				}
+				bySelecting[string(sig)] = p
 			}
-			p := ix.plan(pod, d)
-			if old, ok := shared[p.Key]; ok {
-				p = old
-			} else {
-				shared[p.Key] = p
+			for _, member := range id.pods {
+				ix.plans[d][member] = p
 			}
-			bySelecting[string(sig)] = p
-			ix.plans[d][pod] = p
 		}
 	}
 }
