@@ -6,7 +6,7 @@ BIN     := bin/netpol
 COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo " (modified)")
 PKGS    := ./...
 
-.PHONY: build install uninstall test lint bench bench-agent bench-peers fuzz demo clean e2e e2e-deps image cluster-up cluster-down e2e-cluster
+.PHONY: build install uninstall test lint bench bench-agent bench-churn bench-peers fuzz demo clean e2e e2e-deps image cluster-up cluster-down e2e-cluster
 
 # Where `make install` puts netpol (and kubectl-netpol, so that
 # `kubectl netpol ...` works): $(DESTDIR)$(PREFIX)/bin.
@@ -73,6 +73,15 @@ BENCH_EVENTS ?= 200
 bench-agent:
 	NETPOL_BENCH_PODS=$(BENCH_PODS) NETPOL_BENCH_EVENTS=$(BENCH_EVENTS) \
 		$(GO) test -run '^$$' -bench BenchmarkAgentEvents -benchtime 1x -count 1 -timeout 3h ./pkg/agent
+
+# Pod churn against the real test API server (test/e2e BenchmarkPodChurn,
+# root): CHURN_RATE pod events per second for CHURN_SECONDS, marker
+# latency idle and under churn, the kernels checked against a full compile.
+CHURN_RATE    ?= 1000
+CHURN_SECONDS ?= 60
+bench-churn: e2e-deps build
+	NETPOL_CHURN_RATE=$(CHURN_RATE) NETPOL_CHURN_SECONDS=$(CHURN_SECONDS) \
+		$(GO) test -tags e2e -run '^$$' -bench BenchmarkPodChurn -benchtime 1x -count 1 -v -timeout 30m ./test/e2e
 
 # A short run of every fuzz target.
 fuzz:

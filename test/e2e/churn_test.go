@@ -1,0 +1,289 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/nft"
+)
+
+// TestPodChurnLosesNothing: 10 s of pod events at 1,000 per second (pods
+// created, reported Running with an address, deleted; every one a peer of
+// a NetworkPolicy, so each changes a set of both nodes' tables), then the
+// kernels must equal a from-scratch compile of the live state: no event
+// lost. The latencies are logged; their targets live in BenchmarkPodChurn.
+func TestPodChurnLosesNothing(t *testing.T) {
+	w := newWorld(t, "e2e")
+	st := podChurn(w, 1000, 10*time.Second)
+	t.Logf("%d pod events in %v (%.0f/s); a marker pod programmed: idle p50 %v p99 %v, under churn p50 %v p99 %v",
+		st.events, st.took.Round(time.Millisecond), st.rate(), percentile(st.idle, 0.5), percentile(st.idle, 0.99),
+		percentile(st.busy, 0.5), percentile(st.busy, 0.99))
+}
+
+// BenchmarkPodChurn (issue 14): pod events at NETPOL_CHURN_RATE per second
+// (default 1,000) for NETPOL_CHURN_SECONDS (default 60) against the real
+// test API server, two agents programming the lab's nodes. Programming
+// latency is that of marker pods, added and removed one at a time every
+// 250 ms: from the API write to every node's kernel holding (or no longer
+// holding) the marker's address, read back every millisecond; idle first,
+// then under the churn, in the same run. At the end the kernels must
+// equal a from-scratch compile (no event lost).
+func BenchmarkPodChurn(b *testing.B) {
+	rate := envInt(b, "NETPOL_CHURN_RATE", 1000)
+	seconds := envInt(b, "NETPOL_CHURN_SECONDS", 60)
+	for b.Loop() {
+		w := newWorld(b, "e2e")
+		st := podChurn(w, rate, time.Duration(seconds)*time.Second)
+		idle50, idle99 := percentile(st.idle, 0.5), percentile(st.idle, 0.99)
+		busy50, busy99 := percentile(st.busy, 0.5), percentile(st.busy, 0.99)
+		b.ReportMetric(st.rate(), "events/s")
+		b.ReportMetric(ms(idle50), "idle-p50-ms")
+		b.ReportMetric(ms(idle99), "idle-p99-ms")
+		b.ReportMetric(ms(busy50), "churn-p50-ms")
+		b.ReportMetric(ms(busy99), "churn-p99-ms")
+		b.ReportMetric(ms(busy50)/ms(idle50), "ratio-p50")
+		b.ReportMetric(ms(busy99)/ms(idle99), "ratio-p99")
+		b.ReportMetric(ms(st.settled), "settle-ms")
+		for name, a := range w.agent {
+			b.ReportMetric(float64(vmRSS(a.cmd.Process.Pid))/1024, "rss-MB-"+name)
+		}
+		b.Logf("%d pod events in %v (%.0f/s), %d markers idle and %d under churn; latency idle p50 %v p99 %v, churn p50 %v p99 %v; kernels equal a full compile %v after the last write",
+			st.events, st.took.Round(time.Millisecond), st.rate(), len(st.idle), len(st.busy), idle50, idle99, busy50, busy99, st.settled.Round(time.Millisecond))
+	}
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+type churnStats struct {
+	events     int64
+	took       time.Duration
+	idle, busy []time.Duration // marker programming latencies
+	settled    time.Duration   // last write to the kernels equal to a full compile
+}
+
+func (s churnStats) rate() float64 { return float64(s.events) / s.took.Seconds() }
+
+// podChurn makes every pod of namespace y a peer of a policy in x, measures
+// marker latencies idle, then runs rate pod events per second for dur
+// while measuring them again, and finally waits for the kernels to equal
+// a full compile of the live state (failing w.t if they do not within
+// 30 s).
+func podChurn(w *world, rate int, dur time.Duration) churnStats {
+	w.t.Helper()
+	w.converged("policy", w.apply(`
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: from-y, namespace: x}
+spec:
+  podSelector: {}
+  ingress:
+  - from:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: "y"}}
+`))
+	cfg := rest.CopyConfig(w.env.Config)
+	cfg.QPS, cfg.Burst = 5000, 5000
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var st churnStats
+	markers := 0
+	marker := func() []time.Duration {
+		var out []time.Duration
+		ip := netip.AddrFrom4([4]byte{10, 250, byte(markers / 250), byte(markers%250 + 1)})
+		name := fmt.Sprintf("marker-%d", markers)
+		markers++
+		before := w.setsHolding(ip)
+		written := time.Now()
+		if err := createPod(w, client, "y", name, "node-1", ip.String()); err != nil {
+			w.t.Fatal(err)
+		}
+		out = append(out, w.waitSets(ip, written, func(n map[string]int) bool { return w.more(n, before) }))
+		written = time.Now()
+		if err := client.CoreV1().Pods("y").Delete(w.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			w.t.Fatal(err)
+		}
+		out = append(out, w.waitSets(ip, written, func(n map[string]int) bool { return !w.more(n, before) }))
+		return out
+	}
+	for range 10 {
+		st.idle = append(st.idle, marker()...)
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	// The churn: each pod is created, reported Running with an address
+	// and deleted, three events, by 64 writers taking one token per write.
+	tokens := make(chan struct{}, rate)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		start, sent := time.Now(), 0
+		for {
+			select {
+			case <-stop:
+				close(tokens)
+				return
+			case now := <-tick.C:
+				for due := int(now.Sub(start).Seconds() * float64(rate)); sent < due; sent++ {
+					select {
+					case tokens <- struct{}{}:
+					default: // the writers are behind: the rate is not met, and the count says so
+					}
+				}
+			}
+		}
+	})
+	// Deleted at once: there is no kubelet to finish a graceful deletion.
+	now := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
+	var next, events, failures atomic.Int64
+	start := time.Now()
+	for range 64 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				name := fmt.Sprintf("churn-%d", i)
+				ip := fmt.Sprintf("10.244.%d.%d", 100+(i/250)%100, i%250+1)
+				node := []string{"node-1", "node-2"}[i%2]
+				for step := range 3 {
+					if _, ok := <-tokens; !ok {
+						if step > 0 { // leave no half-made pod behind
+							client.CoreV1().Pods("y").Delete(w.ctx, name, now)
+						}
+						return
+					}
+					var err error
+					switch step {
+					case 0:
+						_, err = client.CoreV1().Pods("y").Create(w.ctx, churnPod(name, node), metav1.CreateOptions{})
+					case 1:
+						err = reportRunning(w, client, "y", name, ip)
+					case 2:
+						err = client.CoreV1().Pods("y").Delete(w.ctx, name, now)
+					}
+					if err != nil {
+						failures.Add(1)
+						break
+					}
+					events.Add(1)
+				}
+			}
+		})
+	}
+	deadline := start.Add(dur)
+	for time.Now().Before(deadline) {
+		st.busy = append(st.busy, marker()...)
+		time.Sleep(250 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	st.took, st.events = time.Since(start), events.Load()
+	if n := failures.Load(); n > 0 {
+		w.t.Fatalf("%d churn writes failed", n)
+	}
+	last := time.Now()
+	settled, _, _ := w.kernelLatency(last)
+	st.settled = settled
+	return st
+}
+
+func churnPod(name, node string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "y", Labels: map[string]string{"app": "churn"}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+}
+
+// createPod creates a pod and reports it Running with ip, as a kubelet.
+func createPod(w *world, client kubernetes.Interface, ns, name, node, ip string) error {
+	p := churnPod(name, node)
+	p.Namespace = ns
+	if _, err := client.CoreV1().Pods(ns).Create(w.ctx, p, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return reportRunning(w, client, ns, name, ip)
+}
+
+func reportRunning(w *world, client kubernetes.Interface, ns, name, ip string) error {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}}
+	_, err := client.CoreV1().Pods(ns).UpdateStatus(w.ctx, p, metav1.UpdateOptions{})
+	return err
+}
+
+// setsHolding counts, per node, the IPv4 sets of its policy table with an
+// element whose address range holds ip.
+func (w *world) setsHolding(ip netip.Addr) map[string]int {
+	out := map[string]int{}
+	a := ip.As4()
+	for _, n := range w.lab.Nodes() {
+		t, err := nft.Read(int(n.Handle), compiler.DefaultTable)
+		if err != nil || t == nil {
+			continue
+		}
+		for _, s := range t.Sets {
+			if len(s.Fields) == 0 || s.Fields[0] != nft.FieldIPv4 {
+				continue
+			}
+			for _, e := range s.Elements {
+				lo, hi := e.Key, e.KeyEnd
+				if len(hi) == 0 {
+					hi = lo
+				}
+				if len(lo) >= 4 && len(hi) >= 4 && bytes.Compare(lo[:4], a[:]) <= 0 && bytes.Compare(a[:], hi[:4]) <= 0 {
+					out[n.Name]++
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// more reports whether every node holds the address in more sets than
+// before.
+func (w *world) more(now, before map[string]int) bool {
+	for _, n := range w.lab.Nodes() {
+		if now[n.Name] <= before[n.Name] {
+			return false
+		}
+	}
+	return true
+}
+
+// waitSets polls the kernels every millisecond until done holds of the
+// sets holding ip, and returns the time since written.
+func (w *world) waitSets(ip netip.Addr, written time.Time, done func(map[string]int) bool) time.Duration {
+	w.t.Helper()
+	for !done(w.setsHolding(ip)) {
+		if time.Since(written) > 30*time.Second {
+			w.t.Fatalf("marker %v: the kernels did not change within 30s", ip)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return time.Since(written)
+}
