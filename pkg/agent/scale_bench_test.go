@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -154,6 +155,12 @@ func (sb *scaleBench) firstSync(b *testing.B) {
 	b.ReportMetric(time.Since(wall).Seconds(), "wall-s")
 	b.ReportMetric((cpuTime() - cpu).Seconds(), "cpu-s")
 	b.ReportMetric(float64(sb.messages.Load()), "messages")
+	// The live heap after the sync holds the agent and the fake API
+	// server's copies of every object: an upper bound of the agent's.
+	goruntime.GC()
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MB")
 	if sb.h.pol.Transactions() == 0 {
 		b.Fatal("the first sync committed no policy table")
 	}
