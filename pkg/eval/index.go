@@ -101,13 +101,12 @@ type index struct {
 	selected map[string]selection
 }
 
-// identity is a namespace and a set of pod labels, and the pod-network
-// pods that have them.
+// identity is a namespace (by its labels) and a set of pod labels, and
+// the pod-network pods that have them.
 type identity struct {
-	namespace string
-	nsLabels  labels.Set
-	labels    labels.Set
-	pods      []int
+	nsLabels labels.Set
+	labels   labels.Set
+	pods     []int
 }
 
 // selection is what one selector selects: identities and their pods.
@@ -228,7 +227,7 @@ func (ix *index) identity(byKey map[string]int, ns string, nsLabels labels.Set, 
 	}
 	id := len(ix.idents)
 	byKey[key] = id
-	ix.idents = append(ix.idents, identity{namespace: ns, nsLabels: nsLabels, labels: labels.Set(podLabels)})
+	ix.idents = append(ix.idents, identity{nsLabels: nsLabels, labels: labels.Set(podLabels)})
 	ix.identsByNamespace[ns] = append(ix.identsByNamespace[ns], id)
 	return id
 }
