@@ -59,7 +59,7 @@ type compiledPolicy struct {
 	subjects bitset // pod-network pods the policy applies to
 	// subjectIdents are the identities of subjects.
 	subjectIdents bitset
-	rules    [2][]compiledRule
+	rules         [2][]compiledRule
 }
 
 type compiledRule struct {
@@ -85,9 +85,9 @@ type index struct {
 	identOf []int32
 	// identsByNamespace lists the identities of each namespace.
 	identsByNamespace map[string][]int
-	nodes           []nodeInfo
-	nodeByIP        map[netip.Addr]int
-	policies        []*compiledPolicy // model order
+	nodes             []nodeInfo
+	nodeByIP          map[netip.Addr]int
+	policies          []*compiledPolicy // model order
 	// selecting[tier][dir][pod] lists the policies (indexes into policies,
 	// in evaluation order) that apply to the pod. For the NetworkPolicy
 	// tier only policies that isolate the pod in that direction count.
