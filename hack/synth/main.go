@@ -16,6 +16,7 @@ func main() {
 	flag.IntVar(&s.Nodes, "nodes", 10, "nodes")
 	flag.IntVar(&s.NetworkPolicies, "network-policies", 500, "NetworkPolicies")
 	flag.IntVar(&s.AdminPolicies, "admin-policies", 50, "Admin and Baseline policies")
+	flag.IntVar(&s.Services, "services", 0, "Services, each with an EndpointSlice of up to 5 pods")
 	flag.Uint64Var(&s.Seed, "seed", 1, "random seed")
 	flag.Parse()
 	fmt.Print(synth.YAML(s))

@@ -19,7 +19,10 @@ type Spec struct {
 	Nodes           int
 	NetworkPolicies int // spread evenly over the namespaces
 	AdminPolicies   int // half Admin tier (ANP and CNP), half Baseline (CNP, plus the BANP)
-	Seed            uint64
+	// Services are spread over the namespaces, each selecting one app
+	// there, with an EndpointSlice of up to 5 of its pods.
+	Services int
+	Seed     uint64
 }
 
 // NodeScale is the kernel data plane's benchmark cluster: 10,000 pods on
@@ -77,7 +80,7 @@ spec:
     - {name: dns, containerPort: 53, protocol: UDP}
 status:
   phase: Running
-  podIP: 10.%d.%d.%d`, i, ns, i%7, tiers[i%len(tiers)], i%max(s.Nodes, 1), 64+(i>>16)&63, (i>>8)&255, i&255))
+  podIP: %s`, i, ns, i%7, tiers[i%len(tiers)], i%max(s.Nodes, 1), podIP(i)))
 	}
 	for i := 0; i < s.NetworkPolicies; i++ {
 		docs = append(docs, networkPolicy(r, i, i%s.Namespaces, s.Namespaces))
@@ -85,7 +88,58 @@ status:
 	for i := 0; i < s.AdminPolicies; i++ {
 		docs = append(docs, adminPolicy(r, i, s))
 	}
+	for i := 0; i < s.Services; i++ {
+		docs = append(docs, service(i, s)...)
+	}
 	return strings.Join(docs, "\n---\n") + "\n"
+}
+
+// podIP is pod i's address.
+func podIP(i int) string {
+	return fmt.Sprintf("10.%d.%d.%d", 64+(i>>16)&63, (i>>8)&255, i&255)
+}
+
+// service is Service i and its EndpointSlice: the pods of its namespace
+// with its app label, up to 5 (pod j is in namespace j mod Namespaces,
+// with app j mod 7).
+func service(i int, s Spec) []string {
+	ns, app := i%s.Namespaces, i%7
+	ip := 10<<24 | 96<<16 | (i + 16)
+	svc := fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata:
+  name: svc-%d
+  namespace: ns-%d
+spec:
+  clusterIP: 10.96.%d.%d
+  clusterIPs: [10.96.%d.%d]
+  selector: {app: app-%d}
+  ports:
+  - {name: http, protocol: TCP, port: 80, targetPort: http}`, i, ns, ip>>8&255, ip&255, ip>>8&255, ip&255, app)
+	var eps []string
+	for j := ns; j < s.Pods && len(eps) < 5; j += s.Namespaces {
+		if j%7 == app {
+			eps = append(eps, fmt.Sprintf(`
+- addresses: [%s]
+  nodeName: node-%d
+  conditions: {ready: true}
+  targetRef: {kind: Pod, namespace: ns-%d, name: pod-%d}`, podIP(j), j%max(s.Nodes, 1), ns, j))
+		}
+	}
+	slice := fmt.Sprintf(`apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: svc-%d-1
+  namespace: ns-%d
+  labels: {kubernetes.io/service-name: svc-%d}
+addressType: IPv4
+ports:
+- {name: http, protocol: TCP, port: 80}
+endpoints:%s`, i, ns, i, strings.Join(eps, ""))
+	if len(eps) == 0 {
+		slice += " []"
+	}
+	return []string{svc, slice}
 }
 
 func networkPolicy(r *rand.Rand, i, ns, namespaces int) string {

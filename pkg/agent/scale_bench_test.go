@@ -30,7 +30,8 @@ import (
 
 // BenchmarkAgentEvents is the agent scale harness (issue 14): a synthetic
 // cluster (internal/synth: 100 pods per namespace and per node, one
-// NetworkPolicy per 10 pods, one admin or baseline policy per 100 pods)
+// NetworkPolicy per 10 pods, one admin or baseline policy per 100 pods,
+// one Service per 5 pods with up to 5 endpoints)
 // served by fake API clients, and node-1's agent fed every object through
 // its real informers and event handlers into fake kernel tables. It
 // reports the first full sync, then for each kind of event the time from
@@ -94,7 +95,7 @@ type scaleBench struct {
 
 func newScaleBench(b *testing.B, pods int) *scaleBench {
 	spec := synth.Spec{Namespaces: pods / 100, Pods: pods, Nodes: pods / 100, NetworkPolicies: pods / 10,
-		AdminPolicies: pods / 100, Seed: 1}
+		AdminPolicies: pods / 100, Services: pods / 5, Seed: 1}
 	snap, err := synth.Snapshot(spec)
 	if err != nil {
 		b.Fatal(err)
@@ -161,8 +162,8 @@ func (sb *scaleBench) firstSync(b *testing.B) {
 	var ms goruntime.MemStats
 	goruntime.ReadMemStats(&ms)
 	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MB")
-	if sb.h.pol.Transactions() == 0 {
-		b.Fatal("the first sync committed no policy table")
+	if sb.h.pol.Transactions() == 0 || sb.h.nat.Transactions() == 0 {
+		b.Fatalf("the first sync committed %d policy and %d NAT transactions, want both", sb.h.pol.Transactions(), sb.h.nat.Transactions())
 	}
 }
 
