@@ -99,9 +99,10 @@ func (m *memKernel) exec(p *Plan) error {
 		}
 	}
 	t := copyTable(m.table)
+	at := elementIndex{}
 	for _, op := range p.Ops {
 		var err error
-		if t, err = execOp(t, m.name, op); err != nil {
+		if t, err = execOp(t, m.name, op, at); err != nil {
 			return fmt.Errorf("table %s: transaction of %d messages failed: %s: %w", m.name, len(p.Ops), p.opText(op), err)
 		}
 	}
@@ -111,8 +112,26 @@ func (m *memKernel) exec(p *Plan) error {
 	return nil
 }
 
+// elementIndex finds a set's elements by key (elementKey) during one
+// transaction: a first sync adds hundreds of thousands of elements to one
+// set, in many messages. A set's entry is made on first use and dropped
+// when the set is deleted or loses elements.
+type elementIndex map[string]map[string]int
+
+func (x elementIndex) of(s *Set) map[string]int {
+	at, ok := x[s.Name]
+	if !ok {
+		at = make(map[string]int, len(s.Elements))
+		for i, e := range s.Elements {
+			at[elementKey(e)] = i
+		}
+		x[s.Name] = at
+	}
+	return at
+}
+
 // execOp does what the kernel does with one message.
-func execOp(t *Table, name string, op Op) (*Table, error) {
+func execOp(t *Table, name string, op Op, index elementIndex) (*Table, error) {
 	if op.Kind == OpAddTable {
 		if t == nil {
 			t = NewTable(name)
@@ -156,17 +175,13 @@ func execOp(t *Table, name string, op Op) (*Table, error) {
 			return nil, unix.ENOENT
 		}
 		delete(t.Sets, op.Set.Name)
+		delete(index, op.Set.Name)
 	case OpAddElements, OpDeleteElements:
 		s := t.Sets[op.Set.Name]
 		if s == nil {
 			return nil, unix.ENOENT
 		}
-		// Elements are found by key through an index: a first sync
-		// adds hundreds of thousands to one set.
-		at := make(map[string]int, len(s.Elements))
-		for i, x := range s.Elements {
-			at[elementKey(x)] = i
-		}
+		at := index.of(s)
 		deleted := map[int]bool{}
 		for _, e := range op.Elements {
 			e = normalElement(s, e)
@@ -193,6 +208,7 @@ func execOp(t *Table, name string, op Op) (*Table, error) {
 				}
 			}
 			s.Elements = kept
+			delete(index, s.Name) // positions moved
 		}
 	default:
 		return nil, fmt.Errorf("unknown plan operation %d", op.Kind)
