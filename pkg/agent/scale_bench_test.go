@@ -85,12 +85,12 @@ func envInts(b *testing.B, name string, def []int) []int {
 }
 
 type scaleBench struct {
-	h          *harness
-	spec       synth.Spec
-	messages   atomic.Int64 // netlink messages committed since the last reset
-	firstDone  bool
-	added      []string // pods added by pod-add, deleted by pod-delete
-	nextPolicy int
+	h           *harness
+	spec        synth.Spec
+	messages    atomic.Int64 // netlink messages committed since the last reset
+	firstDone   bool
+	added       []string // pods added by pod-add, deleted by pod-delete
+	eventsSoFar int
 }
 
 func newScaleBench(b *testing.B, pods int) *scaleBench {
@@ -167,70 +167,59 @@ func (sb *scaleBench) firstSync(b *testing.B) {
 	}
 }
 
-// scaleEvent is one kind of event: prepare reads what the write needs
-// (outside the measurement), write makes the change through the API.
+// scaleEvent is one kind of event: prepare reads and builds what the
+// i-th event needs (outside the measurement) and returns its write, which
+// makes the change through the API.
 type scaleEvent struct {
 	name    string
-	prepare func(sb *scaleBench, i int) any
-	write   func(sb *scaleBench, i int, prepared any) error
+	prepare func(sb *scaleBench, i int) (write func() error, err error)
 }
 
 var scaleEvents = []scaleEvent{
-	{name: "pod-add", write: func(sb *scaleBench, i int, _ any) error {
+	{"pod-add", func(sb *scaleBench, i int) (func() error, error) {
 		p := sb.benchPod(i)
 		sb.added = append(sb.added, p.Namespace+"/"+p.Name)
-		_, err := sb.h.kube.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
-		return err
+		return func() error {
+			_, err := sb.h.kube.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
+			return err
+		}, nil
 	}},
-	{name: "pod-delete", write: func(sb *scaleBench, i int, _ any) error {
+	{"pod-delete", func(sb *scaleBench, i int) (func() error, error) {
 		if len(sb.added) == 0 {
-			return fmt.Errorf("no pod left to delete")
+			return nil, fmt.Errorf("no pod left to delete")
 		}
 		ns, name, _ := strings.Cut(sb.added[0], "/")
 		sb.added = sb.added[1:]
-		return sb.h.kube.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+		return func() error {
+			return sb.h.kube.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+		}, nil
 	}},
-	{name: "pod-label",
-		prepare: func(sb *scaleBench, i int) any {
-			name := fmt.Sprintf("pod-%d", (i*7919)%sb.spec.Pods)
-			ns := fmt.Sprintf("ns-%d", (i*7919)%sb.spec.Pods%sb.spec.Namespaces)
-			p, err := sb.h.kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			// Another app: the pod leaves some policies' selectors and
-			// joins others'.
-			app, _ := strconv.Atoi(strings.TrimPrefix(p.Labels["app"], "app-"))
-			p.Labels["app"] = fmt.Sprintf("app-%d", (app+1)%7)
-			return p
-		},
-		write: func(sb *scaleBench, _ int, prepared any) error {
-			p, ok := prepared.(*corev1.Pod)
-			if !ok {
-				return prepared.(error)
-			}
+	{"pod-label", func(sb *scaleBench, i int) (func() error, error) {
+		j := (i * 7919) % sb.spec.Pods
+		p, err := sb.h.kube.CoreV1().Pods(fmt.Sprintf("ns-%d", j%sb.spec.Namespaces)).Get(context.Background(), fmt.Sprintf("pod-%d", j), metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		// Another app: the pod leaves some policies' selectors and joins
+		// others'.
+		nextLabel(p.Labels, "app", 7)
+		return func() error {
 			_, err := sb.h.kube.CoreV1().Pods(p.Namespace).Update(context.Background(), p, metav1.UpdateOptions{})
 			return err
-		}},
-	{name: "namespace-label",
-		prepare: func(sb *scaleBench, i int) any {
-			ns, err := sb.h.kube.CoreV1().Namespaces().Get(context.Background(), fmt.Sprintf("ns-%d", i%sb.spec.Namespaces), metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			team, _ := strconv.Atoi(strings.TrimPrefix(ns.Labels["team"], "team-"))
-			ns.Labels["team"] = fmt.Sprintf("team-%d", (team+1)%10)
-			return ns
-		},
-		write: func(sb *scaleBench, _ int, prepared any) error {
-			ns, ok := prepared.(*corev1.Namespace)
-			if !ok {
-				return prepared.(error)
-			}
+		}, nil
+	}},
+	{"namespace-label", func(sb *scaleBench, i int) (func() error, error) {
+		ns, err := sb.h.kube.CoreV1().Namespaces().Get(context.Background(), fmt.Sprintf("ns-%d", i%sb.spec.Namespaces), metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		nextLabel(ns.Labels, "team", 10)
+		return func() error {
 			_, err := sb.h.kube.CoreV1().Namespaces().Update(context.Background(), ns, metav1.UpdateOptions{})
 			return err
-		}},
-	{name: "networkpolicy-add", write: func(sb *scaleBench, i int, _ any) error {
+		}, nil
+	}},
+	{"networkpolicy-add", func(sb *scaleBench, i int) (func() error, error) {
 		tcp := corev1.ProtocolTCP
 		port := intstr.FromInt32(int32(8000 + i%1000))
 		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-np-%d", i), Namespace: fmt.Sprintf("ns-%d", i%sb.spec.Namespaces)},
@@ -240,10 +229,12 @@ var scaleEvents = []scaleEvent{
 					From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("team-%d", i%10)}}}},
 					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
 				}}}}
-		_, err := sb.h.kube.NetworkingV1().NetworkPolicies(np.Namespace).Create(context.Background(), np, metav1.CreateOptions{})
-		return err
+		return func() error {
+			_, err := sb.h.kube.NetworkingV1().NetworkPolicies(np.Namespace).Create(context.Background(), np, metav1.CreateOptions{})
+			return err
+		}, nil
 	}},
-	{name: "clusternetworkpolicy-add", write: func(sb *scaleBench, i int, _ any) error {
+	{"clusternetworkpolicy-add", func(sb *scaleBench, i int) (func() error, error) {
 		cnp := policyObjects(sb.h.t, fmt.Sprintf(`apiVersion: policy.networking.k8s.io/v1beta1
 kind: ClusterNetworkPolicy
 metadata: {name: bench-cnp-%d}
@@ -261,9 +252,17 @@ spec:
         matchLabels: {env: dev}
     protocols:
     - tcp: {destinationPort: {number: %d}}`, i, i%1000, i%10, 10000+i))[0].(*unstructured.Unstructured)
-		_, err := sb.h.dyn.Resource(cluster.GVRClusterPolicyV1beta1).Create(context.Background(), cnp, metav1.CreateOptions{})
-		return err
+		return func() error {
+			_, err := sb.h.dyn.Resource(cluster.GVRClusterPolicyV1beta1).Create(context.Background(), cnp, metav1.CreateOptions{})
+			return err
+		}, nil
 	}},
+}
+
+// nextLabel moves labels[key] = "KEY-N" to "KEY-(N+1 mod n)".
+func nextLabel(labels map[string]string, key string, n int) {
+	v, _ := strconv.Atoi(strings.TrimPrefix(labels[key], key+"-"))
+	labels[key] = fmt.Sprintf("%s-%d", key, (v+1)%n)
 }
 
 // benchPod is pod-add's i-th pod: on node i of the cluster (node-1, the
@@ -283,13 +282,13 @@ func (sb *scaleBench) benchPod(i int) *corev1.Pod {
 func (sb *scaleBench) measure(b *testing.B, kind scaleEvent, n int) {
 	var walls, cpus, sizes []float64
 	for i := range n {
-		var prepared any
-		if kind.prepare != nil {
-			prepared = kind.prepare(sb, sb.nextPolicy+i)
+		write, err := kind.prepare(sb, sb.eventsSoFar+i)
+		if err != nil {
+			b.Fatalf("%s %d: %v", kind.name, i, err)
 		}
 		sb.messages.Store(0)
 		wall, cpu := time.Now(), cpuTime()
-		if err := kind.write(sb, sb.nextPolicy+i, prepared); err != nil {
+		if err := write(); err != nil {
 			b.Fatalf("%s %d: %v", kind.name, i, err)
 		}
 		due := sb.waitPending(b, kind.name)
@@ -301,7 +300,7 @@ func (sb *scaleBench) measure(b *testing.B, kind scaleEvent, n int) {
 			b.Fatalf("%s %d: the %s table failed to sync", kind.name, i, failed)
 		}
 	}
-	sb.nextPolicy += n
+	sb.eventsSoFar += n
 	for _, m := range []struct {
 		unit string
 		vals []float64

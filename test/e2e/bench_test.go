@@ -27,26 +27,12 @@ func BenchmarkPodBurst(b *testing.B) {
 	const pods = 1000
 	for b.Loop() {
 		w := newWorld(b, "e2e")
-		w.converged("policy", w.apply(`
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: from-y, namespace: x}
-spec:
-  podSelector: {}
-  ingress:
-  - from:
-    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: "y"}}
-`))
+		w.converged("policy", w.apply(podsOfYArePeers))
 		before := map[string]float64{}
 		for name, a := range w.agent {
 			before[name] = a.metric(b, `netpol_syncs_total{result="success"}`)
 		}
-		cfg := rest.CopyConfig(w.env.Config)
-		cfg.QPS, cfg.Burst = 2000, 2000
-		client, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
+		client := w.fastClient(2000)
 		start := time.Now()
 		var wg sync.WaitGroup
 		work := make(chan int)
@@ -89,16 +75,55 @@ func createRunningPod(w *world, client kubernetes.Interface, i int) error {
 	ns := []string{"y", "z"}[i%2]
 	node := []string{"node-1", "node-2"}[i%2]
 	ip := fmt.Sprintf("10.244.%d.%d", 100+i/250, i%250+1)
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("burst-%d", i), Namespace: ns, Labels: map[string]string{"app": "burst"}},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
-	}
-	created, err := client.CoreV1().Pods(ns).Create(w.ctx, p, metav1.CreateOptions{})
+	return createPod(w, client, apiOnlyPod(ns, fmt.Sprintf("burst-%d", i), node, "burst"), ip)
+}
+
+// podsOfYArePeers makes every pod of namespace y a peer of the pods of x:
+// each pod of y that comes or goes changes a set on every node.
+const podsOfYArePeers = `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: from-y, namespace: x}
+spec:
+  podSelector: {}
+  ingress:
+  - from:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: "y"}}
+`
+
+// fastClient is a client of the test API server limited to qps requests
+// per second (the default 5 would throttle a burst).
+func (w *world) fastClient(qps int) kubernetes.Interface {
+	cfg := rest.CopyConfig(w.env.Config)
+	cfg.QPS, cfg.Burst = float32(qps), qps
+	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
+		w.t.Fatal(err)
+	}
+	return client
+}
+
+// apiOnlyPod is a pod that exists only as an API object (no lab
+// namespace), as the burst and churn benchmarks make them.
+func apiOnlyPod(ns, name, node, app string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": app}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+}
+
+// createPod creates p and reports it Running with ip, as a kubelet.
+func createPod(w *world, client kubernetes.Interface, p *corev1.Pod, ip string) error {
+	if _, err := client.CoreV1().Pods(p.Namespace).Create(w.ctx, p, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
-	_, err = client.CoreV1().Pods(ns).UpdateStatus(w.ctx, created, metav1.UpdateOptions{})
+	return reportRunning(w, client, p.Namespace, p.Name, ip)
+}
+
+// reportRunning sets a pod's status to Running with ip (the status
+// subresource keeps the pod's spec and labels).
+func reportRunning(w *world, client kubernetes.Interface, ns, name, ip string) error {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}}
+	_, err := client.CoreV1().Pods(ns).UpdateStatus(w.ctx, p, metav1.UpdateOptions{})
 	return err
 }
 

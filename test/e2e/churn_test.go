@@ -13,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
@@ -95,22 +92,8 @@ func (s churnStats) rate() float64 { return float64(s.events) / s.took.Seconds()
 // 30 s).
 func podChurn(w *world, rate int, dur time.Duration) churnStats {
 	w.t.Helper()
-	w.converged("policy", w.apply(`
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: from-y, namespace: x}
-spec:
-  podSelector: {}
-  ingress:
-  - from:
-    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: "y"}}
-`))
-	cfg := rest.CopyConfig(w.env.Config)
-	cfg.QPS, cfg.Burst = 5000, 5000
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		w.t.Fatal(err)
-	}
+	w.converged("policy", w.apply(podsOfYArePeers))
+	client := w.fastClient(5000)
 	var st churnStats
 	markers := 0
 	marker := func() []time.Duration {
@@ -120,7 +103,7 @@ spec:
 		markers++
 		before := w.setsHolding(ip)
 		written := time.Now()
-		if err := createPod(w, client, "y", name, "node-1", ip.String()); err != nil {
+		if err := createPod(w, client, apiOnlyPod("y", name, "node-1", "marker"), ip.String()); err != nil {
 			w.t.Fatal(err)
 		}
 		out = append(out, w.waitSets(ip, written, func(n map[string]int) bool { return w.more(n, before) }))
@@ -181,7 +164,7 @@ spec:
 					var err error
 					switch step {
 					case 0:
-						_, err = client.CoreV1().Pods("y").Create(w.ctx, churnPod(name, node), metav1.CreateOptions{})
+						_, err = client.CoreV1().Pods("y").Create(w.ctx, apiOnlyPod("y", name, node, "churn"), metav1.CreateOptions{})
 					case 1:
 						err = reportRunning(w, client, "y", name, ip)
 					case 2:
@@ -211,28 +194,6 @@ spec:
 	settled, _, _ := w.kernelLatency(last)
 	st.settled = settled
 	return st
-}
-
-func churnPod(name, node string) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "y", Labels: map[string]string{"app": "churn"}},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
-}
-
-// createPod creates a pod and reports it Running with ip, as a kubelet.
-func createPod(w *world, client kubernetes.Interface, ns, name, node, ip string) error {
-	p := churnPod(name, node)
-	p.Namespace = ns
-	if _, err := client.CoreV1().Pods(ns).Create(w.ctx, p, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	return reportRunning(w, client, ns, name, ip)
-}
-
-func reportRunning(w *world, client kubernetes.Interface, ns, name, ip string) error {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}}
-	_, err := client.CoreV1().Pods(ns).UpdateStatus(w.ctx, p, metav1.UpdateOptions{})
-	return err
 }
 
 // setsHolding counts, per node, the IPv4 sets of its policy table with an
