@@ -112,19 +112,25 @@ func apiOnlyPod(ns, name, node, app string) *corev1.Pod {
 
 // createPod creates p and reports it Running with ip, as a kubelet.
 func createPod(w *world, client kubernetes.Interface, p *corev1.Pod, ip string) error {
-	if _, err := client.CoreV1().Pods(p.Namespace).Create(w.ctx, p, metav1.CreateOptions{}); err != nil {
+	created, err := client.CoreV1().Pods(p.Namespace).Create(w.ctx, p, metav1.CreateOptions{})
+	if err != nil {
 		return err
 	}
-	return reportRunning(w, client, p.Namespace, p.Name, ip)
+	created.Status = runningStatus(ip)
+	_, err = client.CoreV1().Pods(p.Namespace).UpdateStatus(w.ctx, created, metav1.UpdateOptions{})
+	return err
 }
 
-// reportRunning sets a pod's status to Running with ip (the status
-// subresource keeps the pod's spec and labels).
+// reportRunning sets a pod's status to Running with ip, knowing only its
+// name (the status subresource keeps the pod's spec and labels).
 func reportRunning(w *world, client kubernetes.Interface, ns, name, ip string) error {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Status: runningStatus(ip)}
 	_, err := client.CoreV1().Pods(ns).UpdateStatus(w.ctx, p, metav1.UpdateOptions{})
 	return err
+}
+
+func runningStatus(ip string) corev1.PodStatus {
+	return corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
 }
 
 // vmRSS is a process's resident set size in KiB.
