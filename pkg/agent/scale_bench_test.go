@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
 	goruntime "runtime"
 	"slices"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 
+	"github.com/netpol/netpol/internal/benchstat"
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
@@ -69,19 +69,11 @@ func BenchmarkAgentEvents(b *testing.B) {
 }
 
 func envInts(b *testing.B, name string, def []int) []int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
+	v, err := benchstat.EnvInts(name, def)
+	if err != nil {
+		b.Fatal(err)
 	}
-	var out []int
-	for _, f := range strings.Split(v, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			b.Fatalf("%s=%q: want positive integers", name, v)
-		}
-		out = append(out, n)
-	}
-	return out
+	return v
 }
 
 type scaleBench struct {
@@ -305,8 +297,8 @@ func (sb *scaleBench) measure(b *testing.B, kind scaleEvent, n int) {
 		unit string
 		vals []float64
 	}{{"ms-p50", walls}, {"cpu-ms-p50", cpus}, {"messages-p50", sizes}} {
-		b.ReportMetric(quantile(m.vals, 0.5), m.unit)
-		b.ReportMetric(quantile(m.vals, 0.99), strings.Replace(m.unit, "p50", "p99", 1))
+		b.ReportMetric(benchstat.Percentile(m.vals, 0.5), m.unit)
+		b.ReportMetric(benchstat.Percentile(m.vals, 0.99), strings.Replace(m.unit, "p50", "p99", 1))
 	}
 }
 
@@ -368,14 +360,4 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// quantile is the q-quantile of vals (nearest rank).
-func quantile(vals []float64, q float64) float64 {
-	if len(vals) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(vals))
-	i := int(q*float64(len(s))+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }

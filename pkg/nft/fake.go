@@ -182,7 +182,7 @@ func execOp(t *Table, name string, op Op, index elementIndex) (*Table, error) {
 			return nil, unix.ENOENT
 		}
 		at := index.of(s)
-		deleted := map[int]bool{}
+		var deleted map[int]bool
 		for _, e := range op.Elements {
 			e = normalElement(s, e)
 			k := elementKey(e)
@@ -197,6 +197,9 @@ func execOp(t *Table, name string, op Op, index elementIndex) (*Table, error) {
 				return nil, unix.ENOENT
 			default:
 				delete(at, k)
+				if deleted == nil {
+					deleted = map[int]bool{}
+				}
 				deleted[i] = true
 			}
 		}

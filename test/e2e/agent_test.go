@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/internal/benchstat"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
@@ -155,7 +156,7 @@ spec:
 		}
 	}
 	t.Logf("convergence over %d changes: p50 %v, max %v", len(w.convergence)-1,
-		percentile(w.convergence[1:], 0.5).Round(time.Millisecond), percentile(w.convergence[1:], 1).Round(time.Millisecond))
+		benchstat.Percentile(w.convergence[1:], 0.5).Round(time.Millisecond), benchstat.Percentile(w.convergence[1:], 1).Round(time.Millisecond))
 }
 
 func (w *world) patch(resource, namespace, name, patch string) time.Time {

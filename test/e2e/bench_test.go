@@ -4,8 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/netpol/netpol/internal/benchstat"
 )
 
 // BenchmarkPodBurst creates 1,000 pods (API objects, as a deployment
@@ -60,9 +60,9 @@ func BenchmarkPodBurst(b *testing.B) {
 			n := a.metric(b, `netpol_syncs_total{result="success"}`) - before[name]
 			tx = append(tx, fmt.Sprintf("%s %v", name, n))
 			b.ReportMetric(n, "transactions-"+name)
-			kb := vmRSS(a.cmd.Process.Pid)
-			rss = append(rss, fmt.Sprintf("%s %d MB", name, kb/1024))
-			b.ReportMetric(float64(kb)/1024, "rss-MB-"+name)
+			mb := rssMB(a)
+			rss = append(rss, fmt.Sprintf("%s %.0f MB", name, mb))
+			b.ReportMetric(mb, "rss-MB-"+name)
 		}
 		b.ReportMetric(written.Seconds(), "s-writes")
 		b.ReportMetric(total.Seconds(), "s-converged")
@@ -133,18 +133,6 @@ func runningStatus(ip string) corev1.PodStatus {
 	return corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
 }
 
-// vmRSS is a process's resident set size in KiB.
-func vmRSS(pid int) int {
-	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			n, _ := strconv.Atoi(f[1])
-			return n
-		}
-	}
-	return 0
-}
-
 // BenchmarkPolicyLatency measures the programming latency of single policy
 // changes: from the API write to the kernels holding the new state (polled
 // every millisecond), over 30 changes a quarter of a second apart. (Changes
@@ -177,7 +165,7 @@ spec:
 			lat = append(lat, took)
 			time.Sleep(250 * time.Millisecond)
 		}
-		p50, p99 := percentile(lat, 0.5), percentile(lat, 0.99)
+		p50, p99 := benchstat.Percentile(lat, 0.5), benchstat.Percentile(lat, 0.99)
 		b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
 		b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
 		b.Logf("programming latency over %d single-policy changes: p50 %v, p99 %v", changes, p50, p99)

@@ -6,8 +6,6 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/netpol/netpol/internal/benchstat"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
 )
@@ -28,8 +27,8 @@ func TestPodChurnLosesNothing(t *testing.T) {
 	w := newWorld(t, "e2e")
 	st := podChurn(w, 1000, 10*time.Second)
 	t.Logf("%d pod events in %v (%.0f/s); a marker pod programmed: idle p50 %v p99 %v, under churn p50 %v p99 %v",
-		st.events, st.took.Round(time.Millisecond), st.rate(), percentile(st.idle, 0.5), percentile(st.idle, 0.99),
-		percentile(st.busy, 0.5), percentile(st.busy, 0.99))
+		st.events, st.took.Round(time.Millisecond), st.rate(), benchstat.Percentile(st.idle, 0.5), benchstat.Percentile(st.idle, 0.99),
+		benchstat.Percentile(st.busy, 0.5), benchstat.Percentile(st.busy, 0.99))
 }
 
 // BenchmarkPodChurn (issue 14): pod events at NETPOL_CHURN_RATE per second
@@ -46,8 +45,8 @@ func BenchmarkPodChurn(b *testing.B) {
 	for b.Loop() {
 		w := newWorld(b, "e2e")
 		st := podChurn(w, rate, time.Duration(seconds)*time.Second)
-		idle50, idle99 := percentile(st.idle, 0.5), percentile(st.idle, 0.99)
-		busy50, busy99 := percentile(st.busy, 0.5), percentile(st.busy, 0.99)
+		idle50, idle99 := benchstat.Percentile(st.idle, 0.5), benchstat.Percentile(st.idle, 0.99)
+		busy50, busy99 := benchstat.Percentile(st.busy, 0.5), benchstat.Percentile(st.busy, 0.99)
 		b.ReportMetric(st.rate(), "events/s")
 		b.ReportMetric(ms(idle50), "idle-p50-ms")
 		b.ReportMetric(ms(idle99), "idle-p99-ms")
@@ -57,7 +56,7 @@ func BenchmarkPodChurn(b *testing.B) {
 		b.ReportMetric(ms(busy99)/ms(idle99), "ratio-p99")
 		b.ReportMetric(ms(st.settled), "settle-ms")
 		for name, a := range w.agent {
-			b.ReportMetric(float64(vmRSS(a.cmd.Process.Pid))/1024, "rss-MB-"+name)
+			b.ReportMetric(rssMB(a), "rss-MB-"+name)
 		}
 		b.Logf("%d pod events in %v (%.0f/s), %d markers idle and %d under churn; latency idle p50 %v p99 %v, churn p50 %v p99 %v; kernels equal a full compile %v after the last write",
 			st.events, st.took.Round(time.Millisecond), st.rate(), len(st.idle), len(st.busy), idle50, idle99, busy50, busy99, st.settled.Round(time.Millisecond))
@@ -65,15 +64,17 @@ func BenchmarkPodChurn(b *testing.B) {
 }
 
 func envInt(b *testing.B, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
+	v, err := benchstat.EnvInts(name, []int{def})
+	if err != nil {
+		b.Fatal(err)
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		b.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
+	return v[0]
+}
+
+// rssMB is an agent's resident memory in MiB.
+func rssMB(a *agentProc) float64 {
+	kib, _ := benchstat.ProcStatusKiB(a.cmd.Process.Pid, "VmRSS")
+	return float64(kib) / 1024
 }
 
 type churnStats struct {

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -431,16 +430,6 @@ func (w *world) apply(manifests string) time.Time {
 		w.t.Fatal(err)
 	}
 	return written
-}
-
-func percentile(ds []time.Duration, p float64) time.Duration {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	if len(s) == 0 {
-		return 0
-	}
-	i := int(p*float64(len(s)-1) + 0.5)
-	return s[i]
 }
 
 func tail(s string, n int) string {

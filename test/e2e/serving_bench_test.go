@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/netpol/netpol/internal/benchstat"
 	"github.com/netpol/netpol/pkg/agent"
 )
 
@@ -156,8 +157,8 @@ spec:
 		if behind > 0 {
 			b.Errorf("%d watchers did not get their agent's final generation", behind)
 		}
-		ip50, ip90 := percentile(idle, 0.5), percentile(idle, 0.9)
-		wp50, wp90 := percentile(watched, 0.5), percentile(watched, 0.9)
+		ip50, ip90 := benchstat.Percentile(idle, 0.5), benchstat.Percentile(idle, 0.9)
+		wp50, wp90 := benchstat.Percentile(watched, 0.5), benchstat.Percentile(watched, 0.9)
 		r50, r90 := float64(wp50)/float64(ip50), float64(wp90)/float64(ip90)
 		b.ReportMetric(ms(ip50), "idle-p50-ms")
 		b.ReportMetric(ms(ip90), "idle-p90-ms")

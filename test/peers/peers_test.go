@@ -32,7 +32,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -46,6 +45,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/netpol/netpol/internal/benchstat"
 	"github.com/netpol/netpol/internal/testenv"
 )
 
@@ -310,14 +310,14 @@ func runSystem(t *testing.T, ctx context.Context, idx int, sys system, sz size, 
 			if len(lat) == 0 {
 				return
 			}
-			p50 := percentile(lat, 0.5)
+			p50 := benchstat.Percentile(lat, 0.5)
 			r.AddOneServiceP50Seconds = ptr(p50.Seconds())
 			if len(lat) < 10 {
 				r.note("the add p50 is over %d adds only", len(lat))
 			}
-			r.note("the API writes (EndpointSlice, then Service) took p50 %v of each add", percentile(writes, 0.5).Round(100*time.Microsecond))
+			r.note("the API writes (EndpointSlice, then Service) took p50 %v of each add", benchstat.Percentile(writes, 0.5).Round(100*time.Microsecond))
 			t.Logf("%s: one Service added: p50 %v over %d adds (min %v, max %v); the writes alone p50 %v", sys.name, p50.Round(100*time.Microsecond), len(lat),
-				slices.Min(lat).Round(100*time.Microsecond), slices.Max(lat).Round(100*time.Microsecond), percentile(writes, 0.5).Round(100*time.Microsecond))
+				slices.Min(lat).Round(100*time.Microsecond), slices.Max(lat).Round(100*time.Microsecond), benchstat.Percentile(writes, 0.5).Round(100*time.Microsecond))
 		}()
 		for k := range adds {
 			s := newService(fmt.Sprintf("add-%d-%02d", idx, k), addedIP(idx, k), sz.endpoints, 64000+k*sz.endpoints)
@@ -449,12 +449,6 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-time.After(d):
 		return true
 	}
-}
-
-func percentile(ds []time.Duration, p float64) time.Duration {
-	s := slices.Clone(ds)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[int(p*float64(len(s)-1)+0.5)]
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/netpol/netpol/internal/benchstat"
 )
 
 // system is one Service proxy under test.
@@ -124,9 +126,9 @@ func (p *proc) sampleHelpers() {
 			return
 		case <-tick.C:
 		}
-		_, self := procStatusKiB(pid, "VmHWM")
+		_, self := benchstat.ProcStatusKiB(pid, "VmHWM")
 		for _, child := range children(pid) {
-			kib, name := procStatusKiB(child, "VmHWM")
+			kib, name := benchstat.ProcStatusKiB(child, "VmHWM")
 			if name == self {
 				continue // forked, not yet exec'd: the proxy's own pages
 			}
@@ -154,26 +156,6 @@ func children(pid int) []int {
 	return out
 }
 
-// procStatusKiB reads one "kB" field of /proc/PID/status, and the Name.
-func procStatusKiB(pid int, field string) (int64, string) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, ""
-	}
-	var kib int64
-	var name string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == field+":" {
-			kib, _ = strconv.ParseInt(f[1], 10, 64)
-		}
-		if len(f) >= 2 && f[0] == "Name:" {
-			name = f[1]
-		}
-	}
-	return kib, name
-}
-
 // peakRSS is the proxy's VmHWM in bytes; an error once it has exited.
 func (p *proc) peakRSS() (int64, error) {
 	select {
@@ -181,7 +163,7 @@ func (p *proc) peakRSS() (int64, error) {
 		return 0, fmt.Errorf("the proxy exited (%v) before its peak RSS was read", p.err)
 	default:
 	}
-	kib, _ := procStatusKiB(p.cmd.Process.Pid, "VmHWM")
+	kib, _ := benchstat.ProcStatusKiB(p.cmd.Process.Pid, "VmHWM")
 	if kib == 0 {
 		return 0, fmt.Errorf("no VmHWM in /proc/%d/status", p.cmd.Process.Pid)
 	}

@@ -1,0 +1,64 @@
+// Package benchstat is what the benchmarks and scale harnesses share:
+// percentiles of their samples, a process's memory from /proc, and sizes
+// given in the environment.
+package benchstat
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Percentile is the p-quantile (0 to 1) of vals by nearest rank; the zero
+// value when there are none.
+func Percentile[T cmp.Ordered](vals []T, p float64) T {
+	if len(vals) == 0 {
+		var zero T
+		return zero
+	}
+	s := slices.Sorted(slices.Values(vals))
+	return s[int(p*float64(len(s)-1)+0.5)]
+}
+
+// ProcStatusKiB reads one kB field of /proc/PID/status (VmRSS, VmHWM) and
+// the process's Name; 0 and "" when the process is gone.
+func ProcStatusKiB(pid int, field string) (kib int64, name string) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, ""
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case field + ":":
+			kib, _ = strconv.ParseInt(f[1], 10, 64)
+		case "Name:":
+			name = f[1]
+		}
+	}
+	return kib, name
+}
+
+// EnvInts reads the comma-separated positive integers of environment
+// variable name; def when it is unset.
+func EnvInts(name string, def []int) ([]int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s=%q: want positive integers", name, v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
