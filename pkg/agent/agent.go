@@ -26,9 +26,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/node"
+	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
 )
 
@@ -135,9 +137,15 @@ type Agent struct {
 	// renders it on request, not on every sync.
 	programmed atomic.Pointer[programmedTable]
 	generation int64
+	// tableMu is held while the policy table is updated (the incremental
+	// path changes it in place) and while a copy of it is taken for
+	// /debug/model.
+	tableMu sync.Mutex
 	// reported are the problems already logged, by kind (policy,
 	// services): each kind is re-found only when its table syncs.
 	reported map[string]map[string]bool
+	// delta is what changed for the policy table since its last sync.
+	delta delta
 }
 
 // tableState is one table's share of the loop. A table that fails is
@@ -229,7 +237,9 @@ func newAgent(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, pr
 	if !opts.NoStatus {
 		a.status = newStatusWriter(kube, dyn, opts.StatusNamespace, opts.NodeName,
 			func(msg string, args ...any) { a.log.Info(msg, args...) }, func() {
-				// A new leader writes status at the next sync.
+				// A new leader writes status at the next sync, a full
+				// one (only it builds the policy model).
+				a.forceFull()
 				a.markPending(time.Now(), node.Policy)
 				a.trigger()
 			})
@@ -268,23 +278,30 @@ func Cleanup(opts Options) error {
 	return errors.Join(errs...)
 }
 
-// changed records an informer event and asks for a sync of the tables the
+// changed records an informer event (and its objects, for the policy
+// table's incremental path) and asks for a sync of the tables the
 // resource feeds.
-func (a *Agent) changed(resource string) {
+func (a *Agent) changed(resource string, objs ...any) {
 	a.metrics.events.WithLabelValues(resource).Inc()
-	a.markPending(time.Now(), tablesFed(resource))
+	tables := tablesFed(resource)
+	if tables&node.Policy != 0 {
+		a.mu.Lock()
+		a.delta.record(resource, objs)
+		a.mu.Unlock()
+	}
+	a.markPending(time.Now(), tables)
 	a.trigger()
 }
 
 // tablesFed are the tables a resource's objects feed: Services and
 // EndpointSlices only the NAT table (a Service change must not recompile
-// policy), namespaces and policies only the policy table; pods and nodes
+// policy), pods, namespaces and policies only the policy table; nodes
 // both (node addresses and pod CIDRs count for the NAT table too).
 func tablesFed(resource string) node.Tables {
 	switch resource {
 	case "services", "endpointslices":
 		return node.Services
-	case "pods", "nodes":
+	case "nodes":
 		return node.All
 	}
 	return node.Policy
@@ -470,19 +487,12 @@ func (a *Agent) syncTables(due node.Tables, verify bool) {
 // hold up kernel programming.
 func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 	start := time.Now()
-	snap, policies, report, err := a.src.snapshot()
-	if err != nil {
-		a.metrics.syncs.WithLabelValues("error").Inc()
-		a.log.Error("sync failed; the kernel keeps the previous state", "err", fmt.Errorf("snapshot: %w", err))
-		return due
-	}
-	// A Service or EndpointSlice change syncs the NAT table only: the
-	// policy model is not rebuilt for it.
-	in := &node.Input{Snapshot: snap}
-	if due&node.Policy != 0 {
-		in = node.Prepare(snap)
-		a.reportProblems("policy", append(report.Errors, in.Model.Errors...), in.Model.Warnings)
-	}
+	var res node.Result
+	var policies map[cluster.ObjectKey]policyObject
+	var model *policy.Model
+	checkLive := false // the incremental table is up to date: compare it
+	a.tableMu.Lock()
+	defer a.tableMu.Unlock()
 	if verify {
 		if drifted, err := a.prog.Verify(due); err != nil {
 			a.log.Warn("checking the kernel tables", "err", err)
@@ -490,7 +500,58 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 			a.log.Debug("re-reading the kernel tables (the ruleset changed since the last sync)", "tables", drifted.String())
 		}
 	}
-	res := a.prog.Sync(in, due)
+	if due&node.Policy != 0 {
+		// Changes to pods of other nodes, to namespaces without pods
+		// here and to policies that select none of them update the last
+		// table (compiler.Live): no snapshot, no compile. The periodic
+		// resync applies them too, then compiles in full and checks that
+		// both agree.
+		if r, ok := a.syncPolicyIncremental(a.takeDelta()); ok {
+			a.metrics.policySyncs.WithLabelValues("incremental").Inc()
+			if r.Err != nil {
+				a.forceFull() // the retry compiles in full
+			}
+			if !verify || r.Err != nil {
+				res.Policy = r
+				due &^= node.Policy
+			}
+			checkLive = r.Err == nil
+		}
+	}
+	if due != 0 {
+		snap, objs, report, err := a.src.snapshot()
+		if err != nil {
+			a.metrics.syncs.WithLabelValues("error").Inc()
+			a.log.Error("sync failed; the kernel keeps the previous state", "err", fmt.Errorf("snapshot: %w", err))
+			if due&node.Policy != 0 {
+				a.forceFull()
+			}
+			return due | res.Failed()
+		}
+		policies = objs
+		// A Service or EndpointSlice change syncs the NAT table only: the
+		// policy model is not rebuilt for it.
+		in := &node.Input{Snapshot: snap}
+		if due&node.Policy != 0 {
+			in = node.Prepare(snap)
+			in.CheckLive = checkLive
+			model = in.Model
+			a.reportProblems("policy", append(report.Errors, in.Model.Errors...), in.Model.Warnings)
+			a.metrics.policySyncs.WithLabelValues("full").Inc()
+		}
+		full := a.prog.Sync(in, due)
+		if full.Policy.Ran {
+			res.Policy = full.Policy
+			if full.Policy.Err != nil {
+				a.forceFull()
+			}
+			if full.Policy.LiveDiffers {
+				a.metrics.liveMismatches.Inc()
+				a.log.Error("the incremental policy table differed from a full compile; the full one is applied (a bug: please report it)")
+			}
+		}
+		res.Services = full.Services
+	}
 	failed := res.Failed()
 	var messages int
 	if r := res.Policy; r.Ran && r.Err == nil {
@@ -500,16 +561,16 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 			a.metrics.transactionSize.Observe(float64(r.Stats.Messages))
 			a.log.Info("programmed", "messages", r.Stats.Messages, "elements-added", r.Stats.ElementsAdded,
 				"elements-deleted", r.Stats.ElementsDeleted, "chains-rewritten", r.Stats.ChainsRewritten,
-				"chains-added", r.Stats.ChainsAdded, "rules", r.Counts.Rules)
+				"chains-added", r.Stats.ChainsAdded, "rules", r.Counts.Rules, "incremental", r.Incremental)
 		}
 		a.mu.Lock()
 		a.generation++
 		gen := a.generation
 		a.mu.Unlock()
-		a.programmed.Store(&programmedTable{generation: gen, table: r.Table})
+		a.programmed.Store(&programmedTable{generation: gen, view: a.policyView})
 		a.models.publish()
-		if a.status != nil && a.status.leader.Load() {
-			a.status.enqueue(desiredStatus(policies, in.Model))
+		if model != nil && a.status != nil && a.status.leader.Load() {
+			a.status.enqueue(desiredStatus(policies, model))
 		}
 	}
 	if r := res.Services; r.Ran {
@@ -548,10 +609,30 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 }
 
 // programmedTable is a table the kernel holds and the sync that applied
-// it. Tables are never changed once compiled.
+// it: the table itself (never changed), or view, which copies the current
+// table and gives its generation (the agent's policy table changes in
+// place).
 type programmedTable struct {
 	generation int64
 	table      *nft.Table
+	view       func() (*nft.Table, int64)
+}
+
+func (p *programmedTable) read() (*nft.Table, int64) {
+	if p.table != nil || p.view == nil {
+		return p.table, p.generation
+	}
+	return p.view()
+}
+
+// policyView copies the programmed policy table and its generation.
+func (a *Agent) policyView() (*nft.Table, int64) {
+	a.tableMu.Lock()
+	defer a.tableMu.Unlock()
+	a.mu.Lock()
+	gen := a.generation
+	a.mu.Unlock()
+	return a.prog.PolicyTable(), gen
 }
 
 // reportProblems logs each problem of one kind once (they are re-found at

@@ -22,6 +22,12 @@ type metrics struct {
 	lastSuccess        prometheus.Gauge
 	policyErrors       prometheus.Gauge
 	serviceErrors      prometheus.Gauge
+	// policySyncs counts policy table syncs by path: incremental (Live)
+	// or full (a compile of the whole snapshot).
+	policySyncs *prometheus.CounterVec
+	// liveMismatches counts periodic resyncs whose full compile differed
+	// from the incremental state (a bug: the full table is applied).
+	liveMismatches prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -46,9 +52,13 @@ func newMetrics() *metrics {
 			Help: "Problems found in the cluster's policies at the last sync (rejected objects, rules failing closed)."}),
 		serviceErrors: prometheus.NewGauge(prometheus.GaugeOpts{Name: "netpol_service_errors",
 			Help: "Problems found in the cluster's Services at the last sync of the NAT table, and failures after its commit (conntrack cleanup, health checks)."}),
+		policySyncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "netpol_policy_syncs_total",
+			Help: "Policy table syncs by path: incremental (only the elements of the pods and namespaces that changed) or full (the whole snapshot compiled)."}, []string{"path"}),
+		liveMismatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "netpol_incremental_mismatches_total",
+			Help: "Periodic resyncs whose full compile differed from the incremental table (always a bug; the full table is applied)."}),
 	}
 	m.registry.MustRegister(m.syncDuration, m.programmingLatency, m.syncs, m.events, m.kernelObjects,
-		m.transactionSize, m.lastSuccess, m.policyErrors, m.serviceErrors,
+		m.transactionSize, m.lastSuccess, m.policyErrors, m.serviceErrors, m.policySyncs, m.liveMismatches,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

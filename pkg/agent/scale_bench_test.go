@@ -36,11 +36,12 @@ import (
 // its real informers and event handlers into fake kernel tables. It
 // reports the first full sync, then for each kind of event the time from
 // the API write to the committed transactions (the informer's delivery,
-// the event handler, the snapshot, the policy pipeline, the diff and the
-// commit): wall and CPU (the process's, which includes the fake API's
-// share), p50 and p99, and the transaction size. After the events the
-// kernel must hold what a from-scratch compile of the informers' state
-// gives.
+// the event handler, the policy pipeline (incremental or full), the diff
+// and the commit): wall and CPU (the process's, which includes the fake
+// API's share), the agent's sync alone (sync-ms: from the event handler's
+// mark to the commit), p50 and p99, and the transaction size. After the
+// events the kernel must hold what a from-scratch compile of the
+// informers' state gives.
 //
 // Sizes: NETPOL_BENCH_PODS (comma-separated, default 10000); events per
 // kind: NETPOL_BENCH_EVENTS (default 200). make bench-agent runs 10,000
@@ -272,7 +273,7 @@ func (sb *scaleBench) benchPod(i int) *corev1.Pod {
 // measure runs n events of one kind, each written through the API, seen
 // by the agent's informer and synced into the fake kernel before the next.
 func (sb *scaleBench) measure(b *testing.B, kind scaleEvent, n int) {
-	var walls, cpus, sizes []float64
+	var walls, cpus, syncs, sizes []float64
 	for i := range n {
 		write, err := kind.prepare(sb, sb.eventsSoFar+i)
 		if err != nil {
@@ -284,7 +285,9 @@ func (sb *scaleBench) measure(b *testing.B, kind scaleEvent, n int) {
 			b.Fatalf("%s %d: %v", kind.name, i, err)
 		}
 		due := sb.waitPending(b, kind.name)
+		syncStart := time.Now()
 		sb.h.agent.syncTables(due, false)
+		syncs = append(syncs, time.Since(syncStart).Seconds()*1000)
 		walls = append(walls, time.Since(wall).Seconds()*1000)
 		cpus = append(cpus, (cpuTime()-cpu).Seconds()*1000)
 		sizes = append(sizes, float64(sb.messages.Load()))
@@ -296,7 +299,7 @@ func (sb *scaleBench) measure(b *testing.B, kind scaleEvent, n int) {
 	for _, m := range []struct {
 		unit string
 		vals []float64
-	}{{"ms-p50", walls}, {"cpu-ms-p50", cpus}, {"messages-p50", sizes}} {
+	}{{"ms-p50", walls}, {"cpu-ms-p50", cpus}, {"sync-ms-p50", syncs}, {"messages-p50", sizes}} {
 		b.ReportMetric(benchstat.Percentile(m.vals, 0.5), m.unit)
 		b.ReportMetric(benchstat.Percentile(m.vals, 0.99), strings.Replace(m.unit, "p50", "p99", 1))
 	}

@@ -426,8 +426,12 @@ func (h *modelHub) render(node string, programmed *atomic.Pointer[programmedTabl
 	if h.beforeRender != nil {
 		h.beforeRender(p.generation)
 	}
-	m := newModelView(node, p.generation, p.table)
-	r = &renderedModel{gen: p.generation}
+	table, gen := p.read()
+	if table == nil {
+		return r
+	}
+	m := newModelView(node, gen, table)
+	r = &renderedModel{gen: gen}
 	r.compact, _ = json.Marshal(m)
 	r.compact = append(r.compact, '\n')
 	r.indent, _ = json.MarshalIndent(m, "", "  ")

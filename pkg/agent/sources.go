@@ -36,10 +36,12 @@ var gvrCRD = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 // and the CRDs themselves, to start or stop policy informers when a policy
 // CRD appears or goes.
 type sources struct {
-	dyn        dynamic.Interface
-	disc       discovery.DiscoveryInterface
-	log        *slog.Logger
-	onChange   func(resource string)
+	dyn  dynamic.Interface
+	disc discovery.DiscoveryInterface
+	log  *slog.Logger
+	// onChange gets every event with the objects it carries (old and
+	// new for an update; none for a change of the served policy APIs).
+	onChange   func(resource string, objs ...any)
 	core       informers.SharedInformerFactory
 	crds       dynamicinformer.DynamicSharedInformerFactory
 	listers    coreListers
@@ -60,7 +62,7 @@ type policyInformers struct {
 	stop    chan struct{}
 }
 
-func newSources(kube kubernetes.Interface, dyn dynamic.Interface, log *slog.Logger, onChange func(string)) *sources {
+func newSources(kube kubernetes.Interface, dyn dynamic.Interface, log *slog.Logger, onChange func(string, ...any)) *sources {
 	s := &sources{dyn: dyn, disc: kube.Discovery(), log: log, onChange: onChange,
 		core: informers.NewSharedInformerFactory(kube, 0), rediscover: make(chan struct{}, 1)}
 	watch := func(resource string, inf cache.SharedIndexInformer) cache.GenericLister {
@@ -89,13 +91,18 @@ func newSources(kube kubernetes.Interface, dyn dynamic.Interface, log *slog.Logg
 
 func (s *sources) handler(resource string) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { s.onChange(resource) },
+		AddFunc: func(obj any) { s.onChange(resource, obj) },
 		UpdateFunc: func(old, cur any) {
 			if !sameLean(old, cur) {
-				s.onChange(resource)
+				s.onChange(resource, old, cur)
 			}
 		},
-		DeleteFunc: func(any) { s.onChange(resource) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			s.onChange(resource, obj)
+		},
 	}
 }
 
@@ -282,4 +289,32 @@ func (s *sources) snapshot() (*cluster.Snapshot, map[cluster.ObjectKey]policyObj
 		}
 	}
 	return snap, policies, report, nil
+}
+
+// pod returns the cached pod namespace/name, nil when there is none.
+func (s *sources) pod(key string) (*corev1.Pod, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := s.listers.pods.ByNamespace(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*corev1.Pod), nil
+}
+
+// namespace returns the cached namespace, nil when there is none.
+func (s *sources) namespace(name string) (*corev1.Namespace, error) {
+	obj, err := s.listers.namespaces.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*corev1.Namespace), nil
 }

@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -56,6 +57,14 @@ const (
 // Compile builds the desired nftables table for one node from the
 // evaluator's resolution of a snapshot and its policy model.
 func Compile(r *eval.Resolved, opts Options) (*nft.Table, error) {
+	c, err := compile(r, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.t, nil
+}
+
+func compile(r *eval.Resolved, opts Options) (*compiler, error) {
 	if opts.Table == "" {
 		opts.Table = DefaultTable
 	}
@@ -64,7 +73,8 @@ func Compile(r *eval.Resolved, opts Options) (*nft.Table, error) {
 		return nil, fmt.Errorf("node %q is not in the snapshot", opts.Node)
 	}
 	c := &compiler{r: r, pols: r.Policies(), node: node, t: nft.NewTable(opts.Table),
-		classes: map[string]string{}, peerCache: map[peerKey][]addrRange{}, self: map[string]bool{}}
+		classes: map[string]string{}, peerCache: map[peerKey][]addrRange{}, self: map[string]bool{},
+		live: &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}}}
 	c.baseChains()
 	if !opts.AgentPorts.Empty() {
 		c.protectAgentPorts(opts.AgentPorts)
@@ -96,7 +106,7 @@ func Compile(r *eval.Resolved, opts Options) (*nft.Table, error) {
 	for _, s := range c.t.Sets {
 		sortElements(s)
 	}
-	return c.t, nil
+	return c, nil
 }
 
 // addSelf lets a policed pod reach itself: traffic to its own address
@@ -125,6 +135,8 @@ type compiler struct {
 	self    map[string]bool // self-pods keys added
 	// peerCache memoizes peerRanges: classes share policies.
 	peerCache map[peerKey][]addrRange
+	// live is what Live needs to keep the table up to date pod by pod.
+	live *recipe
 }
 
 func dispatchMap(d policy.Direction) string {
@@ -266,7 +278,10 @@ func (c *compiler) buildClass(name string, plan *eval.Plan, pod int) {
 		entry.Rules = append(entry.Rules, next)
 	}
 	if len(plan.Isolating) > 0 {
-		rest.Rules = append(rest.Rules, c.networkPolicyRules(name, plan, pod)...)
+		tier := c.networkPolicyRules(name, plan, pod)
+		tier.chain, tier.prefix = rest.Name, len(rest.Rules)
+		rest.Rules = append(rest.Rules, tier.rules(c.t)...)
+		c.live.npTiers = append(c.live.npTiers, tier)
 		return
 	}
 	rest.Rules = append(rest.Rules, c.tierRules(plan.Baseline, d, verdictReturn)...)
@@ -299,8 +314,8 @@ func (c *compiler) tierRules(rules []eval.PlanRule, d policy.Direction, pass nft
 	return out
 }
 
-// tierRule compiles one Admin/Baseline rule: per family, peers and ports
-// as set lookups, ending in v.
+// tierRule compiles one Admin/Baseline rule: per family and peer set
+// (pod addresses, networks), peers and ports as set lookups, ending in v.
 func (c *compiler) tierRule(pr eval.PlanRule, d policy.Direction, v nft.Verdict) []*nft.Rule {
 	switch pr.Match {
 	case eval.MatchNothing:
@@ -311,24 +326,35 @@ func (c *compiler) tierRule(pr eval.PlanRule, d policy.Direction, v nft.Verdict)
 	pi, ri, r := int(pr.Policy), pr.Rule, c.rule(pr, d)
 	sets := c.ruleSetsFor(pi, d, ri)
 	numbered, named := splitPorts(r.Ports)
+	peerSets := []string{""} // every peer
+	if !r.AllPeers {
+		peerSets = nil
+		for _, s := range []string{sets.pods, sets.nets} {
+			if s != "" {
+				peerSets = append(peerSets, s)
+			}
+		}
+	}
 	var out []*nft.Rule
 	for _, f := range nft.Families {
-		start := func() *nft.Builder {
-			b := nft.NewRule()
-			if !r.AllPeers {
-				b.AddrInSet(f, peerSide(d), sets.peers+f.Suffix)
+		for _, peers := range peerSets {
+			start := func() *nft.Builder {
+				b := nft.NewRule()
+				if peers != "" {
+					b.AddrInSet(f, peerSide(d), peers+f.Suffix)
+				}
+				return b
 			}
-			return b
-		}
-		if r.AllPorts {
-			out = append(out, start().Verdict(v))
-			continue
-		}
-		if len(numbered) > 0 {
-			out = append(out, start().L4ProtoPortInSet(sets.ports).Verdict(v))
-		}
-		if len(named) > 0 {
-			out = append(out, start().AddrL4ProtoPortInSet(f, nft.Dst, sets.named+f.Suffix).Verdict(v))
+			if r.AllPorts {
+				out = append(out, start().Verdict(v))
+				continue
+			}
+			if len(numbered) > 0 {
+				out = append(out, start().L4ProtoPortInSet(sets.ports).Verdict(v))
+			}
+			if len(named) > 0 {
+				out = append(out, start().AddrL4ProtoPortInSet(f, nft.Dst, sets.named+f.Suffix).Verdict(v))
+			}
 		}
 	}
 	return out
@@ -345,13 +371,17 @@ func splitPorts(ports []policy.Port) (numbered, named []policy.Port) {
 	return numbered, named
 }
 
-type ruleSetNames struct{ peers, ports, named string }
+// ruleSetNames are the sets of one Admin/Baseline rule; pods, nets and
+// named are prefixes (+ family suffix), "" when the rule has none.
+type ruleSetNames struct{ pods, nets, ports, named string }
 
 // ruleSetsFor creates the sets one Admin/Baseline rule matches against:
-// its peer addresses per family, its numbered ports, and its named ports
-// resolved on every pod (address . protocol . port). Sets are named by
-// what defines them (the peer selectors, the ports), so rules with the
-// same peers share one set: a pod that comes or goes changes it once.
+// the addresses of its pod peers (a hash set per family: pods come and go
+// one address at a time), of its node and ipBlock peers (an interval set
+// per family), its numbered ports, and its named ports resolved on every
+// pod (address . protocol . port). Sets are named by what defines them
+// (the peers, the ports), so rules with the same peers share one set: a
+// pod that comes or goes changes it once.
 func (c *compiler) ruleSetsFor(pi int, d policy.Direction, ri int) ruleSetNames {
 	r := &c.pols[pi].Rules[d][ri]
 	numbered, named := splitPorts(r.Ports)
@@ -362,15 +392,28 @@ func (c *compiler) ruleSetsFor(pi int, d policy.Direction, ri int) ruleSetNames 
 		c.addSharedSet(&nft.Set{Name: names.ports, Fields: []nft.FieldType{nft.FieldProto, nft.FieldPort}, Interval: true}, func() []nft.Element { return elems })
 	}
 	if !r.AllPeers {
-		names.peers = "peers." + contentID(peersDefinition(r.Peers)) + "."
+		id := "peers." + contentID(peersDefinition(r.Peers))
+		subjects := podSubjects(r.Peers)
+		if len(subjects) > 0 {
+			names.pods = id + ".pods."
+			c.live.podSets[names.pods] = subjects
+		}
+		if slices.ContainsFunc(r.Peers, func(p policy.Peer) bool { return p.Kind == policy.PeerNodes || p.Kind == policy.PeerIPBlock }) {
+			names.nets = id + ".nets."
+		}
 	}
 	if len(named) > 0 {
 		names.named = "named." + contentID(fmt.Sprint(named)) + "."
+		c.live.namedSets[names.named] = named
 	}
 	for _, f := range nft.Families {
-		if names.peers != "" {
-			c.addSharedSet(&nft.Set{Name: names.peers + f.Suffix, Fields: []nft.FieldType{f.Field}, Interval: true},
-				func() []nft.Element { return rangeElements(c.peerRanges(pi, d, ri, f, true), f) })
+		if names.pods != "" {
+			c.addSharedSet(&nft.Set{Name: names.pods + f.Suffix, Fields: []nft.FieldType{f.Field}},
+				func() []nft.Element { return addrElements(c.podAddrs(pi, d, ri, f), f) })
+		}
+		if names.nets != "" {
+			c.addSharedSet(&nft.Set{Name: names.nets + f.Suffix, Fields: []nft.FieldType{f.Field}, Interval: true},
+				func() []nft.Element { return rangeElements(c.peerRanges(pi, d, ri, f), f) })
 		}
 		if names.named != "" {
 			c.addSharedSet(&nft.Set{Name: names.named + f.Suffix, Fields: []nft.FieldType{f.Field, nft.FieldProto, nft.FieldPort}},
@@ -378,6 +421,31 @@ func (c *compiler) ruleSetsFor(pi int, d policy.Direction, ri int) ruleSetNames 
 		}
 	}
 	return names
+}
+
+// podSubjects are the pods peers among peers, as subjects.
+func podSubjects(peers []policy.Peer) []policy.Subject {
+	var out []policy.Subject
+	for _, p := range peers {
+		if p.Kind == policy.PeerPods {
+			out = append(out, p.PodSubject())
+		}
+	}
+	return out
+}
+
+// addrElements are single addresses as hash set elements, without
+// duplicates (two pods may claim one address).
+func addrElements(rs []addrRange, f *nft.Family) []nft.Element {
+	seen := make(map[netip.Addr]bool, len(rs))
+	out := make([]nft.Element, 0, len(rs))
+	for _, r := range rs {
+		if !seen[r.lo] {
+			seen[r.lo] = true
+			out = append(out, nft.Element{Key: f.AddrBytes(r.lo)})
+		}
+	}
+	return out
 }
 
 // addSharedSet adds s with the elements fill computes, unless a set of
@@ -415,19 +483,16 @@ func contentID(definition string) string {
 	return hex.EncodeToString(sum[:6])
 }
 
-// peerRanges is the addresses rule ri's peers match in family f: pods
-// (when withPods), nodes and ipBlocks/networks. domainNames match nothing
-// here: no addresses are learned from DNS.
-func (c *compiler) peerRanges(pi int, d policy.Direction, ri int, f *nft.Family, withPods bool) []addrRange {
+// peerRanges is the network addresses rule ri's peers match in family
+// f: nodes and ipBlocks. Pod peers are in podAddrs; domainNames match
+// nothing here: no addresses are learned from DNS.
+func (c *compiler) peerRanges(pi int, d policy.Direction, ri int, f *nft.Family) []addrRange {
 	r := &c.pols[pi].Rules[d][ri]
-	key := peerKey{pi, d, ri, f, withPods}
+	key := peerKey{pi, d, ri, f}
 	if rs, ok := c.peerCache[key]; ok {
 		return rs
 	}
 	var out []addrRange
-	if withPods {
-		out = c.podAddrs(pi, d, ri, f)
-	}
 	for n := 0; n < c.r.NumNodes(); n++ {
 		if !c.r.PeerNodes(pi, d, ri, n) {
 			continue
@@ -448,13 +513,12 @@ func (c *compiler) peerRanges(pi int, d policy.Direction, ri int, f *nft.Family,
 	return out
 }
 
-// peerKey identifies the peer addresses of one rule in one family.
+// peerKey identifies the network peer addresses of one rule in one family.
 type peerKey struct {
-	pi       int
-	d        policy.Direction
-	ri       int
-	f        *nft.Family
-	withPods bool
+	pi int
+	d  policy.Direction
+	ri int
+	f  *nft.Family
 }
 
 // portBoxes turns numbered ports into protocol x port boxes.
@@ -471,8 +535,8 @@ func portBoxes(ports []policy.Port) []portBox {
 	return out
 }
 
-// namedMatches lists the container ports of pod j that named ports match.
-func (c *compiler) namedMatches(named []policy.Port, ports []corev1.ContainerPort) []portBox {
+// namedMatches lists the container ports that named ports match.
+func namedMatches(named []policy.Port, ports []corev1.ContainerPort) []portBox {
 	var out []portBox
 	for _, cp := range ports {
 		for _, p := range named {
@@ -492,7 +556,7 @@ func (c *compiler) namedPortElements(named []policy.Port, f *nft.Family) []nft.E
 	var out []nft.Element
 	for j := 0; j < c.r.NumPods(); j++ {
 		pod := c.r.Pod(j)
-		boxes := c.namedMatches(named, pod.Ports)
+		boxes := namedMatches(named, pod.Ports)
 		for _, a := range pod.Addrs {
 			if !inFamily(a, f) {
 				continue
@@ -520,85 +584,30 @@ func (c *compiler) namedPortElements(named []policy.Port, f *nft.Family) []nft.E
 // a pod coming or going changes one hash set element per class that
 // allows it. (Verdict maps would make it one lookup, but at 10,000 pods a
 // jump/goto element cost ~6 ms in the kernel against ~1 ms for a hash set
-// element: docs/nft-notes.md section 7.)
-func (c *compiler) networkPolicyRules(class string, plan *eval.Plan, pod int) []*nft.Rule {
+// element: docs/nft-notes.md section 7.) The tier is recorded for Live,
+// which keeps its pod sets and rules up to date pod by pod.
+func (c *compiler) networkPolicyRules(class string, plan *eval.Plan, pod int) *npTier {
 	d := plan.Direction
 	refs := make([]string, len(plan.Isolating))
 	for i, pi := range plan.Isolating {
 		refs[i] = c.pols[pi].Ref()
 	}
-	var out []*nft.Rule
-	if plan.OwnNodeAllowed {
-		// Every address of the node, not only the Node's: the kubelet's
-		// probes leave from the CNI's host-side address (a ptp or bridge
-		// gateway), which no Node object names.
-		own := nft.NewRule().FibSaddrLocal().Verdict(verdictReturn)
-		own.Comment = "NetworkPolicy tier: ingress from the pod's own node is always allowed"
-		out = append(out, own)
-	}
-	first := len(out)
-	// Per profile and family: the pod and network addresses allowed it.
-	type group struct{ pods, nets []nft.Element }
-	groups := map[string]map[*nft.Family]*group{}
-	profiles := map[string][]portBox{}
-	at := func(ports []portBox, f *nft.Family) *group {
-		id := contentID(fmt.Sprint(ports))
-		if groups[id] == nil {
-			groups[id] = map[*nft.Family]*group{nft.IPv4: {}, nft.IPv6: {}}
-			profiles[id] = ports
-		}
-		return groups[id][f]
-	}
+	tier := &npTier{class: class, direction: d, ownNode: plan.OwnNodeAllowed, profiles: map[string][]portBox{},
+		comment: "NetworkPolicy tier: every rule of " + strings.Join(refs, ", ") + ", by port profile"}
 	for _, f := range nft.Families {
 		al := buildAllowList(c.allowItems(plan, pod, f), f)
 		for a, ports := range al.pods {
-			g := at(ports, f)
-			g.pods = append(g.pods, nft.Element{Key: f.AddrBytes(a)})
+			s := c.t.AddSet(tier.podSet(tier.profile(ports), f))
+			s.Elements = append(s.Elements, nft.Element{Key: f.AddrBytes(a)})
 		}
 		for _, p := range al.nets {
-			g := at(p.ports, f)
-			g.nets = append(g.nets, intervalElement(f.AddrBytes(p.lo), f.AddrBytes(p.hi)))
+			name := allowSetName(class, "nets", tier.profile(p.ports), f)
+			s := c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{f.Field}, Interval: true})
+			s.Elements = append(s.Elements, intervalElement(f.AddrBytes(p.lo), f.AddrBytes(p.hi)))
 		}
 	}
-	ids := make([]string, 0, len(groups))
-	for id := range groups {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		ports := profiles[id]
-		portSet := ""
-		if !(len(ports) == 1 && ports[0] == allProtocolsAndPorts) {
-			portSet = "np-ports." + id
-			c.addSharedSet(&nft.Set{Name: portSet, Fields: []nft.FieldType{nft.FieldProto, nft.FieldPort}, Interval: true},
-				func() []nft.Element { return portElements(ports) })
-		}
-		for _, kind := range []string{"pods", "nets"} {
-			for _, f := range nft.Families {
-				g := groups[id][f]
-				set := &nft.Set{Name: fmt.Sprintf("%s.%s.%s.%s", class, kind, id, f.Suffix), Fields: []nft.FieldType{f.Field}}
-				set.Elements = g.pods
-				if kind == "nets" {
-					set.Interval, set.Elements = true, g.nets
-				}
-				if len(set.Elements) == 0 {
-					continue
-				}
-				c.t.AddSet(set)
-				b := nft.NewRule().AddrInSet(f, peerSide(d), set.Name)
-				if portSet != "" {
-					b.L4ProtoPortInSet(portSet)
-				}
-				out = append(out, b.Verdict(verdictReturn))
-			}
-		}
-	}
-	for _, r := range out[first:] {
-		r.Comment = "NetworkPolicy tier: every rule of " + strings.Join(refs, ", ") + ", by port profile"
-	}
-	deny := nft.NewRule().Verdict(verdictDrop)
-	deny.Comment = fmt.Sprintf("isolated for %s: nothing else is allowed", d)
-	return append(out, deny)
+	tier.allow = c.allowRules(plan, pod)
+	return tier
 }
 
 // allowItems lists what the plan's NetworkPolicy rules allow for pod in
@@ -618,7 +627,7 @@ func (c *compiler) allowItems(plan *eval.Plan, pod int, f *nft.Family) []allowIt
 			nets = []addrRange{fullRange(f)}
 		} else {
 			pods = c.podAddrs(pi, d, ri, f)
-			nets = c.peerRanges(pi, d, ri, f, false)
+			nets = c.peerRanges(pi, d, ri, f)
 		}
 		add := func(ports []portBox) {
 			if len(ports) == 0 {
@@ -642,14 +651,14 @@ func (c *compiler) allowItems(plan *eval.Plan, pod int, f *nft.Family) []allowIt
 		}
 		if d == policy.Ingress {
 			// The destination is the pod itself.
-			add(c.namedMatches(named, c.r.Pod(pod).Ports))
+			add(namedMatches(named, c.r.Pod(pod).Ports))
 			continue
 		}
 		// Egress: each destination pod the peers match resolves the
 		// names on its own ports.
 		for j := 0; j < c.r.NumPods(); j++ {
 			dst := c.r.Pod(j)
-			boxes := c.namedMatches(named, dst.Ports)
+			boxes := namedMatches(named, dst.Ports)
 			if len(boxes) == 0 {
 				continue
 			}

@@ -243,7 +243,7 @@ func (ix *index) compile(pol *policy.Policy) *compiledPolicy {
 			for _, peer := range r.Peers {
 				switch peer.Kind {
 				case policy.PeerPods:
-					peerSets = append(peerSets, ix.selectPods(policy.Subject{Namespace: peer.Namespace, Namespaces: peer.Namespaces, Pods: peer.Pods}).pods)
+					peerSets = append(peerSets, ix.selectPods(peer.PodSubject()).pods)
 				case policy.PeerNodes:
 					for i, n := range ix.nodes {
 						if peer.Nodes.Matches(labels.Set(n.node.Labels)) {
@@ -299,13 +299,12 @@ func (ix *index) selectPods(s policy.Subject) selection {
 	}
 	out := selection{idents: newBitset(len(ix.idents)), pods: newBitset(len(ix.pods))}
 	ix.selected[key] = out
-	match := func(idents []int) {
+	match := func(ns string, idents []int) {
 		if len(idents) == 0 || !s.Namespaces.Matches(ix.idents[idents[0]].nsLabels) {
-			return
+			return // the namespace is tested once, not per identity
 		}
-		everyPod := s.Pods.Empty()
 		for _, id := range idents {
-			if everyPod || s.Pods.Matches(ix.idents[id].labels) {
+			if s.Selects(ns, ix.idents[id].nsLabels, ix.idents[id].labels) {
 				out.idents.set(id)
 				for _, pod := range ix.idents[id].pods {
 					out.pods.set(pod)
@@ -314,11 +313,11 @@ func (ix *index) selectPods(s policy.Subject) selection {
 		}
 	}
 	if s.Namespace != "" {
-		match(ix.identsByNamespace[s.Namespace])
+		match(s.Namespace, ix.identsByNamespace[s.Namespace])
 		return out
 	}
-	for _, idents := range ix.identsByNamespace {
-		match(idents)
+	for ns, idents := range ix.identsByNamespace {
+		match(ns, idents)
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -19,9 +20,13 @@ func (e *Evaluator) Resolved() *Resolved { return &Resolved{ix: e.ix} }
 
 // PodView is one pod as the evaluator sees it.
 type PodView struct {
-	Key         string // namespace/name
-	HostNetwork bool
-	Node        int // index of its node, -1 when unknown
+	Key       string // namespace/name
+	Namespace string
+	Labels    labels.Set
+	// NamespaceLabels are the labels of the pod's namespace.
+	NamespaceLabels labels.Set
+	HostNetwork     bool
+	Node            int // index of its node, -1 when unknown
 	// Addrs are the pod's addresses, primary first; a host-network pod's
 	// are its node's.
 	Addrs []netip.Addr
@@ -34,7 +39,8 @@ func (r *Resolved) NumPods() int { return len(r.ix.pods) }
 // Pod returns pod i.
 func (r *Resolved) Pod(i int) PodView {
 	p := &r.ix.pods[i]
-	return PodView{Key: p.key, HostNetwork: p.hostNetwork, Node: p.node, Addrs: p.addrs, Ports: p.ports}
+	return PodView{Key: p.key, Namespace: p.pod.Namespace, Labels: p.pod.Labels, NamespaceLabels: p.nsLabels,
+		HostNetwork: p.hostNetwork, Node: p.node, Addrs: p.addrs, Ports: p.ports}
 }
 
 // NumNodes is the number of nodes.

@@ -38,6 +38,7 @@ func (f *Fake) Tamper(fn func(*Table) *Table) {
 	f.mem.mu.Lock()
 	defer f.mem.mu.Unlock()
 	f.mem.table = fn(copyTable(f.mem.table))
+	f.mem.index = nil
 	f.mem.gen++
 }
 
@@ -59,9 +60,14 @@ func (f *Fake) Transactions() int {
 
 // memKernel is one table of an in-memory kernel.
 type memKernel struct {
-	mu      sync.Mutex
-	name    string
-	table   *Table // nil: absent
+	mu    sync.Mutex
+	name  string
+	table *Table // nil: absent
+	// index finds the committed table's elements by key (elementKey),
+	// per set, made on first use: a transaction costs what it changes,
+	// not the size of the table (a first sync adds hundreds of thousands
+	// of elements to one set, in many messages).
+	index   map[string]map[string]int
 	gen     uint32
 	commits int
 	fail    func(*Plan) error
@@ -83,13 +89,13 @@ func (m *memKernel) deleteTable() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.table != nil {
-		m.table = nil
+		m.table, m.index = nil, nil
 		m.gen++
 	}
 }
 
-// exec runs the plan on a copy and keeps it only if every operation
-// succeeded: one atomic transaction.
+// exec runs the plan on the table, operation by operation, and undoes
+// every one of them if one fails: one atomic transaction.
 func (m *memKernel) exec(p *Plan) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -98,48 +104,61 @@ func (m *memKernel) exec(p *Plan) error {
 			return err
 		}
 	}
-	t := copyTable(m.table)
-	at := elementIndex{}
+	if m.index == nil {
+		m.index = map[string]map[string]int{}
+	}
+	var undo []func()
 	for _, op := range p.Ops {
-		var err error
-		if t, err = execOp(t, m.name, op, at); err != nil {
+		if err := m.execOp(op, &undo); err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
 			return fmt.Errorf("table %s: transaction of %d messages failed: %s: %w", m.name, len(p.Ops), p.opText(op), err)
 		}
 	}
-	m.table = t
 	m.gen++
 	m.commits++
 	return nil
 }
 
-// elementIndex finds a set's elements by key (elementKey) during one
-// transaction: a first sync adds hundreds of thousands of elements to one
-// set, in many messages. A set's entry is made on first use and dropped
-// when the set is deleted or loses elements.
-type elementIndex map[string]map[string]int
-
-func (x elementIndex) of(s *Set) map[string]int {
-	at, ok := x[s.Name]
+// elementsOf returns the index of a set's elements.
+func (m *memKernel) elementsOf(s *Set) map[string]int {
+	at, ok := m.index[s.Name]
 	if !ok {
 		at = make(map[string]int, len(s.Elements))
 		for i, e := range s.Elements {
 			at[elementKey(e)] = i
 		}
-		x[s.Name] = at
+		m.index[s.Name] = at
 	}
 	return at
 }
 
-// execOp does what the kernel does with one message.
-func execOp(t *Table, name string, op Op, index elementIndex) (*Table, error) {
-	if op.Kind == OpAddTable {
-		if t == nil {
-			t = NewTable(name)
-		}
-		return t, nil
+// removeElement deletes element i of s (the last one takes its place).
+func (m *memKernel) removeElement(s *Set, at map[string]int, i int) {
+	delete(at, elementKey(s.Elements[i]))
+	last := len(s.Elements) - 1
+	if i != last {
+		s.Elements[i] = s.Elements[last]
+		at[elementKey(s.Elements[i])] = i
 	}
+	s.Elements = s.Elements[:last]
+}
+
+// execOp does what the kernel does with one message, and notes how to
+// undo it.
+func (m *memKernel) execOp(op Op, undo *[]func()) error {
+	do := func(f func()) { *undo = append(*undo, f) }
+	if op.Kind == OpAddTable {
+		if m.table == nil {
+			m.table = NewTable(m.name)
+			do(func() { m.table = nil })
+		}
+		return nil
+	}
+	t := m.table
 	if t == nil {
-		return nil, unix.ENOENT
+		return unix.ENOENT
 	}
 	switch op.Kind {
 	case OpAddChain:
@@ -147,42 +166,57 @@ func execOp(t *Table, name string, op Op, index elementIndex) (*Table, error) {
 		if c == nil {
 			c = &Chain{Name: op.Chain.Name}
 			t.Chains[c.Name] = c
+			do(func() { delete(t.Chains, c.Name) })
 		}
+		base := c.Base
+		do(func() { c.Base = base })
 		c.Base = copyHook(op.Chain.Base)
 	case OpFlushChain, OpDeleteChain, OpAddRule:
 		c := t.Chains[op.Chain.Name]
 		if c == nil {
-			return nil, unix.ENOENT
+			return unix.ENOENT
 		}
+		rules := c.Rules
 		switch op.Kind {
 		case OpFlushChain:
 			c.Rules = nil
+			do(func() { c.Rules = rules })
 		case OpDeleteChain:
 			if len(c.Rules) > 0 {
-				return nil, unix.EBUSY
+				return unix.EBUSY
 			}
 			delete(t.Chains, c.Name)
+			do(func() { t.Chains[c.Name] = c })
 		default:
 			c.Rules = append(c.Rules, &Rule{id: op.Rule.ID()})
+			do(func() { c.Rules = c.Rules[:len(rules)] })
 		}
 	case OpAddSet:
 		if t.Sets[op.Set.Name] == nil {
 			s := copySetSpec(op.Set)
 			t.Sets[s.Name] = s
+			do(func() { delete(t.Sets, s.Name); delete(m.index, s.Name) })
 		}
 	case OpDeleteSet:
-		if t.Sets[op.Set.Name] == nil {
-			return nil, unix.ENOENT
+		s := t.Sets[op.Set.Name]
+		if s == nil {
+			return unix.ENOENT
 		}
-		delete(t.Sets, op.Set.Name)
-		delete(index, op.Set.Name)
+		at, indexed := m.index[s.Name]
+		delete(t.Sets, s.Name)
+		delete(m.index, s.Name)
+		do(func() {
+			t.Sets[s.Name] = s
+			if indexed {
+				m.index[s.Name] = at
+			}
+		})
 	case OpAddElements, OpDeleteElements:
 		s := t.Sets[op.Set.Name]
 		if s == nil {
-			return nil, unix.ENOENT
+			return unix.ENOENT
 		}
-		at := index.of(s)
-		var deleted map[int]bool
+		at := m.elementsOf(s)
 		for _, e := range op.Elements {
 			e = normalElement(s, e)
 			k := elementKey(e)
@@ -191,32 +225,26 @@ func execOp(t *Table, name string, op Op, index elementIndex) (*Table, error) {
 			case op.Kind == OpAddElements && !found:
 				at[k] = len(s.Elements)
 				s.Elements = append(s.Elements, copyElement(e))
+				do(func() { m.removeElement(s, at, at[k]) })
 			case op.Kind == OpAddElements:
+				old := s.Elements[i]
 				s.Elements[i] = copyElement(e)
+				do(func() { s.Elements[at[k]] = old })
 			case !found:
-				return nil, unix.ENOENT
+				return unix.ENOENT
 			default:
-				delete(at, k)
-				if deleted == nil {
-					deleted = map[int]bool{}
-				}
-				deleted[i] = true
+				old := s.Elements[i]
+				m.removeElement(s, at, i)
+				do(func() {
+					at[k] = len(s.Elements)
+					s.Elements = append(s.Elements, old)
+				})
 			}
-		}
-		if len(deleted) > 0 {
-			kept := s.Elements[:0]
-			for i, x := range s.Elements {
-				if !deleted[i] {
-					kept = append(kept, x)
-				}
-			}
-			s.Elements = kept
-			delete(index, s.Name) // positions moved
 		}
 	default:
-		return nil, fmt.Errorf("unknown plan operation %d", op.Kind)
+		return fmt.Errorf("unknown plan operation %d", op.Kind)
 	}
-	return t, nil
+	return nil
 }
 
 // elementKey is what the kernel finds an element by: its key and key end.

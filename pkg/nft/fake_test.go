@@ -64,3 +64,49 @@ func TestFakeElements(t *testing.T) {
 		})
 	}
 }
+
+// TestFakeUndoesFailedTransaction: a transaction that fails at its last
+// message leaves the table as it was, whatever came before in it
+// (elements replaced and deleted, chains flushed and rewritten, sets added
+// and deleted), and later transactions still find every element.
+func TestFakeUndoesFailedTransaction(t *testing.T) {
+	peers := &Set{Name: "peers", Fields: []FieldType{FieldIPv4}}
+	gone := &Set{Name: "gone", Fields: []FieldType{FieldIPv4}}
+	el := func(b byte) Element { return Element{Key: []byte{10, 0, 0, b}} }
+	chain := &Chain{Name: "c"}
+	rule := func(text string) *Rule { return &Rule{Text: text} }
+	f := NewFake("netpol")
+	setup := &Plan{Ops: []Op{{Kind: OpAddTable}, {Kind: OpAddSet, Set: peers}, {Kind: OpAddSet, Set: gone},
+		{Kind: OpAddElements, Set: peers, Elements: []Element{el(1), el(2), el(3)}},
+		{Kind: OpAddChain, Chain: chain}, {Kind: OpAddRule, Chain: chain, Rule: rule("accept")}}}
+	if err := f.mem.exec(setup); err != nil {
+		t.Fatal(err)
+	}
+	before := f.Kernel()
+	failing := &Plan{Ops: []Op{
+		{Kind: OpDeleteElements, Set: peers, Elements: []Element{el(1)}},
+		{Kind: OpAddElements, Set: peers, Elements: []Element{el(2), el(9)}},
+		{Kind: OpFlushChain, Chain: chain},
+		{Kind: OpAddRule, Chain: chain, Rule: rule("drop")},
+		{Kind: OpDeleteSet, Set: gone},
+		{Kind: OpAddSet, Set: &Set{Name: "new", Fields: []FieldType{FieldIPv4}}},
+		{Kind: OpAddChain, Chain: &Chain{Name: "d"}},
+		{Kind: OpDeleteElements, Set: peers, Elements: []Element{el(7)}}, // absent: fails
+	}}
+	if err := f.mem.exec(failing); !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("got %v, want ENOENT", err)
+	}
+	if d := Diff(f.Kernel(), before); !d.Empty() {
+		t.Fatalf("the failed transaction left %d differences", len(d.Ops))
+	}
+	if got := f.Kernel().Chains["c"].Rules; len(got) != 1 || got[0].ID() != rule("accept").ID() {
+		t.Fatalf("chain c holds %d rules after the rollback, want the one it had", len(got))
+	}
+	ok := &Plan{Ops: []Op{{Kind: OpDeleteElements, Set: peers, Elements: []Element{el(1), el(3)}}}}
+	if err := f.mem.exec(ok); err != nil {
+		t.Fatalf("after the rollback: %v", err)
+	}
+	if got := f.Kernel().Sets["peers"].Elements; len(got) != 1 || got[0].Key[3] != 2 {
+		t.Fatalf("peers holds %v, want 10.0.0.2 only", got)
+	}
+}

@@ -65,7 +65,8 @@ func (t Tables) String() string {
 	return "none"
 }
 
-// Programmer keeps one node's tables in step with the cluster.
+// Programmer keeps one node's tables in step with the cluster. Its
+// methods are not safe for concurrent use.
 type Programmer struct {
 	// NoConntrackCleanup turns off the deletion of stale UDP conntrack
 	// entries (the agent never sets it; tests do, to show what it does).
@@ -73,7 +74,10 @@ type Programmer struct {
 
 	opts   Options
 	policy nft.Kernel
-	proxy  *proxier.Proxier // nil with NoProxy
+	// live is the policy table of the last full compile, kept up to
+	// date by UpdatePolicy.
+	live  *compiler.Live
+	proxy *proxier.Proxier // nil with NoProxy
 }
 
 // New opens the node's tables in opts.NetNS; nothing is sent yet.
@@ -130,6 +134,9 @@ type Input struct {
 	Snapshot *cluster.Snapshot
 	Model    *policy.Model
 	Resolved *eval.Resolved
+	// CheckLive compares the incremental table (UpdatePolicy's) with
+	// the full compile before replacing it (PolicyResult.LiveDiffers).
+	CheckLive bool
 }
 
 // Prepare builds the policy model and the resolution of snap.
@@ -147,10 +154,16 @@ type Result struct {
 // PolicyResult is the policy table's share of a sync.
 type PolicyResult struct {
 	Ran bool // the table was asked for
-	// Table is the compiled table (also when applying it failed).
+	// Table is the compiled table (also when applying it failed); the
+	// next UpdatePolicy changes it (PolicyTable is a lasting copy).
 	Table  *nft.Table
 	Stats  nft.Stats
 	Counts nft.Counts
+	// Incremental: the table came from UpdatePolicy, not a full compile.
+	Incremental bool
+	// LiveDiffers: with Input.CheckLive, the incremental table differed
+	// from the full compile (a bug; the full table is what was applied).
+	LiveDiffers bool
 	// Err means the kernel kept its previous table.
 	Err error
 }
@@ -186,14 +199,15 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 	if tables&Policy != 0 {
 		r := &res.Policy
 		r.Ran = true
-		r.Table, r.Err = compiler.Compile(in.Resolved, compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts})
-		if r.Err == nil {
-			r.Counts = r.Table.Count()
-			r.Stats, r.Err = p.policy.Apply(r.Table)
+		live, err := compiler.NewLive(in.Resolved, compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts})
+		if err == nil {
+			r.Table = live.Table()
+			if in.CheckLive && p.live != nil {
+				r.LiveDiffers = !nft.Diff(p.live.Table(), r.Table).Empty()
+			}
+			p.live = live
 		}
-		if r.Err != nil {
-			r.Err = fmt.Errorf("node %s: policy table %s: %w", p.opts.Node, p.opts.Table, r.Err)
-		}
+		p.applyPolicy(r, err)
 	}
 	if tables&Services != 0 && p.proxy != nil {
 		r := &res.Services
@@ -205,6 +219,59 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		}
 	}
 	return res
+}
+
+// UpdatePolicy programs the policy table from the last one and the
+// changes since (compiler.Live), without a snapshot. A
+// compiler.NeedsFullError (in PolicyResult.Err) means nothing was done:
+// the caller syncs in full.
+func (p *Programmer) UpdatePolicy(ch compiler.Changes) PolicyResult {
+	r := PolicyResult{Ran: true, Incremental: true}
+	if p.live == nil {
+		r.Err = &compiler.NeedsFullError{Reason: "no full compile yet"}
+		return r
+	}
+	t, err := p.live.Update(ch)
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	r.Table = t
+	p.applyPolicy(&r, nil)
+	return r
+}
+
+// PolicyTable is a copy of the policy table last compiled or updated
+// (nil before the first), which later updates do not change.
+func (p *Programmer) PolicyTable() *nft.Table {
+	if p.live == nil {
+		return nil
+	}
+	return p.live.Snapshot()
+}
+
+// SelectsLocal reports whether some policy of pols applies to a pod of
+// this node (true before the first full compile).
+func (p *Programmer) SelectsLocal(pols []*policy.Policy) bool {
+	if p.live == nil {
+		return true
+	}
+	for _, pol := range pols {
+		if p.live.SelectsLocal(pol.Subject) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Programmer) applyPolicy(r *PolicyResult, err error) {
+	if err == nil {
+		r.Counts = r.Table.Count()
+		r.Stats, err = p.policy.Apply(r.Table)
+	}
+	if err != nil {
+		r.Err = fmt.Errorf("node %s: policy table %s: %w", p.opts.Node, p.opts.Table, err)
+	}
 }
 
 // Verify checks cheaply whether the chosen tables may have been changed

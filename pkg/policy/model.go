@@ -113,6 +113,21 @@ type Subject struct {
 	Pods       labels.Selector
 }
 
+// Selects reports whether the subject selects a pod-network pod of
+// namespace ns (whose labels are nsLabels) with podLabels. It is the one
+// statement of selection: the evaluator matches identities with it, the
+// incremental compiler single pods.
+func (s Subject) Selects(ns string, nsLabels, podLabels labels.Set) bool {
+	return (s.Namespace == "" || s.Namespace == ns) && s.Namespaces.Matches(nsLabels) &&
+		(s.Pods.Empty() || s.Pods.Matches(podLabels))
+}
+
+// PodSubject is what a pods peer selects, as a Subject (zero for other
+// kinds of peer).
+func (p Peer) PodSubject() Subject {
+	return Subject{Namespace: p.Namespace, Namespaces: p.Namespaces, Pods: p.Pods}
+}
+
 // Rule is one ingress or egress rule.
 type Rule struct {
 	Index  int

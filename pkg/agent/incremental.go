@@ -1,0 +1,159 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/node"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// delta is what changed for the policy table since its last sync: the
+// incremental path (compiler.Live) programs pods of other nodes,
+// namespaces without pods here and policies that select none of them
+// without a snapshot; anything else (or too much) takes the full path.
+// Guarded by Agent.mu.
+type delta struct {
+	pods, namespaces map[string]bool
+	policies         []any // policy objects seen in events, old and new
+	full             bool
+}
+
+// maxDelta is the most objects a delta holds: past it a full compile is
+// cheaper than one update per object.
+const maxDelta = 5000
+
+func (d *delta) size() int { return len(d.pods) + len(d.namespaces) + len(d.policies) }
+
+// record notes an event's objects in the delta.
+func (d *delta) record(resource string, objs []any) {
+	if d.full {
+		return
+	}
+	if d.pods == nil {
+		d.pods, d.namespaces = map[string]bool{}, map[string]bool{}
+	}
+	for _, obj := range objs {
+		switch resource {
+		case "pods", "namespaces":
+			key, err := cache.MetaNamespaceKeyFunc(obj)
+			if err != nil {
+				d.full = true
+				return
+			}
+			if resource == "pods" {
+				d.pods[key] = true
+			} else {
+				d.namespaces[key] = true
+			}
+		case "networkpolicies":
+			d.policies = append(d.policies, obj)
+		default:
+			if _, ok := policyKinds[resource]; ok {
+				d.policies = append(d.policies, obj)
+				continue
+			}
+			d.full = true // nodes, the served policy APIs
+			return
+		}
+	}
+	if d.size() > maxDelta {
+		d.full = true
+	}
+}
+
+// takeDelta returns the delta so far and starts a new one.
+func (a *Agent) takeDelta() delta {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d := a.delta
+	a.delta = delta{}
+	return d
+}
+
+// forceFull makes the next policy sync a full one.
+func (a *Agent) forceFull() {
+	a.mu.Lock()
+	a.delta.full = true
+	a.mu.Unlock()
+}
+
+// syncPolicyIncremental programs the policy table from d alone, when it
+// can: ok is false when d needs the full path (nothing was done then).
+func (a *Agent) syncPolicyIncremental(d delta) (node.PolicyResult, bool) {
+	if d.full {
+		return node.PolicyResult{}, false
+	}
+	if len(d.policies) > 0 {
+		// The leader writes the policies' status, which only the full
+		// path computes.
+		if a.status != nil && a.status.leader.Load() {
+			return node.PolicyResult{}, false
+		}
+		pols, err := policyModels(d.policies)
+		if err != nil || a.prog.SelectsLocal(pols) {
+			return node.PolicyResult{}, false
+		}
+	}
+	ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: a.namespaceLabels}
+	for key := range d.pods {
+		p, err := a.src.pod(key)
+		if err != nil {
+			return node.PolicyResult{}, false
+		}
+		ch.Pods[key] = nil
+		if p != nil {
+			ch.Pods[key] = compiler.PodStateOf(p)
+		}
+	}
+	for ns := range d.namespaces {
+		ch.Namespaces = append(ch.Namespaces, ns)
+	}
+	r := a.prog.UpdatePolicy(ch)
+	var full *compiler.NeedsFullError
+	if errors.As(r.Err, &full) {
+		a.log.Debug("full policy sync", "reason", full.Reason)
+		return node.PolicyResult{}, false
+	}
+	return r, true
+}
+
+// namespaceLabels are a namespace's labels as the snapshot has them.
+func (a *Agent) namespaceLabels(name string) labels.Set {
+	ns, err := a.src.namespace(name)
+	if err != nil {
+		ns = nil
+	}
+	return compiler.NamespaceLabelsOf(name, ns)
+}
+
+// policyModels builds the model policies of policy objects (typed
+// NetworkPolicies, unstructured admin and cluster policies), each alone
+// (an object's old and new versions share a name).
+func policyModels(objs []any) ([]*policy.Policy, error) {
+	var out []*policy.Policy
+	for _, obj := range objs {
+		snap := cluster.New()
+		switch o := obj.(type) {
+		case *networkingv1.NetworkPolicy:
+			snap.NetworkPolicies = append(snap.NetworkPolicies, o)
+		case *unstructured.Unstructured:
+			data, err := o.MarshalJSON()
+			if err != nil {
+				return nil, err
+			}
+			snap.AddAPIObject(data)
+		default:
+			return nil, fmt.Errorf("unexpected policy object %T", obj)
+		}
+		out = append(out, policy.Build(snap).Policies...)
+	}
+	return out, nil
+}

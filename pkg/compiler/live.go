@@ -1,0 +1,597 @@
+package compiler
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// This file is the incremental compiler. A node's table depends on the
+// pods of other nodes only through set elements keyed by their addresses:
+// the hash sets of Admin/Baseline pod peers, the named-port sets and the
+// NetworkPolicy allow-lists of the node's classes (class chains, dispatch
+// and self-pods depend on the node's own pods and the policies that
+// select them). Live keeps the table of the last full compile and, for
+// a change to pods of other nodes or to namespaces without pods here,
+// recomputes only the elements of the addresses involved: the cost of an
+// update follows the change, not the cluster. Anything else needs a full
+// compile (NeedsFullError). Compile and Live agree exactly; the tests and
+// the agent's periodic resync check it.
+
+// recipe is what a full compile records for Live: how each pod-dependent
+// set is defined.
+type recipe struct {
+	// podSets: the pods subjects of Admin/Baseline pod peer sets, by set
+	// prefix (+ family suffix).
+	podSets map[string][]policy.Subject
+	// namedSets: the named ports of named-port sets, by set prefix.
+	namedSets map[string][]policy.Port
+	npTiers   []*npTier
+}
+
+// npTier is the NetworkPolicy tier of one class chain: its rules are the
+// last of chain, after prefix (Admin) rules.
+type npTier struct {
+	class     string
+	chain     string
+	prefix    int
+	direction policy.Direction
+	ownNode   bool
+	comment   string
+	allow     []allowRule
+	// profiles holds every port profile the class has used, by id.
+	profiles map[string][]portBox
+}
+
+// allowRule is one NetworkPolicy rule of a class, as Live resolves it on
+// one pod.
+type allowRule struct {
+	subjects []policy.Subject // the rule's pods peers
+	allPeers bool
+	// ports are allowed to or from the pods the subjects select (for
+	// ingress, with the rule's named ports resolved on the class's pod).
+	ports []portBox
+	// named are egress named ports, resolved on each destination pod the
+	// subjects select or that nets (networks, per family) hold.
+	named []policy.Port
+	nets  map[*nft.Family][]addrRange
+}
+
+// allowRules resolves the plan's NetworkPolicy rules for pod's class.
+func (c *compiler) allowRules(plan *eval.Plan, pod int) []allowRule {
+	d := plan.Direction
+	var out []allowRule
+	for _, pr := range plan.Allow {
+		if pr.Match == eval.MatchNothing {
+			continue
+		}
+		pi, ri, r := int(pr.Policy), pr.Rule, c.rule(pr, d)
+		ar := allowRule{allPeers: r.AllPeers}
+		if !r.AllPeers {
+			ar.subjects = podSubjects(r.Peers)
+		}
+		if r.AllPorts {
+			ar.ports = []portBox{allProtocolsAndPorts}
+			out = append(out, ar)
+			continue
+		}
+		numbered, named := splitPorts(r.Ports)
+		ar.ports = portBoxes(numbered)
+		if len(named) > 0 {
+			if d == policy.Ingress {
+				ar.ports = append(ar.ports, namedMatches(named, c.r.Pod(pod).Ports)...)
+			} else {
+				ar.named = named
+				if !r.AllPeers {
+					ar.nets = map[*nft.Family][]addrRange{}
+					for _, f := range nft.Families {
+						ar.nets[f] = c.peerRanges(pi, d, ri, f)
+					}
+				}
+			}
+		}
+		out = append(out, ar)
+	}
+	return out
+}
+
+// podPorts is what the tier allows to or from address a (family f) of
+// pod p, whose namespace has nsLabels: the allow-list's pod entry.
+func (t *npTier) podPorts(p *PodState, nsLabels labels.Set, a netip.Addr, f *nft.Family) []portBox {
+	var out []portBox
+	for i := range t.allow {
+		r := &t.allow[i]
+		in := !p.HostNetwork && selectsAny(r.subjects, p, nsLabels)
+		if in {
+			out = append(out, r.ports...)
+		}
+		if len(r.named) > 0 && (in || r.allPeers || containsAddr(r.nets[f], a)) {
+			out = append(out, namedMatches(r.named, p.Ports)...)
+		}
+	}
+	return out
+}
+
+func selectsAny(subjects []policy.Subject, p *PodState, nsLabels labels.Set) bool {
+	for _, s := range subjects {
+		if s.Selects(p.Namespace, nsLabels, p.Labels) {
+			return true
+		}
+	}
+	return false
+}
+
+// profile returns the id of a (canonical) port profile.
+func (t *npTier) profile(ports []portBox) string {
+	id := contentID(fmt.Sprint(ports))
+	if _, ok := t.profiles[id]; !ok {
+		t.profiles[id] = ports
+	}
+	return id
+}
+
+func allowSetName(class, kind, id string, f *nft.Family) string {
+	return fmt.Sprintf("%s.%s.%s.%s", class, kind, id, f.Suffix)
+}
+
+// podSet is the (empty) hash set of the pod addresses allowed profile id.
+func (t *npTier) podSet(id string, f *nft.Family) *nft.Set {
+	return &nft.Set{Name: allowSetName(t.class, "pods", id, f), Fields: []nft.FieldType{f.Field}}
+}
+
+// rules are the tier's rules for the allow-list sets tab holds: per
+// profile (in id order), kind and family with elements, a lookup of the
+// peer and, unless the profile is every port, of the port in the
+// profile's port set (added to tab when missing); then drop.
+func (t *npTier) rules(tab *nft.Table) []*nft.Rule {
+	var out []*nft.Rule
+	if t.ownNode {
+		// Every address of the node, not only the Node's: the kubelet's
+		// probes leave from the CNI's host-side address (a ptp or bridge
+		// gateway), which no Node object names.
+		own := nft.NewRule().FibSaddrLocal().Verdict(verdictReturn)
+		own.Comment = "NetworkPolicy tier: ingress from the pod's own node is always allowed"
+		out = append(out, own)
+	}
+	for _, id := range slices.Sorted(maps.Keys(t.profiles)) {
+		ports, portSet := t.profiles[id], ""
+		for _, kind := range []string{"pods", "nets"} {
+			for _, f := range nft.Families {
+				name := allowSetName(t.class, kind, id, f)
+				if s := tab.Sets[name]; s == nil || len(s.Elements) == 0 {
+					continue
+				}
+				if portSet == "" && !(len(ports) == 1 && ports[0] == allProtocolsAndPorts) {
+					portSet = npPortSet(id)
+					if tab.Sets[portSet] == nil {
+						tab.AddSet(&nft.Set{Name: portSet, Fields: []nft.FieldType{nft.FieldProto, nft.FieldPort}, Interval: true,
+							Elements: portElements(ports)})
+					}
+				}
+				b := nft.NewRule().AddrInSet(f, peerSide(t.direction), name)
+				if portSet != "" {
+					b.L4ProtoPortInSet(portSet)
+				}
+				r := b.Verdict(verdictReturn)
+				r.Comment = t.comment
+				out = append(out, r)
+			}
+		}
+	}
+	deny := nft.NewRule().Verdict(verdictDrop)
+	deny.Comment = fmt.Sprintf("isolated for %s: nothing else is allowed", t.direction)
+	return append(out, deny)
+}
+
+func npPortSet(id string) string { return "np-ports." + id }
+
+// PodState is what a node's table depends on of one pod.
+type PodState struct {
+	Key, Namespace string
+	// Node is the pod's node name.
+	Node        string
+	Labels      labels.Set
+	HostNetwork bool
+	Addrs       []netip.Addr
+	Ports       []corev1.ContainerPort
+}
+
+// PodStateOf is p as the evaluator sees it; nil for a finished pod (no
+// address, in no policy).
+func PodStateOf(p *corev1.Pod) *PodState {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	ps := &PodState{Key: p.Namespace + "/" + p.Name, Namespace: p.Namespace, Node: p.Spec.NodeName,
+		Labels: labels.Set(p.Labels), HostNetwork: p.Spec.HostNetwork, Addrs: cluster.PodAddresses(p)}
+	for _, c := range p.Spec.Containers {
+		ps.Ports = append(ps.Ports, c.Ports...)
+	}
+	return ps
+}
+
+// NamespaceLabelsOf are the labels of a namespace as the evaluator sees
+// them (with kubernetes.io/metadata.name, which the API server puts on
+// every namespace); ns nil means the namespace is unknown.
+func NamespaceLabelsOf(name string, ns *corev1.Namespace) labels.Set {
+	if ns == nil {
+		return labels.Set{"kubernetes.io/metadata.name": name}
+	}
+	return labels.Set(cluster.WithNamespaceNameLabel(ns).Labels)
+}
+
+// Live is one node's table, kept up to date with the pods of other
+// nodes and with namespace labels without a full compile. It updates its
+// table in place: Table is valid until the next Update (Snapshot is a
+// copy that stays). Unchanged sets keep their nft.Set Revision, changed
+// ones carry their Changes, so the Applier's cost follows the change too.
+// Elements added by updates are not in key order (the kernel keeps no
+// order either).
+type Live struct {
+	node   string
+	recipe *recipe
+	table  *nft.Table
+	pods   map[string]*PodState
+	byAddr map[netip.Addr][]*PodState
+	// byNamespace lists the pods of each namespace.
+	byNamespace map[string]map[string]*PodState
+	nsLabels    map[string]labels.Set
+	// local counts this node's pod-network pods by namespace.
+	local map[string]int
+	// pos indexes the elements of the sets updated so far, by key.
+	pos map[string]map[string]int
+}
+
+// NeedsFullError says why a change needs a full compile.
+type NeedsFullError struct{ Reason string }
+
+func (e *NeedsFullError) Error() string { return "needs a full compile: " + e.Reason }
+
+// revisions numbers set contents process-wide, so that no two Lives (a
+// full compile replaces the last one) give one revision to two lists.
+var revisions atomic.Uint64
+
+// NewLive compiles the node's table (as Compile) and keeps what it needs
+// to update it.
+func NewLive(r *eval.Resolved, opts Options) (*Live, error) {
+	c, err := compile(r, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range c.t.Sets {
+		s.Revision = revisions.Add(1)
+	}
+	l := &Live{node: opts.Node, recipe: c.live, table: c.t, pods: make(map[string]*PodState, r.NumPods()),
+		byAddr: make(map[netip.Addr][]*PodState, r.NumPods()), byNamespace: map[string]map[string]*PodState{},
+		nsLabels: map[string]labels.Set{}, local: map[string]int{}, pos: map[string]map[string]int{}}
+	for i := 0; i < r.NumPods(); i++ {
+		v := r.Pod(i)
+		ps := &PodState{Key: v.Key, Namespace: v.Namespace, Labels: v.Labels, HostNetwork: v.HostNetwork, Addrs: v.Addrs, Ports: v.Ports}
+		if v.Node >= 0 {
+			ps.Node = r.NodeName(v.Node)
+		}
+		l.nsLabels[v.Namespace] = v.NamespaceLabels
+		l.add(ps)
+	}
+	return l, nil
+}
+
+// Table is the current table, valid until the next Update.
+func (l *Live) Table() *nft.Table { return l.table }
+
+func (l *Live) isLocal(p *PodState) bool { return !p.HostNetwork && p.Node == l.node }
+
+func (l *Live) add(p *PodState) {
+	l.pods[p.Key] = p
+	for _, a := range p.Addrs {
+		l.byAddr[a] = append(l.byAddr[a], p)
+	}
+	if l.byNamespace[p.Namespace] == nil {
+		l.byNamespace[p.Namespace] = map[string]*PodState{}
+	}
+	l.byNamespace[p.Namespace][p.Key] = p
+	if l.isLocal(p) {
+		l.local[p.Namespace]++
+	}
+}
+
+func (l *Live) remove(p *PodState) {
+	delete(l.pods, p.Key)
+	for _, a := range p.Addrs {
+		rest := slices.DeleteFunc(slices.Clone(l.byAddr[a]), func(q *PodState) bool { return q == p })
+		if len(rest) == 0 {
+			delete(l.byAddr, a)
+		} else {
+			l.byAddr[a] = rest
+		}
+	}
+	delete(l.byNamespace[p.Namespace], p.Key)
+	if len(l.byNamespace[p.Namespace]) == 0 {
+		delete(l.byNamespace, p.Namespace)
+	}
+	if l.isLocal(p) {
+		l.local[p.Namespace]--
+	}
+}
+
+// SelectsLocal reports whether s selects a pod of this node: a policy
+// whose subject does not (before and after a change) changes nothing in
+// the node's table.
+func (l *Live) SelectsLocal(s policy.Subject) bool {
+	for ns, n := range l.local {
+		if n == 0 {
+			continue
+		}
+		for _, p := range l.byNamespace[ns] {
+			if l.isLocal(p) && s.Selects(p.Namespace, l.nsLabels[ns], p.Labels) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Changes are what changed since the last update.
+type Changes struct {
+	// Pods are the changed pods by key, nil for a pod deleted (or
+	// finished).
+	Pods map[string]*PodState
+	// Namespaces may have changed labels.
+	Namespaces []string
+	// NamespaceLabels gives a namespace's current labels
+	// (NamespaceLabelsOf).
+	NamespaceLabels func(ns string) labels.Set
+}
+
+// Update applies ch and returns the new table, or a NeedsFullError when
+// ch touches what only a full compile builds (this node's pods, or the
+// labels of a namespace that has some); the state is then unchanged.
+func (l *Live) Update(ch Changes) (*nft.Table, error) {
+	for key, p := range ch.Pods {
+		if old := l.pods[key]; old != nil && l.isLocal(old) || p != nil && l.isLocal(p) {
+			return nil, &NeedsFullError{Reason: "pod " + key + " is on this node"}
+		}
+	}
+	newLabels := map[string]labels.Set{}
+	for _, ns := range ch.Namespaces {
+		if l.local[ns] > 0 {
+			return nil, &NeedsFullError{Reason: "namespace " + ns + " has pods on this node"}
+		}
+		if cur := ch.NamespaceLabels(ns); !maps.Equal(cur, l.nsLabels[ns]) {
+			newLabels[ns] = cur
+		}
+	}
+	addrs := map[netip.Addr]bool{}
+	for key, p := range ch.Pods {
+		if old := l.pods[key]; old != nil {
+			for _, a := range old.Addrs {
+				addrs[a] = true
+			}
+		}
+		if p != nil {
+			for _, a := range p.Addrs {
+				addrs[a] = true
+			}
+		}
+	}
+	for ns := range newLabels {
+		for _, p := range l.byNamespace[ns] {
+			for _, a := range p.Addrs {
+				addrs[a] = true
+			}
+		}
+	}
+	before := l.elements(addrs)
+	maps.Copy(l.nsLabels, newLabels)
+	for key, p := range ch.Pods {
+		if old := l.pods[key]; old != nil {
+			l.remove(old)
+		}
+		if p != nil {
+			if _, ok := l.nsLabels[p.Namespace]; !ok {
+				l.nsLabels[p.Namespace] = ch.NamespaceLabels(p.Namespace)
+			}
+			l.add(p)
+		}
+	}
+	after := l.elements(addrs)
+	l.patch(before, after)
+	return l.table, nil
+}
+
+// elementRef is one pod-dependent element: set and key.
+type elementRef struct {
+	set string
+	key string
+	f   *nft.Family
+	// tier is set for an allow-list element (its set comes and goes
+	// with its elements).
+	tier *npTier
+}
+
+// elements computes the pod-dependent elements of addrs from the pods
+// that hold them now.
+func (l *Live) elements(addrs map[netip.Addr]bool) map[elementRef]bool {
+	out := map[elementRef]bool{}
+	for a := range addrs {
+		pods := l.byAddr[a]
+		if len(pods) == 0 {
+			continue
+		}
+		f := nft.FamilyOf(a)
+		key := string(f.AddrBytes(a))
+		for prefix, subjects := range l.recipe.podSets {
+			for _, p := range pods {
+				if !p.HostNetwork && selectsAny(subjects, p, l.nsLabels[p.Namespace]) {
+					out[elementRef{set: prefix + f.Suffix, key: key, f: f}] = true
+					break
+				}
+			}
+		}
+		for prefix, named := range l.recipe.namedSets {
+			for _, p := range pods {
+				for _, b := range namedMatches(named, p.Ports) {
+					k := nft.Key([]byte(key), nft.ProtoBytes(b.protoLo), nft.PortBytes(b.portLo))
+					out[elementRef{set: prefix + f.Suffix, key: string(k), f: f}] = true
+				}
+			}
+		}
+		for _, t := range l.recipe.npTiers {
+			var boxes []portBox
+			for _, p := range pods {
+				boxes = append(boxes, t.podPorts(p, l.nsLabels[p.Namespace], a, f)...)
+			}
+			if len(boxes) > 0 {
+				id := t.profile(canonicalPorts(boxes))
+				out[elementRef{set: allowSetName(t.class, "pods", id, f), key: key, f: f, tier: t}] = true
+			}
+		}
+	}
+	return out
+}
+
+// patch turns the elements of the changed addresses from before into
+// after, in place: an element is found through the set's position index
+// and removed by moving the last element into its place, so a change
+// costs the same in a set of ten elements as in one of 100,000. Changed
+// sets get a new Revision and their Changes; chains whose allow-list
+// sets came or went are rebuilt (new Chain objects: chains are never
+// changed in place).
+func (l *Live) patch(before, after map[elementRef]bool) {
+	type change struct {
+		ref      elementRef
+		add, del []nft.Element
+	}
+	changes := map[string]*change{}
+	at := func(e elementRef) *change {
+		if changes[e.set] == nil {
+			changes[e.set] = &change{ref: e}
+		}
+		return changes[e.set]
+	}
+	for e := range before {
+		if !after[e] {
+			c := at(e)
+			c.del = append(c.del, nft.Element{Key: []byte(e.key)})
+		}
+	}
+	for e := range after {
+		if !before[e] {
+			c := at(e)
+			c.add = append(c.add, nft.Element{Key: []byte(e.key)})
+		}
+	}
+	t := l.table
+	rebuild := map[*npTier]bool{}
+	for name, c := range changes {
+		s := t.Sets[name]
+		created := s == nil
+		if created {
+			s = &nft.Set{Name: name, Fields: []nft.FieldType{c.ref.f.Field}}
+			t.Sets[name] = s
+		}
+		pos := l.positions(s)
+		for _, e := range c.del {
+			i, ok := pos[string(e.Key)]
+			if !ok {
+				continue
+			}
+			delete(pos, string(e.Key))
+			last := len(s.Elements) - 1
+			if i != last {
+				s.Elements[i] = s.Elements[last]
+				pos[string(s.Elements[i].Key)] = i
+			}
+			s.Elements[last] = nft.Element{}
+			s.Elements = s.Elements[:last]
+		}
+		for _, e := range c.add {
+			if _, ok := pos[string(e.Key)]; !ok {
+				pos[string(e.Key)] = len(s.Elements)
+				s.Elements = append(s.Elements, e)
+			}
+		}
+		s.Changes = nil
+		if !created && s.Revision != 0 {
+			s.Changes = &nft.SetChanges{From: s.Revision, Add: c.add, Delete: c.del}
+		}
+		s.Revision = revisions.Add(1)
+		switch {
+		case c.ref.tier == nil:
+		case len(s.Elements) == 0:
+			delete(t.Sets, name) // Compile makes no empty allow-list set
+			delete(l.pos, name)
+			rebuild[c.ref.tier] = true
+		case created:
+			rebuild[c.ref.tier] = true
+		}
+	}
+	for tier := range rebuild {
+		ch := t.Chains[tier.chain]
+		t.Chains[tier.chain] = &nft.Chain{Name: ch.Name, Base: ch.Base, Rules: append(slices.Clone(ch.Rules[:tier.prefix]), tier.rules(t)...)}
+	}
+	if len(rebuild) > 0 {
+		l.dropUnusedPortSets(t)
+	}
+}
+
+// positions is the index of a set's elements by key, made on the set's
+// first change.
+func (l *Live) positions(s *nft.Set) map[string]int {
+	pos, ok := l.pos[s.Name]
+	if !ok {
+		pos = make(map[string]int, len(s.Elements))
+		for i, e := range s.Elements {
+			pos[string(e.Key)] = i
+		}
+		l.pos[s.Name] = pos
+	}
+	return pos
+}
+
+// Snapshot is a copy of the current table that later updates do not
+// change, its set elements in key order (as Compile gives them).
+func (l *Live) Snapshot() *nft.Table {
+	c := &nft.Table{Name: l.table.Name, Chains: maps.Clone(l.table.Chains), Sets: make(map[string]*nft.Set, len(l.table.Sets))}
+	for name, s := range l.table.Sets {
+		cs := &nft.Set{Name: s.Name, Fields: s.Fields, Interval: s.Interval, Verdict: s.Verdict, Data: s.Data, Timeout: s.Timeout,
+			Dynamic: s.Dynamic, Typeof: s.Typeof, Elements: slices.Clone(s.Elements)}
+		if _, changed := l.pos[name]; changed {
+			slices.SortFunc(cs.Elements, func(a, b nft.Element) int { return bytes.Compare(a.Key, b.Key) })
+		}
+		c.Sets[name] = cs
+	}
+	return c
+}
+
+// dropUnusedPortSets deletes the profile port sets no class uses any more.
+func (l *Live) dropUnusedPortSets(t *nft.Table) {
+	used := map[string]bool{}
+	for _, tier := range l.recipe.npTiers {
+		for id := range tier.profiles {
+			for _, kind := range []string{"pods", "nets"} {
+				for _, f := range nft.Families {
+					if t.Sets[allowSetName(tier.class, kind, id, f)] != nil {
+						used[npPortSet(id)] = true
+					}
+				}
+			}
+		}
+	}
+	for name := range t.Sets {
+		if len(name) > len("np-ports.") && name[:len("np-ports.")] == "np-ports." && !used[name] {
+			delete(t.Sets, name)
+		}
+	}
+}

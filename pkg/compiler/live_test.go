@@ -1,0 +1,260 @@
+package compiler_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/netpol/netpol/internal/corpus"
+	"github.com/netpol/netpol/internal/synth"
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// TestLiveMatchesCompile: on every corpus case (each base cluster with the
+// case's objects) and on a synthetic cluster, random changes to pods of
+// other nodes (added, deleted, relabelled, moved to another address,
+// named ports changed, finished) and to namespace labels are applied both
+// to the snapshot and, as Changes, to a Live; after each, Live's table
+// must render exactly as a full compile of the changed snapshot, and a
+// change touching the node's own pods must ask for a full compile.
+func TestLiveMatchesCompile(t *testing.T) {
+	bases, _ := filepath.Glob(filepath.Join(testdata, "base", "*.yaml"))
+	slices.Sort(bases)
+	cases, err := corpus.LoadDir(testdata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type world struct {
+		name string
+		snap *cluster.Snapshot
+	}
+	var worlds []world
+	for _, c := range cases {
+		docs := c.AppliedYAML()
+		if docs == "" {
+			continue
+		}
+		base := filepath.Join(testdata, "base", c.Base+".yaml")
+		if !slices.Contains(bases, base) {
+			base = bases[0]
+		}
+		data, err := os.ReadFile(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap := cluster.New()
+		snap.AddDocuments(data, "base", false)
+		snap.AddDocuments([]byte(docs), c.Name, true)
+		worlds = append(worlds, world{c.Name, snap})
+	}
+	synthetic, err := synth.Snapshot(synth.Spec{Namespaces: 10, Pods: 600, Nodes: 6, NetworkPolicies: 60, AdminPolicies: 8, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worlds = append(worlds, world{"synth", synthetic})
+	checked := 0
+	for wi, w := range worlds {
+		for _, n := range w.snap.Nodes {
+			t.Run(w.name+"/"+n.Name, func(t *testing.T) {
+				checked += liveAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 7)))
+			})
+		}
+	}
+	if checked < 1000 {
+		t.Fatalf("only %d incremental updates compared with a full compile, want at least 1,000", checked)
+	}
+}
+
+// liveAgrees runs 30 random changes against one node's Live and returns
+// how many it compared.
+func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand) int {
+	snap := *base
+	snap.Pods = slices.Clone(base.Pods)
+	snap.Namespaces = slices.Clone(base.Namespaces)
+	live, err := compiler.NewLive(eval.New(&snap, policy.Build(&snap)).Resolved(), compiler.Options{Node: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	compare(t, live, &snap, node, "start")
+	nsLabels := func(ns string) labels.Set {
+		for _, n := range snap.Namespaces {
+			if n.Name == ns {
+				return compiler.NamespaceLabelsOf(ns, n)
+			}
+		}
+		return compiler.NamespaceLabelsOf(ns, nil)
+	}
+	compared := 0
+	for step := range 30 {
+		ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
+		what, local := mutate(&snap, node, r, step, &ch)
+		prev := live.Snapshot()
+		var prevText bytes.Buffer
+		prev.Render(&prevText)
+		got, err := live.Update(ch)
+		if err == nil && got != live.Table() {
+			t.Fatalf("step %d (%s): Update returned a table that is not Live's", step, what)
+		}
+		var full *compiler.NeedsFullError
+		switch {
+		case local && errors.As(err, &full):
+			// The full path: start again from a compile.
+			live, err = compiler.NewLive(eval.New(&snap, policy.Build(&snap)).Resolved(), compiler.Options{Node: node})
+			if err != nil {
+				t.Fatal(err)
+			}
+			continue
+		case local:
+			t.Fatalf("step %d (%s) touches the node's own pods, but Update did not ask for a full compile (err %v)", step, what, err)
+		case err != nil:
+			t.Fatalf("step %d (%s): %v", step, what, err)
+		}
+		compare(t, live, &snap, node, fmt.Sprintf("step %d (%s)", step, what))
+		var again bytes.Buffer
+		prev.Render(&again)
+		if again.String() != prevText.String() {
+			t.Fatalf("step %d (%s): the update changed an earlier snapshot", step, what)
+		}
+		compared++
+	}
+	return compared
+}
+
+// compare checks Live against a full compile: its snapshot must render
+// alike, and its table (elements in any order) must need no change.
+func compare(t *testing.T, live *compiler.Live, snap *cluster.Snapshot, node, what string) {
+	t.Helper()
+	got := live.Snapshot()
+	want, err := compiler.Compile(eval.New(snap, policy.Build(snap)).Resolved(), compiler.Options{Node: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g, w bytes.Buffer
+	got.Render(&g)
+	want.Render(&w)
+	if g.String() != w.String() {
+		t.Fatalf("%s: the incremental table differs from a full compile:\n%s", what, lineDiff(w.String(), g.String()))
+	}
+	if d := nft.Diff(live.Table(), want); !d.Empty() {
+		t.Fatalf("%s: the snapshot renders alike, but the table differs: %d operations", what, len(d.Ops))
+	}
+}
+
+// mutate makes one random change to snap, records it in ch, and reports
+// what it was and whether it touched the node's own pods.
+func mutate(snap *cluster.Snapshot, node string, r *rand.Rand, step int, ch *compiler.Changes) (string, bool) {
+	isLocal := func(p *corev1.Pod) bool {
+		return compiler.PodStateOf(p) != nil && p.Spec.NodeName == node && !p.Spec.HostNetwork
+	}
+	record := func(p *corev1.Pod) {
+		key := p.Namespace + "/" + p.Name
+		if st := compiler.PodStateOf(p); st != nil {
+			ch.Pods[key] = st
+		} else {
+			ch.Pods[key] = nil
+		}
+	}
+	if len(snap.Pods) == 0 || r.IntN(8) == 0 {
+		// A namespace's labels: one of the labels policies use, changed.
+		if len(snap.Namespaces) == 0 {
+			return "nothing", false
+		}
+		i := r.IntN(len(snap.Namespaces))
+		ns := snap.Namespaces[i].DeepCopy()
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		keys := slices.Sorted(maps.Keys(ns.Labels))
+		if len(keys) > 0 && r.IntN(2) == 0 {
+			k := keys[r.IntN(len(keys))]
+			if k != "kubernetes.io/metadata.name" {
+				ns.Labels[k] = fmt.Sprintf("v%d", r.IntN(3))
+			}
+		} else {
+			ns.Labels[[]string{"team", "env", "tier"}[r.IntN(3)]] = []string{"a", "dev", "prod", "team-1"}[r.IntN(4)]
+		}
+		snap.Namespaces[i] = ns
+		ch.Namespaces = append(ch.Namespaces, ns.Name)
+		local := slices.ContainsFunc(snap.Pods, func(p *corev1.Pod) bool { return p.Namespace == ns.Name && isLocal(p) })
+		return "namespace " + ns.Name + " relabelled", local
+	}
+	i := r.IntN(len(snap.Pods))
+	old := snap.Pods[i]
+	p := old.DeepCopy()
+	var what string
+	switch r.IntN(8) {
+	case 0: // deleted
+		snap.Pods = slices.Delete(snap.Pods, i, i+1)
+		ch.Pods[p.Namespace+"/"+p.Name] = nil
+		return "pod " + p.Name + " deleted", isLocal(old)
+	case 1: // a copy added under a new name, with another address
+		p.Name = fmt.Sprintf("%s-copy%d", p.Name, step)
+		p.Status.PodIP = fmt.Sprintf("10.%d.%d.%d", 100+r.IntN(3), r.IntN(4), r.IntN(250)+1)
+		p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+		if r.IntN(3) == 0 {
+			p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: fmt.Sprintf("fd00:10:%x::%x", r.IntN(4), r.IntN(250)+1)})
+		}
+		snap.Pods = append(snap.Pods, p)
+		record(p)
+		return "pod " + p.Name + " added", isLocal(p)
+	case 2: // labels
+		if p.Labels == nil {
+			p.Labels = map[string]string{}
+		}
+		others := snap.Pods[r.IntN(len(snap.Pods))].Labels
+		if len(others) > 0 && r.IntN(2) == 0 {
+			p.Labels = maps.Clone(others)
+		} else {
+			p.Labels[[]string{"app", "role", "tier"}[r.IntN(3)]] = []string{"a", "b", "web", "db"}[r.IntN(4)]
+		}
+		what = "pod " + p.Name + " relabelled"
+	case 3: // address taken from another pod, or new
+		if q := snap.Pods[r.IntN(len(snap.Pods))]; r.IntN(2) == 0 && len(q.Status.PodIPs) > 0 {
+			p.Status.PodIP, p.Status.PodIPs = q.Status.PodIP, slices.Clone(q.Status.PodIPs)
+		} else {
+			p.Status.PodIP = fmt.Sprintf("10.%d.%d.%d", 100+r.IntN(3), r.IntN(4), r.IntN(250)+1)
+			p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+		}
+		what = "pod " + p.Name + " readdressed"
+	case 4: // named container ports
+		if len(p.Spec.Containers) == 0 {
+			p.Spec.Containers = []corev1.Container{{Name: "c"}}
+		}
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: []string{"http", "dns", "serve-80-tcp", "web"}[r.IntN(4)],
+			ContainerPort: int32(80 + r.IntN(3)), Protocol: []corev1.Protocol{"", corev1.ProtocolTCP, corev1.ProtocolUDP}[r.IntN(3)]}}
+		what = "pod " + p.Name + " ports changed"
+	case 5: // finished
+		p.Status.Phase = corev1.PodSucceeded
+		what = "pod " + p.Name + " finished"
+	case 7: // host network on or off (a host-network pod has its node's address)
+		p.Spec.HostNetwork = !p.Spec.HostNetwork
+		for _, n := range snap.Nodes {
+			if n.Name == p.Spec.NodeName && len(n.Status.Addresses) > 0 && p.Spec.HostNetwork {
+				p.Status.PodIP = n.Status.Addresses[0].Address
+				p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+			}
+		}
+		what = "pod " + p.Name + " host network switched"
+	case 6: // moved to another node (a new pod of the same name)
+		if len(snap.Nodes) > 0 {
+			p.Spec.NodeName = snap.Nodes[r.IntN(len(snap.Nodes))].Name
+		}
+		what = "pod " + p.Name + " rescheduled"
+	}
+	snap.Pods[i] = p
+	record(p)
+	return what, isLocal(old) || isLocal(p)
+}
