@@ -531,16 +531,12 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		policies = objs
 		// A Service or EndpointSlice change syncs the NAT table only: the
 		// policy model is not rebuilt for it.
-		in := &node.Input{Snapshot: snap}
-		if due&node.Policy != 0 {
-			in = node.Prepare(snap)
-			in.CheckLive = checkLive
+		in := &node.Input{Snapshot: snap, CheckLive: checkLive}
+		full := a.prog.Sync(in, due)
+		if full.Policy.Ran {
 			model = in.Model
 			a.reportProblems("policy", append(report.Errors, in.Model.Errors...), in.Model.Warnings)
 			a.metrics.policySyncs.WithLabelValues("full").Inc()
-		}
-		full := a.prog.Sync(in, due)
-		if full.Policy.Ran {
 			res.Policy = full.Policy
 			if full.Policy.Err != nil {
 				a.forceFull()

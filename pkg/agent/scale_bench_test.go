@@ -82,6 +82,7 @@ type scaleBench struct {
 	spec        synth.Spec
 	messages    atomic.Int64 // netlink messages committed since the last reset
 	firstDone   bool
+	baseHeap    uint64   // live heap with the fake API loaded, before the agent starts
 	added       []string // pods added by pod-add, deleted by pod-delete
 	eventsSoFar int
 }
@@ -132,6 +133,7 @@ func newScaleBench(b *testing.B, pods int) *scaleBench {
 	count := func(p *nft.Plan) error { sb.messages.Add(int64(p.Stats.Messages)); return nil }
 	sb.h.pol.FailWith(count)
 	sb.h.nat.FailWith(count)
+	sb.baseHeap = liveHeap()
 	sb.h.startSources()
 	return sb
 }
@@ -150,11 +152,12 @@ func (sb *scaleBench) firstSync(b *testing.B) {
 	b.ReportMetric((cpuTime() - cpu).Seconds(), "cpu-s")
 	b.ReportMetric(float64(sb.messages.Load()), "messages")
 	// The live heap after the sync holds the agent and the fake API
-	// server's copies of every object: an upper bound of the agent's.
-	goruntime.GC()
-	var ms goruntime.MemStats
-	goruntime.ReadMemStats(&ms)
-	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MB")
+	// server's copies of every object (heap-MB); what it grew by since
+	// the fake API was loaded is the agent's share: its informer caches
+	// and programming state (agent-heap-MB).
+	heap := liveHeap()
+	b.ReportMetric(float64(heap)/(1<<20), "heap-MB")
+	b.ReportMetric((float64(heap)-float64(sb.baseHeap))/(1<<20), "agent-heap-MB")
 	if sb.h.pol.Transactions() == 0 || sb.h.nat.Transactions() == 0 {
 		b.Fatalf("the first sync committed %d policy and %d NAT transactions, want both", sb.h.pol.Transactions(), sb.h.nat.Transactions())
 	}
@@ -354,6 +357,14 @@ func (sb *scaleBench) checkKernel(b *testing.B) {
 	if d := nft.Diff(sb.h.pol.Kernel(), want); !d.Empty() {
 		b.Fatalf("after the events the kernel's policy table differs from a full compile: %d operations", len(d.Ops))
 	}
+}
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() uint64 {
+	goruntime.GC()
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	return ms.HeapInuse
 }
 
 // cpuTime is the process's user and system CPU time so far.

@@ -244,7 +244,7 @@ func (e *Evaluator) decide(d policy.Direction, subject, peer Endpoint, probe Pro
 		dstPorts = ix.pods[dstPod].ports
 	}
 	m := matcher{ix: ix, peer: peer, probe: probe, dstPorts: dstPorts}
-	plan := ix.plans[d][subject.Pod]
+	plan := ix.planOf(subject.Pod, d)
 
 	// 1. Admin tier.
 	switch act, decided := e.orderedTier(policy.TierAdmin, plan.Admin, d, subject.Pod, m, tr); {

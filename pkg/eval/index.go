@@ -92,8 +92,8 @@ type index struct {
 	// in evaluation order) that apply to the pod. For the NetworkPolicy
 	// tier only policies that isolate the pod in that direction count.
 	selecting [3][2][][]int32
-	// plans[dir][pod] is the pod's Plan (nil for host-network pods).
-	plans [2][]*Plan
+	// plans are the pods' plans, made on first use (planOf).
+	plans plans
 	// selected caches selectPods by selector: policies share selectors
 	// (every "all pods of namespaces labelled ..." peer is one), and each
 	// distinct one is matched against the identities once. The bitsets
@@ -214,7 +214,7 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 			}
 		}
 	}
-	ix.buildPlans()
+	ix.initPlans()
 	return ix
 }
 

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -77,46 +79,62 @@ func planRule(pi int32, ri int, r *policy.Rule) PlanRule {
 	return pr
 }
 
-// buildPlans makes every pod-network pod's plan per direction, sharing
-// equal plans.
-func (ix *index) buildPlans() {
-	shared := map[string]*Plan{}
-	// bySelecting finds a plan by the policies that select the pod (their
-	// indexes): most pods share theirs, and the key of a new plan costs a
-	// string per policy.
-	bySelecting := map[string]*Plan{}
-	var sig []byte
-	for d := range ix.plans {
-		ix.plans[d] = make([]*Plan, len(ix.pods))
+// plans makes the pods' plans on first use, one per identity and
+// direction (host-network pods have none: never a subject, each acts as
+// its node): a node's compile asks for its own pods' only, and at 100,000
+// pods making every plan up front cost more than the rest of the compile.
+// Equal plans are shared. Safe for concurrent use.
+type plans struct {
+	byIdent [2][]atomic.Pointer[Plan]
+	mu      sync.Mutex
+	shared  map[string]*Plan // by Key
+	// bySelecting finds a plan by the policies that select the pod
+	// (their indexes): most identities share theirs, and the key of a
+	// new plan costs a string per policy.
+	bySelecting map[string]*Plan
+}
+
+func (ix *index) initPlans() {
+	for d := range ix.plans.byIdent {
+		ix.plans.byIdent[d] = make([]atomic.Pointer[Plan], len(ix.idents))
 	}
-	// The pods of an identity have the same selecting policies, so one
-	// plan each; host-network pods have none (never a subject: each acts
-	// as its node).
-	for _, id := range ix.idents {
-		pod := id.pods[0]
-		for _, d := range policy.Directions {
-			sig = append(sig[:0], byte(d))
-			for t := range ix.selecting {
-				for _, pi := range ix.selecting[t][d][pod] {
-					sig = binary.LittleEndian.AppendUint32(sig, uint32(pi))
-				}
-				sig = append(sig, 0xff, 0xff, 0xff, 0xff) // tier boundary: no index is that
-			}
-			p, ok := bySelecting[string(sig)]
-			if !ok {
-				p = ix.plan(pod, d)
-				if old, ok := shared[p.Key]; ok {
-					p = old
-				} else {
-					shared[p.Key] = p
-				}
-				bySelecting[string(sig)] = p
-			}
-			for _, member := range id.pods {
-				ix.plans[d][member] = p
-			}
+	ix.plans.shared, ix.plans.bySelecting = map[string]*Plan{}, map[string]*Plan{}
+}
+
+// planOf is pod's plan for direction d; nil for a host-network pod.
+func (ix *index) planOf(pod int, d policy.Direction) *Plan {
+	id := ix.identOf[pod]
+	if id < 0 {
+		return nil
+	}
+	slot := &ix.plans.byIdent[d][id]
+	if p := slot.Load(); p != nil {
+		return p
+	}
+	ix.plans.mu.Lock()
+	defer ix.plans.mu.Unlock()
+	if p := slot.Load(); p != nil {
+		return p
+	}
+	sig := []byte{byte(d)}
+	for t := range ix.selecting {
+		for _, pi := range ix.selecting[t][d][pod] {
+			sig = binary.LittleEndian.AppendUint32(sig, uint32(pi))
 		}
+		sig = append(sig, 0xff, 0xff, 0xff, 0xff) // tier boundary: no index is that
 	}
+	p, ok := ix.plans.bySelecting[string(sig)]
+	if !ok {
+		p = ix.plan(pod, d)
+		if old, ok := ix.plans.shared[p.Key]; ok {
+			p = old
+		} else {
+			ix.plans.shared[p.Key] = p
+		}
+		ix.plans.bySelecting[string(sig)] = p
+	}
+	slot.Store(p)
+	return p
 }
 
 func (ix *index) plan(pod int, d policy.Direction) *Plan {
@@ -155,4 +173,4 @@ func (ix *index) plan(pod int, d policy.Direction) *Plan {
 
 // Plan returns pod's plan for direction d; nil for a host-network pod
 // (never a subject).
-func (r *Resolved) Plan(pod int, d policy.Direction) *Plan { return r.ix.plans[d][pod] }
+func (r *Resolved) Plan(pod int, d policy.Direction) *Plan { return r.ix.planOf(pod, d) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/userdata"
@@ -360,6 +361,9 @@ func (a *Applier) send(p *Plan) error {
 	return nil
 }
 
+// setIDs numbers the sets added in batches (see queue).
+var setIDs atomic.Uint32
+
 // queue puts the plan's operations into the connection's batch.
 func queue(conn *nftables.Conn, table string, p *Plan) error {
 	kt := &nftables.Table{Name: table, Family: nftables.TableFamilyINet}
@@ -389,6 +393,11 @@ func queue(conn *nftables.Conn, table string, p *Plan) error {
 			})
 		case OpAddSet:
 			ks := kernelSet(kt, op.Set)
+			// Our own ID: google/nftables numbers sets from an
+			// unsynchronised package counter, which two Appliers
+			// (the policy and NAT tables, synced concurrently) would
+			// race on. An ID only names a set within its batch.
+			ks.ID = setIDs.Add(1)
 			if err := conn.AddSet(ks, nil); err != nil {
 				return fmt.Errorf("add set %s: %w", op.Set.Name, err)
 			}

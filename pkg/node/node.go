@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/vishvananda/netns"
 
@@ -141,8 +142,16 @@ type Input struct {
 
 // Prepare builds the policy model and the resolution of snap.
 func Prepare(snap *cluster.Snapshot) *Input {
-	model := policy.Build(snap)
-	return &Input{Snapshot: snap, Model: model, Resolved: eval.New(snap, model).Resolved()}
+	in := &Input{Snapshot: snap}
+	in.prepare()
+	return in
+}
+
+func (in *Input) prepare() {
+	if in.Resolved == nil {
+		in.Model = policy.Build(in.Snapshot)
+		in.Resolved = eval.New(in.Snapshot, in.Model).Resolved()
+	}
 }
 
 // Result is what one Sync did, table by table.
@@ -194,9 +203,25 @@ func (r Result) Failed() Tables {
 
 // Sync programs the chosen tables from in; the NAT table is skipped with
 // NoProxy. A table's failure does not keep the other from being synced.
+// The two tables are synced concurrently (they share nothing but the
+// snapshot, which neither changes); the policy model and resolution are
+// built here when in lacks them (Input.Model is set afterwards).
 func (p *Programmer) Sync(in *Input, tables Tables) Result {
 	var res Result
+	var services sync.WaitGroup
+	if tables&Services != 0 && p.proxy != nil {
+		services.Go(func() {
+			r := &res.Services
+			r.Ran = true
+			p.proxy.NoConntrackCleanup = p.NoConntrackCleanup
+			r.Result, r.Err = p.proxy.Sync(in.Snapshot)
+			if r.Err != nil {
+				r.Err = fmt.Errorf("node %s: services: %w", p.opts.Node, r.Err)
+			}
+		})
+	}
 	if tables&Policy != 0 {
+		in.prepare()
 		r := &res.Policy
 		r.Ran = true
 		live, err := compiler.NewLive(in.Resolved, compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts})
@@ -209,15 +234,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		}
 		p.applyPolicy(r, err)
 	}
-	if tables&Services != 0 && p.proxy != nil {
-		r := &res.Services
-		r.Ran = true
-		p.proxy.NoConntrackCleanup = p.NoConntrackCleanup
-		r.Result, r.Err = p.proxy.Sync(in.Snapshot)
-		if r.Err != nil {
-			r.Err = fmt.Errorf("node %s: services: %w", p.opts.Node, r.Err)
-		}
-	}
+	services.Wait()
 	return res
 }
 

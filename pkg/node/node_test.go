@@ -3,9 +3,15 @@ package node
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
 )
 
@@ -80,5 +86,91 @@ func TestVerify(t *testing.T) {
 	}
 	if err := p.Sync(Prepare(snap), All).Err(); err != nil || nat.Kernel() == nil {
 		t.Fatalf("the next sync did not restore the NAT table: %v", err)
+	}
+}
+
+// TestUpdatePolicy: UpdatePolicy programs a change to another node's pod
+// as a full compile would, without one; a change to a pod of the node asks
+// for a full compile; and CheckLive notices an incremental table that
+// differs from the full compile (here: Live told of a deletion the
+// snapshot does not have).
+func TestUpdatePolicy(t *testing.T) {
+	snap, err := synth.Snapshot(synth.Spec{Namespaces: 6, Pods: 300, Nodes: 3, NetworkPolicies: 30, AdminPolicies: 6, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := nft.NewFake("netpol")
+	p, err := NewWith(Options{Node: "node-1", NoProxy: true}, pol, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if res := p.Sync(Prepare(snap), Policy); res.Err() != nil {
+		t.Fatal(res.Err())
+	}
+	full := func(s *cluster.Snapshot) *nft.Table {
+		t.Helper()
+		tab, err := compiler.Compile(Prepare(s).Resolved, compiler.Options{Node: "node-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tab
+	}
+	// A remote pod whose deletion changes node-1's table.
+	var gone *corev1.Pod
+	var after *cluster.Snapshot
+	for i, pod := range snap.Pods {
+		if pod.Spec.NodeName == "node-1" {
+			continue
+		}
+		s := *snap
+		s.Pods = slices.Delete(slices.Clone(snap.Pods), i, i+1)
+		if !nft.Diff(full(snap), full(&s)).Empty() {
+			gone, after = pod, &s
+			break
+		}
+	}
+	if gone == nil {
+		t.Fatal("no remote pod matters to node-1's table")
+	}
+	key := gone.Namespace + "/" + gone.Name
+	nsLabels := func(ns string) labels.Set { return compiler.NamespaceLabelsOf(ns, nil) }
+	for _, n := range snap.Namespaces {
+		if n.Name == gone.Namespace {
+			nsLabels = func(string) labels.Set { return compiler.NamespaceLabelsOf(n.Name, n) }
+		}
+	}
+	r := p.UpdatePolicy(compiler.Changes{Pods: map[string]*compiler.PodState{key: nil}, NamespaceLabels: nsLabels})
+	if r.Err != nil || !r.Incremental || r.Stats.Messages == 0 {
+		t.Fatalf("UpdatePolicy: err %v, incremental %v, %d messages; want an incremental transaction", r.Err, r.Incremental, r.Stats.Messages)
+	}
+	if d := nft.Diff(pol.Kernel(), full(after)); !d.Empty() {
+		t.Fatalf("after the update the kernel differs from a full compile: %d operations", len(d.Ops))
+	}
+	in := Prepare(after)
+	in.CheckLive = true
+	if res := p.Sync(in, Policy); res.Err() != nil || res.Policy.LiveDiffers {
+		t.Fatalf("resync: err %v, live differs %v; want agreement", res.Err(), res.Policy.LiveDiffers)
+	}
+
+	local := slices.IndexFunc(after.Pods, func(p *corev1.Pod) bool { return p.Spec.NodeName == "node-1" })
+	localKey := after.Pods[local].Namespace + "/" + after.Pods[local].Name
+	r = p.UpdatePolicy(compiler.Changes{Pods: map[string]*compiler.PodState{localKey: nil}, NamespaceLabels: nsLabels})
+	var needsFull *compiler.NeedsFullError
+	if !errors.As(r.Err, &needsFull) {
+		t.Fatalf("deleting node-1's pod %s: err %v, want a NeedsFullError", localKey, r.Err)
+	}
+
+	// Live is told the pod went while the snapshot brings it back.
+	if r := p.UpdatePolicy(compiler.Changes{Pods: map[string]*compiler.PodState{key: compiler.PodStateOf(gone)}, NamespaceLabels: nsLabels}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	in = Prepare(after)
+	in.CheckLive = true
+	if res := p.Sync(in, Policy); !res.Policy.LiveDiffers {
+		t.Fatal("CheckLive did not notice an incremental table that differs from the full compile")
+	}
+	if d := nft.Diff(pol.Kernel(), full(after)); !d.Empty() {
+		t.Fatalf("after the resync the kernel differs from the full compile: %d operations", len(d.Ops))
 	}
 }
