@@ -27,12 +27,7 @@ import (
 // chain a rule or map names exists, interval elements do not overlap; and
 // the tables, traced, decide random cells as the evaluator does.
 func FuzzCompile(f *testing.F) {
-	bases, _ := filepath.Glob(filepath.Join(testdata, "base", "*.yaml"))
-	slices.Sort(bases)
-	cases, err := corpus.LoadDir(testdata)
-	if err != nil {
-		f.Fatal(err)
-	}
+	bases, cases := loadCorpus(f)
 	for _, c := range cases {
 		if docs := c.AppliedYAML(); docs != "" {
 			base := slices.Index(bases, filepath.Join(testdata, "base", c.Base+".yaml"))
@@ -62,6 +57,18 @@ func FuzzCompile(f *testing.F) {
 		}
 		tracedAgrees(t, snap, ev, doc)
 	})
+}
+
+// loadCorpus returns the base cluster files (sorted) and the corpus cases.
+func loadCorpus(tb testing.TB) ([]string, []*corpus.Case) {
+	tb.Helper()
+	bases, _ := filepath.Glob(filepath.Join(testdata, "base", "*.yaml"))
+	slices.Sort(bases)
+	cases, err := corpus.LoadDir(testdata)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return bases, cases
 }
 
 // tracedAgrees checks up to 64 cells, picked from the fuzz input, of the
@@ -199,12 +206,7 @@ func overlap(s *nft.Set, a, b nft.Element) bool {
 // plain `go test` compares the traced tables with the evaluator on random
 // snapshots too (the Go fuzzer runs only under `make fuzz`).
 func TestTracedAgreesOnMutatedSeeds(t *testing.T) {
-	bases, _ := filepath.Glob(filepath.Join(testdata, "base", "*.yaml"))
-	slices.Sort(bases)
-	cases, err := corpus.LoadDir(testdata)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bases, cases := loadCorpus(t)
 	var seeds [][]byte
 	for _, c := range cases {
 		if d := c.AppliedYAML(); d != "" {

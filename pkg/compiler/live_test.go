@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/netpol/netpol/internal/corpus"
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
@@ -31,12 +30,7 @@ import (
 // must render exactly as a full compile of the changed snapshot, and a
 // change touching the node's own pods must ask for a full compile.
 func TestLiveMatchesCompile(t *testing.T) {
-	bases, _ := filepath.Glob(filepath.Join(testdata, "base", "*.yaml"))
-	slices.Sort(bases)
-	cases, err := corpus.LoadDir(testdata)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bases, cases := loadCorpus(t)
 	type world struct {
 		name string
 		snap *cluster.Snapshot

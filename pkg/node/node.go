@@ -76,8 +76,9 @@ type Programmer struct {
 	opts   Options
 	policy nft.Kernel
 	// live is the policy table of the last full compile, kept up to
-	// date by UpdatePolicy.
-	live  *compiler.Live
+	// date by UpdatePolicy; applied says the kernel took its last change.
+	live    *compiler.Live
+	applied bool
 	proxy *proxier.Proxier // nil with NoProxy
 }
 
@@ -258,10 +259,11 @@ func (p *Programmer) UpdatePolicy(ch compiler.Changes) PolicyResult {
 	return r
 }
 
-// PolicyTable is a copy of the policy table last compiled or updated
-// (nil before the first), which later updates do not change.
+// PolicyTable is a copy of the policy table the kernel took last, which
+// later updates do not change; nil before the first and while the last
+// transaction failed (the kernel then holds an older one).
 func (p *Programmer) PolicyTable() *nft.Table {
-	if p.live == nil {
+	if p.live == nil || !p.applied {
 		return nil
 	}
 	return p.live.Snapshot()
@@ -286,6 +288,7 @@ func (p *Programmer) applyPolicy(r *PolicyResult, err error) {
 		r.Counts = r.Table.Count()
 		r.Stats, err = p.policy.Apply(r.Table)
 	}
+	p.applied = err == nil
 	if err != nil {
 		r.Err = fmt.Errorf("node %s: policy table %s: %w", p.opts.Node, p.opts.Table, err)
 	}
