@@ -17,6 +17,7 @@
 package compiler
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -597,7 +598,11 @@ func (c *compiler) networkPolicyRules(class string, plan *eval.Plan, pod int) *n
 	for _, f := range nft.Families {
 		al := buildAllowList(c.allowItems(plan, pod, f), f)
 		for a, ports := range al.pods {
-			s := c.t.AddSet(tier.podSet(tier.profile(ports), f))
+			id := tier.profile(ports)
+			s := c.t.Sets[allowSetName(class, "pods", id, f)]
+			if s == nil {
+				s = c.t.AddSet(tier.podSet(id, f))
+			}
 			s.Elements = append(s.Elements, nft.Element{Key: f.AddrBytes(a)})
 		}
 		for _, p := range al.nets {
@@ -687,11 +692,10 @@ func (c *compiler) podAddrs(pi int, d policy.Direction, ri int, f *nft.Family) [
 }
 
 func sortElements(s *nft.Set) {
-	sort.Slice(s.Elements, func(i, j int) bool {
-		a, b := s.Elements[i], s.Elements[j]
-		if string(a.Key) != string(b.Key) {
-			return string(a.Key) < string(b.Key)
+	slices.SortFunc(s.Elements, func(a, b nft.Element) int {
+		if c := bytes.Compare(a.Key, b.Key); c != 0 {
+			return c
 		}
-		return string(a.KeyEnd) < string(b.KeyEnd)
+		return bytes.Compare(a.KeyEnd, b.KeyEnd)
 	})
 }

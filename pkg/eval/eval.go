@@ -289,7 +289,7 @@ func (e *Evaluator) orderedTier(tier policy.Tier, rules []PlanRule, d policy.Dir
 	}
 	for _, pr := range rules {
 		cp := e.ix.policies[pr.Policy]
-		cr := &cp.rules[d][pr.Rule]
+		cr := &cp.rules(d)[pr.Rule]
 		why := m.match(pr, cr)
 		if why != "" {
 			if tr != nil {
@@ -332,7 +332,7 @@ func (e *Evaluator) notSelected(tier policy.Tier, d policy.Direction, pod int, t
 		switch {
 		case cp.subjects.has(pod) && tier == policy.TierNetworkPolicy && !cp.Isolates[d]:
 			why = fmt.Sprintf("selects the pod but has no %s policyType", d)
-		case cp.subjects.has(pod) || (tier != policy.TierNetworkPolicy && len(cp.rules[d]) == 0):
+		case cp.subjects.has(pod) || (tier != policy.TierNetworkPolicy && len(cp.Rules[d]) == 0):
 			continue
 		}
 		count++
@@ -357,7 +357,7 @@ func (e *Evaluator) ambiguous(rules []PlanRule, decider PlanRule, d policy.Direc
 		if pr.Policy == decider.Policy || pr.Policy == reported || cp.Priority != dp.Priority {
 			continue
 		}
-		cr := &cp.rules[d][pr.Rule]
+		cr := &cp.rules(d)[pr.Rule]
 		if m.match(pr, cr) == "" {
 			reported = pr.Policy
 			out = append(out, fmt.Sprintf("%s %s (%s) has the same priority %d as %s and also matches",
@@ -385,7 +385,7 @@ func (e *Evaluator) networkPolicyTier(plan *Plan, subject Endpoint, m matcher, t
 	}
 	for _, pr := range plan.Allow {
 		cp := e.ix.policies[pr.Policy]
-		cr := &cp.rules[d][pr.Rule]
+		cr := &cp.rules(d)[pr.Rule]
 		why := m.match(pr, cr)
 		if why == "" {
 			if tr != nil {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -59,7 +60,18 @@ type compiledPolicy struct {
 	subjects bitset // pod-network pods the policy applies to
 	// subjectIdents are the identities of subjects.
 	subjectIdents bitset
-	rules         [2][]compiledRule
+	// compiled holds the rules with their peers resolved, made on first
+	// use (rules): a node's compile needs only the rules of the policies
+	// that select its pods.
+	compiled     [2][]compiledRule
+	compiledOnce sync.Once
+	ix           *index
+}
+
+// rules are the policy's rules for direction d with their peers resolved.
+func (cp *compiledPolicy) rules(d policy.Direction) []compiledRule {
+	cp.compiledOnce.Do(cp.compileRules)
+	return cp.compiled[d]
 }
 
 type compiledRule struct {
@@ -98,7 +110,8 @@ type index struct {
 	// (every "all pods of namespaces labelled ..." peer is one), and each
 	// distinct one is matched against the identities once. The bitsets
 	// are shared and never written after they are made.
-	selected map[string]selection
+	selected   map[string]selection
+	selectedMu sync.Mutex
 }
 
 // identity is a namespace (by its labels) and a set of pod labels, and
@@ -234,10 +247,14 @@ func (ix *index) identity(byKey map[string]int, ns string, nsLabels labels.Set, 
 
 func (ix *index) compile(pol *policy.Policy) *compiledPolicy {
 	subjects := ix.selectPods(pol.Subject)
-	cp := &compiledPolicy{Policy: pol, subjects: subjects.pods, subjectIdents: subjects.idents}
+	return &compiledPolicy{Policy: pol, subjects: subjects.pods, subjectIdents: subjects.idents, ix: ix}
+}
+
+func (cp *compiledPolicy) compileRules() {
+	ix := cp.ix
 	for _, d := range policy.Directions {
-		for ri := range pol.Rules[d] {
-			r := &pol.Rules[d][ri]
+		for ri := range cp.Rules[d] {
+			r := &cp.Rules[d][ri]
 			cr := compiledRule{Rule: r, nodes: newBitset(len(ix.nodes))}
 			var peerSets []bitset
 			for _, peer := range r.Peers {
@@ -257,10 +274,9 @@ func (ix *index) compile(pol *policy.Policy) *compiledPolicy {
 				}
 			}
 			cr.pods = union(peerSets, len(ix.pods))
-			cp.rules[d] = append(cp.rules[d], cr)
+			cp.compiled[d] = append(cp.compiled[d], cr)
 		}
 	}
-	return cp
 }
 
 // selectorKey names what a selector selects: its canonical text, which
@@ -294,6 +310,8 @@ func union(sets []bitset, n int) bitset {
 // namespace, not the cluster, and pods that share labels are tested once.
 func (ix *index) selectPods(s policy.Subject) selection {
 	key := s.Namespace + "\x00" + selectorKey(s.Namespaces) + "\x00" + selectorKey(s.Pods)
+	ix.selectedMu.Lock() // rules are compiled on first use, by any goroutine
+	defer ix.selectedMu.Unlock()
 	if out, ok := ix.selected[key]; ok {
 		return out
 	}

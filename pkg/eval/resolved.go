@@ -85,17 +85,17 @@ func (r *Resolved) Selecting(tier policy.Tier, d policy.Direction, pod int) []in
 // PeerPods reports whether rule ri of policy pi (direction d) matches pod
 // as a pod peer (pods/namespaces peers; host-network pods never match).
 func (r *Resolved) PeerPods(pi int, d policy.Direction, ri int, pod int) bool {
-	return r.ix.policies[pi].rules[d][ri].pods.has(pod)
+	return r.ix.policies[pi].rules(d)[ri].pods.has(pod)
 }
 
 // PeerNodes reports whether rule ri of policy pi (direction d) matches node
 // as a nodes peer.
 func (r *Resolved) PeerNodes(pi int, d policy.Direction, ri int, node int) bool {
-	return r.ix.policies[pi].rules[d][ri].nodes.has(node)
+	return r.ix.policies[pi].rules(d)[ri].nodes.has(node)
 }
 
 // PeerPodList lists the pods rule ri of policy pi (direction d) matches
 // as pod peers, in pod order.
 func (r *Resolved) PeerPodList(pi int, d policy.Direction, ri int) []int {
-	return r.ix.policies[pi].rules[d][ri].pods.members()
+	return r.ix.policies[pi].rules(d)[ri].pods.members()
 }
