@@ -15,11 +15,12 @@ import (
 )
 
 // TestIncrementalPath: the running agent programs changes to pods of other
-// nodes, to the labels of a namespace without pods here and a
-// NetworkPolicy that selects none of node-1's pods without a full
-// compile; a pod of node-1 takes the full path; after each the kernel holds
-// what a full compile gives; and the periodic resync, which compares the
-// incremental table with a full compile, finds them equal.
+// nodes, to the labels of a namespace without pods here, and a pod of
+// node-1 added (and deleted) with the labels of one compiled, without a
+// full compile; a pod of node-1 relabelled as no compiled pod was takes
+// the full path; after each the kernel holds what a full compile gives;
+// and the periodic resync, which compares the incremental table with a
+// full compile, finds them equal.
 func TestIncrementalPath(t *testing.T) {
 	snap, err := synth.Snapshot(synth.Spec{Namespaces: 6, Pods: 300, Nodes: 3, NetworkPolicies: 30, AdminPolicies: 6, Seed: 5})
 	if err != nil {
@@ -47,6 +48,18 @@ func TestIncrementalPath(t *testing.T) {
 			}
 		}
 		t.Fatal("not enough remote pods")
+		return nil
+	}
+	local := func(i int) *corev1.Pod {
+		for _, p := range h.snap.Pods {
+			if p.Spec.NodeName == "node-1" {
+				if i == 0 {
+					return p
+				}
+				i--
+			}
+		}
+		t.Fatal("not enough pods on node-1")
 		return nil
 	}
 	steps := []struct {
@@ -88,17 +101,31 @@ func TestIncrementalPath(t *testing.T) {
 			}
 			return fmt.Errorf("every namespace has pods on node-1")
 		}, "incremental"},
-		{"pod of node-1 relabelled", func() error {
-			for _, p := range h.snap.Pods {
-				if p.Spec.NodeName == "node-1" {
-					p = p.DeepCopy()
-					p.Labels["app"] = "app-5"
-					h.replacePod(p)
-					_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
-					return err
+		{"pod of node-1 added with the labels of another", func() error {
+			p := local(0).DeepCopy()
+			p.Name, p.ResourceVersion = "added-local", ""
+			p.Status.PodIP = "10.99.1.7"
+			p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+			h.snap.Pods = append(h.snap.Pods, p)
+			_, err := h.kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+			return err
+		}, "incremental"},
+		{"that pod deleted", func() error {
+			p := local(0)
+			for _, q := range h.snap.Pods {
+				if q.Name == "added-local" {
+					p = q
 				}
 			}
-			return fmt.Errorf("no pod on node-1")
+			h.dropPod(p)
+			return h.kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
+		}, "incremental"},
+		{"pod of node-1 relabelled as no pod was", func() error {
+			p := local(0).DeepCopy()
+			p.Labels["app"] = "never-compiled"
+			h.replacePod(p)
+			_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
+			return err
 		}, "full"},
 	}
 	for _, st := range steps {

@@ -75,7 +75,7 @@ func compile(r *eval.Resolved, opts Options) (*compiler, error) {
 	}
 	c := &compiler{r: r, pols: r.Policies(), node: node, t: nft.NewTable(opts.Table),
 		classes: map[string]string{}, peerCache: map[peerKey][]addrRange{}, self: map[string]bool{},
-		live: &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}}}
+		live: &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}, classes: map[string][2]string{}}}
 	c.baseChains()
 	if !opts.AgentPorts.Empty() {
 		c.protectAgentPorts(opts.AgentPorts)
@@ -86,8 +86,10 @@ func compile(r *eval.Resolved, opts Options) (*compiler, error) {
 		if p.Node != node || p.HostNetwork || len(p.Addrs) == 0 {
 			continue
 		}
+		var classes [2]string
 		for _, d := range policy.Directions {
 			chain := c.class(i, d)
+			classes[d] = chain
 			if chain == "" {
 				continue
 			}
@@ -103,6 +105,7 @@ func compile(r *eval.Resolved, opts Options) (*compiler, error) {
 				m.Elements = append(m.Elements, nft.Element{Key: key, Verdict: &nft.Verdict{Kind: nft.Jump, Chain: chain}})
 			}
 		}
+		c.live.classes[classSignature(p.Namespace, p.Labels, p.Ports)] = classes
 	}
 	for _, s := range c.t.Sets {
 		sortElements(s)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,9 +26,11 @@ import (
 // select them). Live keeps the table of the last full compile and, for
 // a change to pods of other nodes or to namespaces without pods here,
 // recomputes only the elements of the addresses involved: the cost of an
-// update follows the change, not the cluster. Anything else needs a full
-// compile (NeedsFullError). Compile and Live agree exactly; the tests and
-// the agent's periodic resync check it.
+// update follows the change, not the cluster. The node's own pods are
+// handled too when their classes are known (the namespace, labels and
+// ports of a pod the last full compile placed). Anything else needs a
+// full compile (NeedsFullError). Compile and Live agree exactly; the
+// tests and the agent's periodic resync check it.
 
 // recipe is what a full compile records for Live: how each pod-dependent
 // set is defined.
@@ -38,6 +41,18 @@ type recipe struct {
 	// namedSets: the named ports of named-port sets, by set prefix.
 	namedSets map[string][]policy.Port
 	npTiers   []*npTier
+	// classes are the class chains (by direction, "" for none) of the
+	// node's pods, by classSignature: a pod of the node with the
+	// signature of one compiled is dispatched to the same chains.
+	classes map[string][2]string
+}
+
+// classSignature is what decides a pod's classes besides its namespace's
+// labels (which only a full compile changes for a namespace with pods
+// here): namespace, labels and container ports (ingress named ports
+// resolve on them).
+func classSignature(ns string, podLabels labels.Set, ports []corev1.ContainerPort) string {
+	return fmt.Sprintf("%s\x00%s\x00%v", ns, podLabels.String(), ports)
 }
 
 // npTier is the NetworkPolicy tier of one class chain: its rules are the
@@ -251,6 +266,8 @@ type Live struct {
 	local map[string]int
 	// pos indexes the elements of the sets updated so far, by key.
 	pos map[string]map[string]int
+	// classUsers counts the node's pods dispatched to each class chain.
+	classUsers map[string]int
 }
 
 // NeedsFullError says why a change needs a full compile.
@@ -274,7 +291,7 @@ func NewLive(r *eval.Resolved, opts Options) (*Live, error) {
 	}
 	l := &Live{node: opts.Node, recipe: c.live, table: c.t, pods: make(map[string]*PodState, r.NumPods()),
 		byAddr: make(map[netip.Addr][]*PodState, r.NumPods()), byNamespace: map[string]map[string]*PodState{},
-		nsLabels: map[string]labels.Set{}, local: map[string]int{}, pos: map[string]map[string]int{}}
+		nsLabels: map[string]labels.Set{}, local: map[string]int{}, pos: map[string]map[string]int{}, classUsers: map[string]int{}}
 	for i := 0; i < r.NumPods(); i++ {
 		v := r.Pod(i)
 		ps := &PodState{Key: v.Key, Namespace: v.Namespace, Labels: v.Labels, HostNetwork: v.HostNetwork, Addrs: v.Addrs, Ports: v.Ports}
@@ -304,6 +321,9 @@ func (l *Live) add(p *PodState) {
 	if l.isLocal(p) {
 		l.local[p.Namespace]++
 	}
+	if l.dispatched(p) {
+		l.countUsers(l.classUsers, p, +1)
+	}
 }
 
 func (l *Live) remove(p *PodState) {
@@ -322,6 +342,9 @@ func (l *Live) remove(p *PodState) {
 	}
 	if l.isLocal(p) {
 		l.local[p.Namespace]--
+	}
+	if l.dispatched(p) {
+		l.countUsers(l.classUsers, p, -1)
 	}
 }
 
@@ -354,14 +377,12 @@ type Changes struct {
 	NamespaceLabels func(ns string) labels.Set
 }
 
-// Update applies ch and returns the new table, or a NeedsFullError when
-// ch touches what only a full compile builds (this node's pods, or the
-// labels of a namespace that has some); the state is then unchanged.
+// Update applies ch and returns the table, or a NeedsFullError when ch
+// touches what only a full compile builds (localChangesKnown, or the
+// labels of a namespace with pods here); the state is then unchanged.
 func (l *Live) Update(ch Changes) (*nft.Table, error) {
-	for key, p := range ch.Pods {
-		if old := l.pods[key]; old != nil && l.isLocal(old) || p != nil && l.isLocal(p) {
-			return nil, &NeedsFullError{Reason: "pod " + key + " is on this node"}
-		}
+	if err := l.localChangesKnown(ch); err != nil {
+		return nil, err
 	}
 	newLabels := map[string]labels.Set{}
 	for _, ns := range ch.Namespaces {
@@ -394,6 +415,12 @@ func (l *Live) Update(ch Changes) (*nft.Table, error) {
 	}
 	before := l.elements(addrs)
 	maps.Copy(l.nsLabels, newLabels)
+	for sig := range l.recipe.classes {
+		ns, _, _ := strings.Cut(sig, "\x00")
+		if _, changed := newLabels[ns]; changed {
+			delete(l.recipe.classes, sig) // compiled with the old labels
+		}
+	}
 	for key, p := range ch.Pods {
 		if old := l.pods[key]; old != nil {
 			l.remove(old)
@@ -410,11 +437,80 @@ func (l *Live) Update(ch Changes) (*nft.Table, error) {
 	return l.table, nil
 }
 
+// localChangesKnown checks that the changes to the node's own pods keep
+// to classes a full compile made: every pod of the node that comes or
+// changes has the signature of a compiled one, and no address is claimed
+// by two pods of the node (which one a full compile dispatches depends on
+// their order).
+func (l *Live) localChangesKnown(ch Changes) error {
+	local := map[netip.Addr]int{}
+	count := func(a netip.Addr, except map[string]bool) int {
+		n := 0
+		for _, p := range l.byAddr[a] {
+			if l.isLocal(p) && !except[p.Key] {
+				n++
+			}
+		}
+		return n
+	}
+	changed := map[string]bool{}
+	for key := range ch.Pods {
+		changed[key] = true
+	}
+	users := maps.Clone(l.classUsers)
+	for key, p := range ch.Pods {
+		old := l.pods[key]
+		if old != nil && l.dispatched(old) {
+			for _, a := range old.Addrs {
+				if count(a, nil) > 1 {
+					return &NeedsFullError{Reason: "pod " + key + " shares an address with another pod of this node"}
+				}
+			}
+			l.countUsers(users, old, -1)
+		}
+		if p == nil || !l.dispatched(p) {
+			continue
+		}
+		if _, ok := l.recipe.classes[classSignature(p.Namespace, p.Labels, p.Ports)]; !ok {
+			return &NeedsFullError{Reason: "pod " + key + " of this node has labels or ports no compiled pod has"}
+		}
+		for _, a := range p.Addrs {
+			local[a]++
+			if local[a]+count(a, changed) > 1 {
+				return &NeedsFullError{Reason: "pod " + key + " shares an address with another pod of this node"}
+			}
+		}
+		l.countUsers(users, p, +1)
+	}
+	for chain, n := range users {
+		if n <= 0 {
+			// A full compile leaves out a class no pod uses.
+			return &NeedsFullError{Reason: "class " + chain + " loses its last pod"}
+		}
+	}
+	return nil
+}
+
+// dispatched reports whether p is a pod of the node that the dispatch
+// maps may send to a class (one with an address).
+func (l *Live) dispatched(p *PodState) bool { return l.isLocal(p) && len(p.Addrs) > 0 }
+
+// countUsers adds delta to the user counts of p's class chains.
+func (l *Live) countUsers(users map[string]int, p *PodState, delta int) {
+	for _, chain := range l.recipe.classes[classSignature(p.Namespace, p.Labels, p.Ports)] {
+		if chain != "" {
+			users[chain] += delta
+		}
+	}
+}
+
 // elementRef is one pod-dependent element: set and key.
 type elementRef struct {
 	set string
 	key string
-	f   *nft.Family
+	// verdict is the chain a dispatch map entry jumps to.
+	verdict string
+	f       *nft.Family
 	// tier is set for an allow-list element (its set comes and goes
 	// with its elements).
 	tier *npTier
@@ -447,6 +543,7 @@ func (l *Live) elements(addrs map[netip.Addr]bool) map[elementRef]bool {
 				}
 			}
 		}
+		l.dispatchElements(a, f, pods, out)
 		for _, t := range l.recipe.npTiers {
 			var boxes []portBox
 			for _, p := range pods {
@@ -459,6 +556,37 @@ func (l *Live) elements(addrs map[netip.Addr]bool) map[elementRef]bool {
 		}
 	}
 	return out
+}
+
+// dispatchElements are address a's entries in the dispatch maps and
+// self-pods when a pod of the node holds it (localChangesKnown made sure
+// that at most one does).
+func (l *Live) dispatchElements(a netip.Addr, f *nft.Family, pods []*PodState, out map[elementRef]bool) {
+	for _, p := range pods {
+		if !l.isLocal(p) {
+			continue
+		}
+		classes := l.recipe.classes[classSignature(p.Namespace, p.Labels, p.Ports)]
+		key := string(f.AddrBytes(a))
+		for _, d := range policy.Directions {
+			if classes[d] != "" {
+				out[elementRef{set: dispatchMap(d) + f.Suffix, key: key, verdict: classes[d], f: f}] = true
+			}
+		}
+		if classes[policy.Egress] != "" || classes[policy.Ingress] != "" {
+			out[elementRef{set: setSelf + f.Suffix, key: string(nft.Key([]byte(key), []byte(key))), f: f}] = true
+		}
+		return
+	}
+}
+
+// element is the set element e stands for.
+func (e elementRef) element() nft.Element {
+	el := nft.Element{Key: []byte(e.key)}
+	if e.verdict != "" {
+		el.Verdict = &nft.Verdict{Kind: nft.Jump, Chain: e.verdict}
+	}
+	return el
 }
 
 // patch turns the elements of the changed addresses from before into
@@ -483,13 +611,13 @@ func (l *Live) patch(before, after map[elementRef]bool) {
 	for e := range before {
 		if !after[e] {
 			c := at(e)
-			c.del = append(c.del, nft.Element{Key: []byte(e.key)})
+			c.del = append(c.del, e.element())
 		}
 	}
 	for e := range after {
 		if !before[e] {
 			c := at(e)
-			c.add = append(c.add, nft.Element{Key: []byte(e.key)})
+			c.add = append(c.add, e.element())
 		}
 	}
 	t := l.table

@@ -27,8 +27,9 @@ import (
 // other nodes (added, deleted, relabelled, moved to another address,
 // named ports changed, finished) and to namespace labels are applied both
 // to the snapshot and, as Changes, to a Live; after each, Live's table
-// must render exactly as a full compile of the changed snapshot, and a
-// change touching the node's own pods must ask for a full compile.
+// must render exactly as a full compile of the changed snapshot. A change
+// to the node's own pods is either programmed the same way or refused
+// with a NeedsFullError (then a full compile starts again).
 func TestLiveMatchesCompile(t *testing.T) {
 	bases, cases := loadCorpus(t)
 	type world struct {
@@ -59,22 +60,28 @@ func TestLiveMatchesCompile(t *testing.T) {
 		t.Fatal(err)
 	}
 	worlds = append(worlds, world{"synth", synthetic})
-	checked := 0
+	var stats liveStats
 	for wi, w := range worlds {
 		for _, n := range w.snap.Nodes {
 			t.Run(w.name+"/"+n.Name, func(t *testing.T) {
-				checked += liveAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 7)))
+				liveAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 7)), &stats)
 			})
 		}
 	}
-	if checked < 1000 {
-		t.Fatalf("only %d incremental updates compared with a full compile, want at least 1,000", checked)
+	t.Logf("%d incremental updates compared with a full compile, %d of them to pods of the node", stats.compared, stats.localIncremental)
+	if stats.compared < 1000 || stats.localIncremental < 50 {
+		t.Fatalf("only %d incremental updates (%d to pods of the node) compared with a full compile, want at least 1,000 (50)", stats.compared, stats.localIncremental)
 	}
 }
 
-// liveAgrees runs 30 random changes against one node's Live and returns
-// how many it compared.
-func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand) int {
+// liveStats counts what liveAgrees compared.
+type liveStats struct{ compared, localIncremental int }
+
+// liveAgrees runs 30 random changes against one node's Live and counts
+// the updates it compared with a full compile (and among them those to
+// the node's own pods: a pod of the node with the labels and ports of a
+// compiled one needs no full compile).
+func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *liveStats) {
 	snap := *base
 	snap.Pods = slices.Clone(base.Pods)
 	snap.Namespaces = slices.Clone(base.Namespaces)
@@ -91,7 +98,6 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand)
 		}
 		return compiler.NamespaceLabelsOf(ns, nil)
 	}
-	compared := 0
 	for step := range 30 {
 		ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
 		what, local := mutate(&snap, node, r, step, &ch)
@@ -111,10 +117,10 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand)
 				t.Fatal(err)
 			}
 			continue
-		case local:
-			t.Fatalf("step %d (%s) touches the node's own pods, but Update did not ask for a full compile (err %v)", step, what, err)
 		case err != nil:
 			t.Fatalf("step %d (%s): %v", step, what, err)
+		case local:
+			stats.localIncremental++
 		}
 		compare(t, live, &snap, node, fmt.Sprintf("step %d (%s)", step, what))
 		var again bytes.Buffer
@@ -122,9 +128,8 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand)
 		if again.String() != prevText.String() {
 			t.Fatalf("step %d (%s): the update changed an earlier snapshot", step, what)
 		}
-		compared++
+		stats.compared++
 	}
-	return compared
 }
 
 // compare checks Live against a full compile: its snapshot must render

@@ -153,12 +153,16 @@ func TestUpdatePolicy(t *testing.T) {
 		t.Fatalf("resync: err %v, live differs %v; want agreement", res.Err(), res.Policy.LiveDiffers)
 	}
 
+	// A pod of node-1 with labels no compiled pod has: its classes are
+	// unknown.
 	local := slices.IndexFunc(after.Pods, func(p *corev1.Pod) bool { return p.Spec.NodeName == "node-1" })
-	localKey := after.Pods[local].Namespace + "/" + after.Pods[local].Name
-	r = p.UpdatePolicy(compiler.Changes{Pods: map[string]*compiler.PodState{localKey: nil}, NamespaceLabels: nsLabels})
+	relabelled := after.Pods[local].DeepCopy()
+	relabelled.Labels = map[string]string{"app": "never-compiled"}
+	localKey := relabelled.Namespace + "/" + relabelled.Name
+	r = p.UpdatePolicy(compiler.Changes{Pods: map[string]*compiler.PodState{localKey: compiler.PodStateOf(relabelled)}, NamespaceLabels: nsLabels})
 	var needsFull *compiler.NeedsFullError
 	if !errors.As(r.Err, &needsFull) {
-		t.Fatalf("deleting node-1's pod %s: err %v, want a NeedsFullError", localKey, r.Err)
+		t.Fatalf("relabelling node-1's pod %s: err %v, want a NeedsFullError", localKey, r.Err)
 	}
 
 	// Live is told the pod went while the snapshot brings it back.
