@@ -79,7 +79,7 @@ type Programmer struct {
 	// date by UpdatePolicy; applied says the kernel took its last change.
 	live    *compiler.Live
 	applied bool
-	proxy *proxier.Proxier // nil with NoProxy
+	proxy   *proxier.Proxier // nil with NoProxy
 }
 
 // New opens the node's tables in opts.NetNS; nothing is sent yet.
