@@ -381,9 +381,6 @@ type Changes struct {
 // touches what only a full compile builds (localChangesKnown, or the
 // labels of a namespace with pods here); the state is then unchanged.
 func (l *Live) Update(ch Changes) (*nft.Table, error) {
-	if err := l.localChangesKnown(ch); err != nil {
-		return nil, err
-	}
 	newLabels := map[string]labels.Set{}
 	for _, ns := range ch.Namespaces {
 		if l.local[ns] > 0 {
@@ -392,6 +389,18 @@ func (l *Live) Update(ch Changes) (*nft.Table, error) {
 		if cur := ch.NamespaceLabels(ns); !maps.Equal(cur, l.nsLabels[ns]) {
 			newLabels[ns] = cur
 		}
+	}
+	if len(newLabels) > 0 {
+		// Classes were compiled with the namespaces' old labels.
+		for sig := range l.recipe.classes {
+			ns, _, _ := strings.Cut(sig, "\x00")
+			if _, changed := newLabels[ns]; changed {
+				delete(l.recipe.classes, sig)
+			}
+		}
+	}
+	if err := l.localChangesKnown(ch); err != nil {
+		return nil, err
 	}
 	addrs := map[netip.Addr]bool{}
 	for key, p := range ch.Pods {
@@ -415,12 +424,6 @@ func (l *Live) Update(ch Changes) (*nft.Table, error) {
 	}
 	before := l.elements(addrs)
 	maps.Copy(l.nsLabels, newLabels)
-	for sig := range l.recipe.classes {
-		ns, _, _ := strings.Cut(sig, "\x00")
-		if _, changed := newLabels[ns]; changed {
-			delete(l.recipe.classes, sig) // compiled with the old labels
-		}
-	}
 	for key, p := range ch.Pods {
 		if old := l.pods[key]; old != nil {
 			l.remove(old)
