@@ -37,6 +37,10 @@ func (d *delta) record(resource string, objs []any) {
 	if d.full {
 		return
 	}
+	if _, policy := policyKinds[resource]; !policy && resource != "pods" && resource != "namespaces" && resource != "networkpolicies" {
+		d.full = true // nodes, the served policy APIs (an event without objects)
+		return
+	}
 	if d.pods == nil {
 		d.pods, d.namespaces = map[string]bool{}, map[string]bool{}
 	}
@@ -53,15 +57,8 @@ func (d *delta) record(resource string, objs []any) {
 			} else {
 				d.namespaces[key] = true
 			}
-		case "networkpolicies":
+		default: // a policy
 			d.policies = append(d.policies, obj)
-		default:
-			if _, ok := policyKinds[resource]; ok {
-				d.policies = append(d.policies, obj)
-				continue
-			}
-			d.full = true // nodes, the served policy APIs
-			return
 		}
 	}
 	if d.size() > maxDelta {

@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/node"
@@ -174,4 +175,45 @@ func (h *harness) hasLocalPods(ns string) bool {
 		}
 	}
 	return false
+}
+
+// TestDeltaRecord: pods and namespaces are recorded by key and policies
+// as objects; anything else, including a change of the served policy
+// APIs (an event without objects: their objects are then in informers the
+// last snapshot did not read), makes the next policy sync a full one, as
+// does a delta past maxDelta objects.
+func TestDeltaRecord(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "x"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
+	tests := []struct {
+		resource string
+		objs     []any
+		full     bool
+	}{
+		{"pods", []any{pod, pod}, false},
+		{"namespaces", []any{ns}, false},
+		{"networkpolicies", []any{isolate("x", "a")}, false},
+		{"adminnetworkpolicies", []any{&unstructured.Unstructured{}}, false},
+		{"policy-apis", nil, true},
+		{"nodes", []any{&corev1.Node{}}, true},
+	}
+	for _, tt := range tests {
+		var d delta
+		d.record(tt.resource, tt.objs)
+		if d.full != tt.full {
+			t.Errorf("%s: full %v, want %v", tt.resource, d.full, tt.full)
+		}
+	}
+	var d delta
+	d.record("pods", []any{pod})
+	d.record("namespaces", []any{ns})
+	if !d.pods["x/a"] || !d.namespaces["x"] || d.full {
+		t.Errorf("recorded pods %v, namespaces %v, full %v", d.pods, d.namespaces, d.full)
+	}
+	for i := range maxDelta {
+		d.record("pods", []any{&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint(i), Namespace: "x"}}})
+	}
+	if !d.full {
+		t.Errorf("a delta of %d objects is not full", d.size())
+	}
 }
