@@ -39,54 +39,53 @@ func TestIncrementalPath(t *testing.T) {
 		return count("incremental"), count("full")
 	}
 	ctx := context.Background()
-	remote := func(i int) *corev1.Pod {
+	// nth is the i-th pod of the snapshot on node-1 (or, with onNode1
+	// false, on another node).
+	nth := func(onNode1 bool, i int) *corev1.Pod {
 		for _, p := range h.snap.Pods {
-			if p.Spec.NodeName != "node-1" {
+			if (p.Spec.NodeName == "node-1") == onNode1 {
 				if i == 0 {
 					return p
 				}
 				i--
 			}
 		}
-		t.Fatal("not enough remote pods")
+		t.Fatalf("not enough pods (on node-1: %v)", onNode1)
 		return nil
 	}
-	local := func(i int) *corev1.Pod {
-		for _, p := range h.snap.Pods {
-			if p.Spec.NodeName == "node-1" {
-				if i == 0 {
-					return p
-				}
-				i--
-			}
-		}
-		t.Fatal("not enough pods on node-1")
-		return nil
+	remote := func(i int) *corev1.Pod { return nth(false, i) }
+	local := func(i int) *corev1.Pod { return nth(true, i) }
+	// addCopy creates a pod like p, named name, at address ip.
+	addCopy := func(p *corev1.Pod, name, ip string) (*corev1.Pod, error) {
+		p = p.DeepCopy()
+		p.Name, p.ResourceVersion = name, ""
+		p.Status.PodIP = ip
+		p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+		h.snap.Pods = append(h.snap.Pods, p)
+		return h.kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
 	}
+	// relabel gives p's copy the app label app.
+	relabel := func(p *corev1.Pod, app string) error {
+		p = p.DeepCopy()
+		p.Labels["app"] = app
+		h.replacePod(p)
+		_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
+		return err
+	}
+	var addedLocal *corev1.Pod
 	steps := []struct {
 		name     string
 		change   func() error
 		wantPath string
 	}{
-		{"remote pod relabelled", func() error {
-			p := remote(0).DeepCopy()
-			p.Labels["app"] = "app-6"
-			h.replacePod(p)
-			_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
-			return err
-		}, "incremental"},
+		{"remote pod relabelled", func() error { return relabel(remote(0), "app-6") }, "incremental"},
 		{"remote pod deleted", func() error {
 			p := remote(1)
 			h.dropPod(p)
 			return h.kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
 		}, "incremental"},
 		{"remote pod added", func() error {
-			p := remote(2).DeepCopy()
-			p.Name, p.ResourceVersion = "added-remote", ""
-			p.Status.PodIP = "10.99.0.7"
-			p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
-			h.snap.Pods = append(h.snap.Pods, p)
-			_, err := h.kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+			_, err := addCopy(remote(2), "added-remote", "10.99.0.7")
 			return err
 		}, "incremental"},
 		{"namespace without local pods relabelled", func() error {
@@ -102,32 +101,15 @@ func TestIncrementalPath(t *testing.T) {
 			}
 			return fmt.Errorf("every namespace has pods on node-1")
 		}, "incremental"},
-		{"pod of node-1 added with the labels of another", func() error {
-			p := local(0).DeepCopy()
-			p.Name, p.ResourceVersion = "added-local", ""
-			p.Status.PodIP = "10.99.1.7"
-			p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
-			h.snap.Pods = append(h.snap.Pods, p)
-			_, err := h.kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		{"pod of node-1 added with the labels of another", func() (err error) {
+			addedLocal, err = addCopy(local(0), "added-local", "10.99.1.7")
 			return err
 		}, "incremental"},
 		{"that pod deleted", func() error {
-			p := local(0)
-			for _, q := range h.snap.Pods {
-				if q.Name == "added-local" {
-					p = q
-				}
-			}
-			h.dropPod(p)
-			return h.kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
+			h.dropPod(addedLocal)
+			return h.kube.CoreV1().Pods(addedLocal.Namespace).Delete(ctx, addedLocal.Name, metav1.DeleteOptions{})
 		}, "incremental"},
-		{"pod of node-1 relabelled as no pod was", func() error {
-			p := local(0).DeepCopy()
-			p.Labels["app"] = "never-compiled"
-			h.replacePod(p)
-			_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
-			return err
-		}, "full"},
+		{"pod of node-1 relabelled as no pod was", func() error { return relabel(local(0), "never-compiled") }, "full"},
 	}
 	for _, st := range steps {
 		inc, full := paths()

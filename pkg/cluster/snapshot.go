@@ -152,6 +152,21 @@ func remove[T any](items []T, match func(T) bool) []T {
 	return out
 }
 
+// PodFinished reports whether a pod has finished (Succeeded or Failed): it
+// holds no address and is in no policy.
+func PodFinished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// ContainerPorts are the ports of all of a pod's containers, in order.
+func ContainerPorts(p *corev1.Pod) []corev1.ContainerPort {
+	var out []corev1.ContainerPort
+	for _, c := range p.Spec.Containers {
+		out = append(out, c.Ports...)
+	}
+	return out
+}
+
 // PodAddresses returns a pod's addresses: status.podIP first (the primary,
 // as kubectl shows it), then the rest of status.podIPs, without repeats.
 func PodAddresses(p *corev1.Pod) []netip.Addr {

@@ -225,15 +225,11 @@ type PodState struct {
 // PodStateOf is p as the evaluator sees it; nil for a finished pod (no
 // address, in no policy).
 func PodStateOf(p *corev1.Pod) *PodState {
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+	if cluster.PodFinished(p) {
 		return nil
 	}
-	ps := &PodState{Key: p.Namespace + "/" + p.Name, Namespace: p.Namespace, Node: p.Spec.NodeName,
-		Labels: labels.Set(p.Labels), HostNetwork: p.Spec.HostNetwork, Addrs: cluster.PodAddresses(p)}
-	for _, c := range p.Spec.Containers {
-		ps.Ports = append(ps.Ports, c.Ports...)
-	}
-	return ps
+	return &PodState{Key: p.Namespace + "/" + p.Name, Namespace: p.Namespace, Node: p.Spec.NodeName,
+		Labels: labels.Set(p.Labels), HostNetwork: p.Spec.HostNetwork, Addrs: cluster.PodAddresses(p), Ports: cluster.ContainerPorts(p)}
 }
 
 // NamespaceLabelsOf are the labels of a namespace as the evaluator sees
@@ -329,7 +325,7 @@ func (l *Live) add(p *PodState) {
 func (l *Live) remove(p *PodState) {
 	delete(l.pods, p.Key)
 	for _, a := range p.Addrs {
-		rest := slices.DeleteFunc(slices.Clone(l.byAddr[a]), func(q *PodState) bool { return q == p })
+		rest := slices.DeleteFunc(l.byAddr[a], func(q *PodState) bool { return q == p })
 		if len(rest) == 0 {
 			delete(l.byAddr, a)
 		} else {
@@ -721,7 +717,7 @@ func (l *Live) dropUnusedPortSets(t *nft.Table) {
 		}
 	}
 	for name := range t.Sets {
-		if len(name) > len("np-ports.") && name[:len("np-ports.")] == "np-ports." && !used[name] {
+		if strings.HasPrefix(name, npPortSet("")) && !used[name] {
 			delete(t.Sets, name)
 		}
 	}

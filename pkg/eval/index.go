@@ -159,7 +159,7 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 		return pods[i].Name < pods[j].Name
 	})
 	for _, p := range pods {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if cluster.PodFinished(p) {
 			continue // finished pods hold no address and are in no policy
 		}
 		pi := podInfo{pod: p, key: p.Namespace + "/" + p.Name, hostNetwork: p.Spec.HostNetwork, node: -1,
@@ -173,9 +173,7 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 			pi.node = n
 		}
 		pi.addrs = cluster.PodAddresses(p)
-		for _, c := range p.Spec.Containers {
-			pi.ports = append(pi.ports, c.Ports...)
-		}
+		pi.ports = cluster.ContainerPorts(p)
 		idx := len(ix.pods)
 		ix.podByKey[pi.key] = idx
 		ident := int32(-1)
