@@ -1,19 +1,31 @@
 package agent
 
 import (
+	"maps"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"weak"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/netpol/netpol/pkg/cluster"
 )
 
 // Lean watches: every node's agent holds every pod, node, Service and
 // EndpointSlice of the cluster, so the informers keep only what netpol
 // reads (informer transforms, applied before an object is stored). A pod
-// keeps its name, namespace, labels, node, host networking, container
-// ports, phase and addresses; a node its labels, pod CIDRs and addresses;
+// becomes a leanPod: its name, namespace, labels (interned), node, host
+// networking, container ports, phase and addresses; a node keeps its
+// labels, pod CIDRs and addresses;
 // the rest lose managedFields and annotations. An update that changes
 // nothing of what is kept (a pod's conditions, a node's heartbeat) then
 // is no event at all (sameLean).
@@ -24,16 +36,110 @@ func leanMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 		Generation: m.Generation, Labels: m.Labels, DeletionTimestamp: m.DeletionTimestamp}
 }
 
-func leanPod(p *corev1.Pod) *corev1.Pod {
-	out := &corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: leanMeta(p.ObjectMeta)}
-	out.Spec.NodeName, out.Spec.HostNetwork = p.Spec.NodeName, p.Spec.HostNetwork
-	for _, c := range p.Spec.Containers {
-		if len(c.Ports) > 0 {
-			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+// leanPod is what the pod informer stores. Every node's agent holds every
+// pod of the cluster, and a corev1.Pod is 1,240 bytes before any field is
+// set (its spec and status are inline), so the store keeps this record
+// instead; a full sync reads a thin corev1.Pod made from it (pod), which
+// is garbage once the evaluator has indexed it.
+type leanPod struct {
+	metav1.ObjectMeta
+	NodeName    string
+	HostNetwork bool
+	Phase       corev1.PodPhase
+	IPs         []string               // status.podIP, then the rest of status.podIPs
+	Ports       []corev1.ContainerPort // every container's, in order
+	// labels keeps the interned label map alive (internLabels).
+	labels *labelSet
+}
+
+func newLeanPod(p *corev1.Pod) *leanPod {
+	out := &leanPod{ObjectMeta: leanMeta(p.ObjectMeta), NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork,
+		Phase: p.Status.Phase, Ports: cluster.ContainerPorts(p)}
+	out.labels = internLabels(p.Labels)
+	out.Labels = out.labels.m
+	for _, ip := range append([]corev1.PodIP{{IP: p.Status.PodIP}}, p.Status.PodIPs...) {
+		if ip.IP != "" && !slices.Contains(out.IPs, ip.IP) {
+			out.IPs = append(out.IPs, ip.IP)
 		}
 	}
-	out.Status = corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs, HostIP: p.Status.HostIP}
 	return out
+}
+
+// pod is the thin corev1.Pod the snapshot and the incremental path read:
+// what netpol reads of a pod, nothing else (one container holds the
+// ports; status.podIPs is set only for more than one address).
+func (p *leanPod) pod() *corev1.Pod {
+	out := &corev1.Pod{ObjectMeta: p.ObjectMeta}
+	out.Spec.NodeName, out.Spec.HostNetwork, out.Status.Phase = p.NodeName, p.HostNetwork, p.Phase
+	if len(p.Ports) > 0 {
+		out.Spec.Containers = []corev1.Container{{Ports: p.Ports}}
+	}
+	if len(p.IPs) > 0 {
+		out.Status.PodIP = p.IPs[0]
+	}
+	if len(p.IPs) > 1 {
+		for _, ip := range p.IPs {
+			out.Status.PodIPs = append(out.Status.PodIPs, corev1.PodIP{IP: ip})
+		}
+	}
+	return out
+}
+
+// GetObjectKind and DeepCopyObject make a leanPod a runtime.Object, as
+// informer stores and listers expect.
+func (p *leanPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (p *leanPod) DeepCopyObject() k8sruntime.Object {
+	c := *p
+	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	c.IPs, c.Ports, c.labels = slices.Clone(p.IPs), slices.Clone(p.Ports), nil
+	return &c
+}
+
+func (p *leanPod) sameAs(c *leanPod) bool {
+	return equalIgnoringVersion(p.ObjectMeta, c.ObjectMeta) && p.NodeName == c.NodeName && p.HostNetwork == c.HostNetwork &&
+		p.Phase == c.Phase && slices.Equal(p.IPs, c.IPs) && slices.Equal(p.Ports, c.Ports)
+}
+
+// labelSet is one interned label map.
+type labelSet struct{ m map[string]string }
+
+// interned holds the label maps of the pods in the store, one per
+// distinct content: a ReplicaSet's pods carry equal labels, so 100,000
+// pods share a few thousand maps. Entries are weak: a map no pod holds
+// any more is collected, and its entry goes with it.
+var interned = struct {
+	sync.Mutex
+	m map[string]weak.Pointer[labelSet]
+}{m: map[string]weak.Pointer[labelSet]{}}
+
+// internLabels returns the shared map with the content of m (read only).
+func internLabels(m map[string]string) *labelSet {
+	keys := slices.Sorted(maps.Keys(m))
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(m[k])
+		b.WriteByte(0)
+	}
+	id := b.String()
+	interned.Lock()
+	defer interned.Unlock()
+	if ls := interned.m[id].Value(); ls != nil {
+		return ls
+	}
+	ls := &labelSet{m: m}
+	wp := weak.Make(ls)
+	interned.m[id] = wp
+	runtime.AddCleanup(ls, func(id string) {
+		interned.Lock()
+		if interned.m[id] == wp {
+			delete(interned.m, id)
+		}
+		interned.Unlock()
+	}, id)
+	return ls
 }
 
 func leanNode(n *corev1.Node) *corev1.Node {
@@ -49,7 +155,7 @@ func leanNode(n *corev1.Node) *corev1.Node {
 func leanTransform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		return leanPod(o), nil
+		return newLeanPod(o), nil
 	case *corev1.Node:
 		return leanNode(o), nil
 	case *corev1.Namespace:
@@ -78,10 +184,9 @@ var _ cache.TransformFunc = leanTransform
 // (proxy.Syncer), so only pods, nodes and namespaces are compared.
 func sameLean(old, cur any) bool {
 	switch o := old.(type) {
-	case *corev1.Pod:
-		c, ok := cur.(*corev1.Pod)
-		return ok && equalIgnoringVersion(o.ObjectMeta, c.ObjectMeta) && equality.Semantic.DeepEqual(o.Spec, c.Spec) &&
-			equality.Semantic.DeepEqual(o.Status, c.Status)
+	case *leanPod:
+		c, ok := cur.(*leanPod)
+		return ok && o.sameAs(c)
 	case *corev1.Node:
 		c, ok := cur.(*corev1.Node)
 		return ok && equalIgnoringVersion(o.ObjectMeta, c.ObjectMeta) && equality.Semantic.DeepEqual(o.Spec, c.Spec) &&

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,11 @@ func kubeletPod(t testing.TB) *corev1.Pod {
 // addresses), and nothing else is kept.
 func TestLeanPodKeepsWhatPolicyReads(t *testing.T) {
 	full := kubeletPod(t)
-	lean := leanPod(full)
+	rec := newLeanPod(full)
+	if len(rec.ManagedFields) > 0 || len(rec.Annotations) > 0 || len(rec.OwnerReferences) > 0 {
+		t.Errorf("the stored record keeps what nothing reads: %+v", rec.ObjectMeta)
+	}
+	lean := rec.pod()
 	if lean.Name != full.Name || lean.Namespace != full.Namespace || lean.UID != full.UID || lean.ResourceVersion != full.ResourceVersion ||
 		fmt.Sprint(lean.Labels) != fmt.Sprint(full.Labels) || lean.Spec.NodeName != "node-17" || lean.Status.Phase != corev1.PodRunning ||
 		fmt.Sprint(cluster.PodAddresses(lean)) != fmt.Sprint(cluster.PodAddresses(full)) {
@@ -83,11 +88,11 @@ spec:
 }
 
 func TestSameLean(t *testing.T) {
-	base := leanPod(kubeletPod(t))
-	change := func(f func(p *corev1.Pod)) *corev1.Pod {
-		p := leanPod(kubeletPod(t))
+	base := newLeanPod(kubeletPod(t))
+	change := func(f func(p *corev1.Pod)) *leanPod {
+		p := kubeletPod(t)
 		f(p)
-		return p
+		return newLeanPod(p)
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"zone": "a"}},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "172.18.0.2"}}}}
@@ -101,12 +106,12 @@ func TestSameLean(t *testing.T) {
 		old, cur any
 		same     bool
 	}{
-		{"a pod's status conditions and resource version", base, func() *corev1.Pod {
+		{"a pod's status conditions and resource version", base, func() *leanPod {
 			full := kubeletPod(t)
 			full.ResourceVersion = "481516299"
 			full.Status.Conditions = nil
 			full.Status.ContainerStatuses[0].RestartCount = 3
-			return leanPod(full)
+			return newLeanPod(full)
 		}(), true},
 		{"a pod's labels", base, change(func(p *corev1.Pod) { p.Labels = map[string]string{"app": "other"} }), false},
 		{"a pod's address", base, change(func(p *corev1.Pod) { p.Status.PodIPs = []corev1.PodIP{{IP: "10.244.3.99"}} }), false},
@@ -126,6 +131,46 @@ func TestSameLean(t *testing.T) {
 	tomb := cache.DeletedFinalStateUnknown{Key: "shop/x", Obj: base}
 	if out, err := leanTransform(tomb); err != nil || out != any(tomb) {
 		t.Errorf("tombstone: %v %v", out, err)
+	}
+}
+
+// TestInternLabels: pods with equal labels share one map; a map no pod
+// holds any more leaves the table; a deep copy shares nothing.
+func TestInternLabels(t *testing.T) {
+	count := func() int {
+		interned.Lock()
+		defer interned.Unlock()
+		n := 0
+		for id := range interned.m {
+			if strings.Contains(id, "intern-test") {
+				n++
+			}
+		}
+		return n
+	}
+	func() { // the pods live only in here
+		a := newLeanPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"app": "intern-test", "tier": "x"}}})
+		b := newLeanPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "b", Labels: map[string]string{"tier": "x", "app": "intern-test"}}})
+		c := newLeanPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "c", Labels: map[string]string{"app": "intern-test"}}})
+		if a.labels != b.labels || a.labels == c.labels {
+			t.Fatalf("equal labels share a set: %v, different ones do not: %v", a.labels == b.labels, a.labels != c.labels)
+		}
+		copied := a.DeepCopyObject().(*leanPod)
+		copied.Labels["app"] = "changed"
+		if a.Labels["app"] != "intern-test" {
+			t.Error("a deep copy shares the interned labels")
+		}
+		if n := count(); n != 2 {
+			t.Fatalf("%d interned label sets, want 2", n)
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for count() != 0 && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := count(); n != 0 {
+		t.Errorf("%d label sets stay interned after their pods went", n)
 	}
 }
 
@@ -155,13 +200,12 @@ func TestPodConditionsAreNoEvent(t *testing.T) {
 	// The store holds the lean pod once the update arrived.
 	h.waitFor("the update in the cache", 5*time.Second, func() bool {
 		obj, err := h.agent.src.listers.pods.Get(pod.Namespace + "/" + pod.Name)
-		return err == nil && obj.(*corev1.Pod).ResourceVersion == pod.ResourceVersion
+		return err == nil && obj.(*leanPod).ResourceVersion == pod.ResourceVersion
 	})
 	if n := events() - before; n != 0 {
 		t.Errorf("a conditions-only update made %v events", n)
 	}
-	cached, _ := h.agent.src.listers.pods.Get(pod.Namespace + "/" + pod.Name)
-	if len(cached.(*corev1.Pod).Status.Conditions) != 0 {
+	if cached, _ := h.agent.src.listers.pods.Get(pod.Namespace + "/" + pod.Name); len(cached.(*leanPod).pod().Status.Conditions) != 0 {
 		t.Error("the cache holds the pod's conditions")
 	}
 	pod.Labels = map[string]string{"pod": "relabelled"}

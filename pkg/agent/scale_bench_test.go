@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	goruntime "runtime"
+	rtmetrics "runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,9 +150,13 @@ func (sb *scaleBench) firstSync(b *testing.B) {
 	// The informers' initial lists leave garbage behind (the fake API's
 	// copies of every object); collecting it is not the sync's work.
 	goruntime.GC()
+	peak := watchPeakHeap()
 	wall, cpu := time.Now(), cpuTime()
 	sb.h.agent.syncTables(node.All, false)
 	b.ReportMetric(time.Since(wall).Seconds(), "wall-s")
+	// The heap's high-water mark during the sync, garbage included (what
+	// the process's RSS follows), over the heap before the agent started.
+	b.ReportMetric((float64(peak())-float64(sb.baseHeap))/(1<<20), "agent-peak-heap-MB")
 	b.ReportMetric((cpuTime() - cpu).Seconds(), "cpu-s")
 	b.ReportMetric(float64(sb.messages.Load()), "messages")
 	// The live heap after the sync holds the agent and the fake API
@@ -363,6 +368,36 @@ func (sb *scaleBench) checkKernel(b *testing.B) {
 }
 
 // liveHeap is the heap in use after a collection.
+// watchPeakHeap samples the heap (live objects and garbage not yet
+// collected) every 2 ms until the returned function is called, which
+// returns the largest sample.
+func watchPeakHeap() func() uint64 {
+	sample := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 { rtmetrics.Read(sample); return sample[0].Value.Uint64() }
+	var peak atomic.Uint64
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if v := read(); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stop)
+		<-done
+		return max(peak.Load(), read())
+	}
+}
+
 func liveHeap() uint64 {
 	goruntime.GC()
 	var ms goruntime.MemStats

@@ -259,7 +259,7 @@ func (s *sources) snapshot() (*cluster.Snapshot, map[cluster.ObjectKey]policyObj
 			snap.Namespaces = append(snap.Namespaces, cluster.WithNamespaceNameLabel(o.(*corev1.Namespace)))
 		}),
 		each(s.listers.nodes, func(o any) { snap.Nodes = append(snap.Nodes, o.(*corev1.Node)) }),
-		each(s.listers.pods, func(o any) { snap.Pods = append(snap.Pods, o.(*corev1.Pod)) }),
+		each(s.listers.pods, func(o any) { snap.Pods = append(snap.Pods, o.(*leanPod).pod()) }),
 		each(s.listers.services, func(o any) { snap.Services = append(snap.Services, o.(*corev1.Service)) }),
 		each(s.listers.endpointSlices, func(o any) { snap.EndpointSlices = append(snap.EndpointSlices, o.(*discoveryv1.EndpointSlice)) }),
 		each(s.listers.networkPolicies, func(o any) { snap.NetworkPolicies = append(snap.NetworkPolicies, o.(*networkingv1.NetworkPolicy)) }),
@@ -304,7 +304,7 @@ func (s *sources) pod(key string) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	return obj.(*corev1.Pod), nil
+	return obj.(*leanPod).pod(), nil
 }
 
 // namespace returns the cached namespace, nil when there is none.

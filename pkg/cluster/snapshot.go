@@ -158,8 +158,12 @@ func PodFinished(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
-// ContainerPorts are the ports of all of a pod's containers, in order.
+// ContainerPorts are the ports of all of a pod's containers, in order:
+// with one container, its own slice (shared: read only).
 func ContainerPorts(p *corev1.Pod) []corev1.ContainerPort {
+	if len(p.Spec.Containers) == 1 {
+		return p.Spec.Containers[0].Ports
+	}
 	var out []corev1.ContainerPort
 	for _, c := range p.Spec.Containers {
 		out = append(out, c.Ports...)

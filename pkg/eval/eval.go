@@ -322,7 +322,7 @@ const maxNotSelected = 10
 // direction (NetworkPolicies: in the subject's namespace) but do not apply
 // to the subject.
 func (e *Evaluator) notSelected(tier policy.Tier, d policy.Direction, pod int, tr *DirectionVerdict) {
-	ns := e.ix.pods[pod].pod.Namespace
+	ns := e.ix.pods[pod].namespace
 	count := 0
 	for _, cp := range e.ix.policies {
 		if cp.Tier != tier || (tier == policy.TierNetworkPolicy && cp.Namespace != ns) {

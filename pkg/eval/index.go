@@ -39,7 +39,11 @@ func (b bitset) members() []int {
 
 // podInfo is what the evaluator needs of one pod, precomputed.
 type podInfo struct {
-	pod         *corev1.Pod
+	// namespace and labels, not the pod: the snapshot's pods may be
+	// made for one sync only (the agent's lean pods), so the index keeps
+	// none of them alive.
+	namespace   string
+	labels      labels.Set
 	key         string // namespace/name
 	hostNetwork bool
 	node        int // index into nodes, -1 when unknown
@@ -162,7 +166,7 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 		if cluster.PodFinished(p) {
 			continue // finished pods hold no address and are in no policy
 		}
-		pi := podInfo{pod: p, key: p.Namespace + "/" + p.Name, hostNetwork: p.Spec.HostNetwork, node: -1,
+		pi := podInfo{namespace: p.Namespace, labels: p.Labels, key: p.Namespace + "/" + p.Name, hostNetwork: p.Spec.HostNetwork, node: -1,
 			nsLabels: nsLabels[p.Namespace]}
 		if pi.nsLabels == nil {
 			// A pod whose namespace is not in the snapshot still has the

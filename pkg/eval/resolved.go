@@ -39,7 +39,7 @@ func (r *Resolved) NumPods() int { return len(r.ix.pods) }
 // Pod returns pod i.
 func (r *Resolved) Pod(i int) PodView {
 	p := &r.ix.pods[i]
-	return PodView{Key: p.key, Namespace: p.pod.Namespace, Labels: p.pod.Labels, NamespaceLabels: p.nsLabels,
+	return PodView{Key: p.key, Namespace: p.namespace, Labels: p.labels, NamespaceLabels: p.nsLabels,
 		HostNetwork: p.hostNetwork, Node: p.node, Addrs: p.addrs, Ports: p.ports}
 }
 

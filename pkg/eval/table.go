@@ -60,7 +60,7 @@ func (e *Evaluator) TableWith(opts TableOptions, allowed Decider) *Table {
 	}
 	var eps []Endpoint
 	for i, p := range e.ix.pods {
-		if len(inNS) > 0 && !inNS[p.pod.Namespace] {
+		if len(inNS) > 0 && !inNS[p.namespace] {
 			continue
 		}
 		ep, ok := e.ix.podEndpoint(i, opts.Family)

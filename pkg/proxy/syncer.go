@@ -88,6 +88,7 @@ func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
 		bySvc[k] = append(bySvc[k], es)
 	}
 	s.gen++
+	var added []svcKey
 	for _, svc := range snap.Services {
 		if svc == nil {
 			continue
@@ -106,21 +107,20 @@ func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
 		if old != nil {
 			oldFrags = old.frags
 		} else {
-			i, _ := slices.BinarySearchFunc(s.order, k, compareKeys)
-			s.order = slices.Insert(s.order, i, k)
+			added = append(added, k)
 		}
 		s.tb.change(oldFrags, fresh.frags)
 		s.services[k] = fresh
 	}
+	s.order = insertSorted(s.order, added)
 	if len(s.order) != len(snap.Services) { // some Service is gone
 		for k, old := range s.services {
 			if old.gen != s.gen {
 				s.tb.change(old.frags, nil)
 				delete(s.services, k)
-				i, _ := slices.BinarySearchFunc(s.order, k, compareKeys)
-				s.order = slices.Delete(s.order, i, i+1)
 			}
 		}
+		s.order = slices.DeleteFunc(s.order, func(k svcKey) bool { return s.services[k] == nil })
 	}
 	for k, v := range bySvc {
 		if len(v) == 0 {
@@ -134,6 +134,22 @@ func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
 		m.Errors = append(m.Errors, ss.errs...)
 	}
 	return m, s.tb.table(m.ClusterCIDRs)
+}
+
+// insertSorted adds keys to the sorted order: one by one when they are
+// few (a Service added), else appended and sorted (the first sync: one
+// insertion at a time would move the whole order for each of 20,000).
+func insertSorted(order, keys []svcKey) []svcKey {
+	if len(keys) > 16 {
+		order = append(order, keys...)
+		slices.SortFunc(order, compareKeys)
+		return order
+	}
+	for _, k := range keys {
+		i, _ := slices.BinarySearchFunc(order, k, compareKeys)
+		order = slices.Insert(order, i, k)
+	}
+	return order
 }
 
 func compareKeys(a, b svcKey) int {
