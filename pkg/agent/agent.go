@@ -519,7 +519,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		}
 	}
 	if due != 0 {
-		snap, objs, report, err := a.src.snapshot()
+		snap, objs, report, err := a.src.snapshot(due&node.Policy != 0)
 		if err != nil {
 			a.metrics.syncs.WithLabelValues("error").Inc()
 			a.log.Error("sync failed; the kernel keeps the previous state", "err", fmt.Errorf("snapshot: %w", err))

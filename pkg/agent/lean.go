@@ -69,17 +69,35 @@ func newLeanPod(p *corev1.Pod) *leanPod {
 // what netpol reads of a pod, nothing else (one container holds the
 // ports; status.podIPs is set only for more than one address).
 func (p *leanPod) pod() *corev1.Pod {
-	out := &corev1.Pod{ObjectMeta: p.ObjectMeta}
-	out.Spec.NodeName, out.Spec.HostNetwork, out.Status.Phase = p.NodeName, p.HostNetwork, p.Phase
-	if len(p.Ports) > 0 {
-		out.Spec.Containers = []corev1.Container{{Ports: p.Ports}}
+	return &thinPods([]*leanPod{p})[0]
+}
+
+// thinPods makes the thin pods of recs in two allocations (a full sync
+// makes 100,000 of them, garbage once the evaluator has indexed them).
+func thinPods(recs []*leanPod) []corev1.Pod {
+	out := make([]corev1.Pod, len(recs))
+	n := 0
+	for _, p := range recs {
+		if len(p.Ports) > 0 {
+			n++
+		}
 	}
-	if len(p.IPs) > 0 {
-		out.Status.PodIP = p.IPs[0]
-	}
-	if len(p.IPs) > 1 {
-		for _, ip := range p.IPs {
-			out.Status.PodIPs = append(out.Status.PodIPs, corev1.PodIP{IP: ip})
+	containers := make([]corev1.Container, n)
+	for i, p := range recs {
+		o := &out[i]
+		o.ObjectMeta = p.ObjectMeta
+		o.Spec.NodeName, o.Spec.HostNetwork, o.Status.Phase = p.NodeName, p.HostNetwork, p.Phase
+		if len(p.Ports) > 0 {
+			containers[0].Ports = p.Ports
+			o.Spec.Containers, containers = containers[:1:1], containers[1:]
+		}
+		if len(p.IPs) > 0 {
+			o.Status.PodIP = p.IPs[0]
+		}
+		if len(p.IPs) > 1 {
+			for _, ip := range p.IPs {
+				o.Status.PodIPs = append(o.Status.PodIPs, corev1.PodIP{IP: ip})
+			}
 		}
 	}
 	return out

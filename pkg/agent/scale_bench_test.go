@@ -354,7 +354,7 @@ func (sb *scaleBench) failedTables() node.Tables {
 // checkKernel: after every event the fake kernel holds exactly what a
 // from-scratch compile of the informers' state gives.
 func (sb *scaleBench) checkKernel(b *testing.B) {
-	snap, _, _, err := sb.h.agent.src.snapshot()
+	snap, _, _, err := sb.h.agent.src.snapshot(true)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -240,8 +240,10 @@ var policyKinds = map[string]string{
 
 // snapshot builds the cluster snapshot from the caches, and returns the
 // policy objects as the API server holds them (for their status). Objects
-// are shared with the caches and must not be changed.
-func (s *sources) snapshot() (*cluster.Snapshot, map[cluster.ObjectKey]policyObject, *cluster.Report, error) {
+// are shared with the caches and must not be changed. Pods (thin copies
+// made for this snapshot) are left out without withPods: the NAT table
+// does not read them.
+func (s *sources) snapshot(withPods bool) (*cluster.Snapshot, map[cluster.ObjectKey]policyObject, *cluster.Report, error) {
 	snap := cluster.New()
 	report := &cluster.Report{}
 	each := func(l cache.GenericLister, add func(any)) error {
@@ -259,7 +261,21 @@ func (s *sources) snapshot() (*cluster.Snapshot, map[cluster.ObjectKey]policyObj
 			snap.Namespaces = append(snap.Namespaces, cluster.WithNamespaceNameLabel(o.(*corev1.Namespace)))
 		}),
 		each(s.listers.nodes, func(o any) { snap.Nodes = append(snap.Nodes, o.(*corev1.Node)) }),
-		each(s.listers.pods, func(o any) { snap.Pods = append(snap.Pods, o.(*leanPod).pod()) }),
+		func() error {
+			if !withPods {
+				return nil
+			}
+			objs, err := s.listers.pods.List(labels.Everything())
+			recs := make([]*leanPod, len(objs))
+			for i, o := range objs {
+				recs[i] = o.(*leanPod)
+			}
+			pods := thinPods(recs)
+			for i := range pods {
+				snap.Pods = append(snap.Pods, &pods[i])
+			}
+			return err
+		}(),
 		each(s.listers.services, func(o any) { snap.Services = append(snap.Services, o.(*corev1.Service)) }),
 		each(s.listers.endpointSlices, func(o any) { snap.EndpointSlices = append(snap.EndpointSlices, o.(*discoveryv1.EndpointSlice)) }),
 		each(s.listers.networkPolicies, func(o any) { snap.NetworkPolicies = append(snap.NetworkPolicies, o.(*networkingv1.NetworkPolicy)) }),

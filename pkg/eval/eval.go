@@ -330,9 +330,9 @@ func (e *Evaluator) notSelected(tier policy.Tier, d policy.Direction, pod int, t
 		}
 		why := whyNotSelected
 		switch {
-		case cp.subjects.has(pod) && tier == policy.TierNetworkPolicy && !cp.Isolates[d]:
+		case cp.isSubject(pod) && tier == policy.TierNetworkPolicy && !cp.Isolates[d]:
 			why = fmt.Sprintf("selects the pod but has no %s policyType", d)
-		case cp.subjects.has(pod) || (tier != policy.TierNetworkPolicy && len(cp.Rules[d]) == 0):
+		case cp.isSubject(pod) || (tier != policy.TierNetworkPolicy && len(cp.Rules[d]) == 0):
 			continue
 		}
 		count++

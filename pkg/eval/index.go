@@ -1,11 +1,11 @@
 package eval
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"net/netip"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,8 +61,8 @@ type nodeInfo struct {
 // snapshot's pods and nodes.
 type compiledPolicy struct {
 	*policy.Policy
-	subjects bitset // pod-network pods the policy applies to
-	// subjectIdents are the identities of subjects.
+	// subjectIdents are the identities of the pod-network pods the
+	// policy applies to (isSubject).
 	subjectIdents bitset
 	// compiled holds the rules with their peers resolved, made on first
 	// use (rules): a node's compile needs only the rules of the policies
@@ -114,7 +114,7 @@ type index struct {
 	// (every "all pods of namespaces labelled ..." peer is one), and each
 	// distinct one is matched against the identities once. The bitsets
 	// are shared and never written after they are made.
-	selected   map[string]selection
+	selected   map[string]*selection
 	selectedMu sync.Mutex
 }
 
@@ -126,7 +126,10 @@ type identity struct {
 	pods     []int
 }
 
-// selection is what one selector selects: identities and their pods.
+// selection is what one selector selects: identities, and their pods
+// (made on first use: a subject needs only its identities, and a bitset of
+// every pod for each of 10,000 policies was most of a full sync's
+// garbage).
 type selection struct {
 	idents bitset
 	pods   bitset
@@ -134,7 +137,7 @@ type selection struct {
 
 func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 	ix := &index{podByKey: map[string]int{}, podByIP: map[netip.Addr]int{}, nodeByIP: map[netip.Addr]int{},
-		identsByNamespace: map[string][]int{}, selected: map[string]selection{}}
+		identsByNamespace: map[string][]int{}, selected: map[string]*selection{}}
 	identByKey := map[string]int{}
 	nodeByName := map[string]int{}
 	for _, n := range snap.Nodes {
@@ -155,14 +158,22 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 	for _, ns := range snap.Namespaces {
 		nsLabels[ns.Name] = labels.Set(ns.Labels)
 	}
-	pods := append([]*corev1.Pod(nil), snap.Pods...)
-	sort.Slice(pods, func(i, j int) bool {
-		if pods[i].Namespace != pods[j].Namespace {
-			return pods[i].Namespace < pods[j].Namespace
-		}
-		return pods[i].Name < pods[j].Name
+	// Pods in (namespace, name) order; the names are copied next to
+	// each other first, so that the sort's comparisons do not visit the
+	// pods (100,000 of them: most of the sort's time).
+	type named struct {
+		ns, name string
+		pod      *corev1.Pod
+	}
+	pods := make([]named, len(snap.Pods))
+	for i, p := range snap.Pods {
+		pods[i] = named{p.Namespace, p.Name, p}
+	}
+	slices.SortFunc(pods, func(a, b named) int {
+		return cmp.Or(strings.Compare(a.ns, b.ns), strings.Compare(a.name, b.name))
 	})
-	for _, p := range pods {
+	for _, n := range pods {
+		p := n.pod
 		if cluster.PodFinished(p) {
 			continue // finished pods hold no address and are in no policy
 		}
@@ -248,8 +259,13 @@ func (ix *index) identity(byKey map[string]int, ns string, nsLabels labels.Set, 
 }
 
 func (ix *index) compile(pol *policy.Policy) *compiledPolicy {
-	subjects := ix.selectPods(pol.Subject)
-	return &compiledPolicy{Policy: pol, subjects: subjects.pods, subjectIdents: subjects.idents, ix: ix}
+	return &compiledPolicy{Policy: pol, subjectIdents: ix.selectIdents(pol.Subject), ix: ix}
+}
+
+// isSubject reports whether the policy applies to pod.
+func (cp *compiledPolicy) isSubject(pod int) bool {
+	id := cp.ix.identOf[pod]
+	return id >= 0 && cp.subjectIdents.has(int(id))
 }
 
 func (cp *compiledPolicy) compileRules() {
@@ -262,7 +278,7 @@ func (cp *compiledPolicy) compileRules() {
 			for _, peer := range r.Peers {
 				switch peer.Kind {
 				case policy.PeerPods:
-					peerSets = append(peerSets, ix.selectPods(peer.PodSubject()).pods)
+					peerSets = append(peerSets, ix.selectPods(peer.PodSubject()))
 				case policy.PeerNodes:
 					for i, n := range ix.nodes {
 						if peer.Nodes.Matches(labels.Set(n.node.Labels)) {
@@ -305,19 +321,42 @@ func union(sets []bitset, n int) bitset {
 	return out
 }
 
-// selectPods is what s selects: pod-network pods and their identities,
-// shared with every other use of the same selector (do not write to
-// them). Namespaces are matched once each, and only their identities are
-// tested against the pod selector: a NetworkPolicy looks at one
-// namespace, not the cluster, and pods that share labels are tested once.
-func (ix *index) selectPods(s policy.Subject) selection {
-	key := s.Namespace + "\x00" + selectorKey(s.Namespaces) + "\x00" + selectorKey(s.Pods)
+// selectPods is the pod-network pods s selects, shared with every other
+// use of the same selector (do not write to it).
+func (ix *index) selectPods(s policy.Subject) bitset {
 	ix.selectedMu.Lock() // rules are compiled on first use, by any goroutine
 	defer ix.selectedMu.Unlock()
+	sel := ix.selectionLocked(s)
+	if sel.pods == nil {
+		sel.pods = newBitset(len(ix.pods))
+		for _, id := range sel.idents.members() {
+			for _, pod := range ix.idents[id].pods {
+				sel.pods.set(pod)
+			}
+		}
+	}
+	return sel.pods
+}
+
+// selectIdents is the identities s selects (shared, read only).
+func (ix *index) selectIdents(s policy.Subject) bitset {
+	ix.selectedMu.Lock()
+	defer ix.selectedMu.Unlock()
+	return ix.selectionLocked(s).idents
+}
+
+// selectionLocked matches s against the identities once per distinct
+// selector: policies share selectors (every "all pods of namespaces
+// labelled ..." peer is one). Namespaces are matched once each, and only
+// their identities are tested against the pod selector: a NetworkPolicy
+// looks at one namespace, not the cluster, and pods that share labels are
+// tested once.
+func (ix *index) selectionLocked(s policy.Subject) *selection {
+	key := s.Namespace + "\x00" + selectorKey(s.Namespaces) + "\x00" + selectorKey(s.Pods)
 	if out, ok := ix.selected[key]; ok {
 		return out
 	}
-	out := selection{idents: newBitset(len(ix.idents)), pods: newBitset(len(ix.pods))}
+	out := &selection{idents: newBitset(len(ix.idents))}
 	ix.selected[key] = out
 	match := func(ns string, idents []int) {
 		if len(idents) == 0 || !s.Namespaces.Matches(ix.idents[idents[0]].nsLabels) {
@@ -326,9 +365,6 @@ func (ix *index) selectPods(s policy.Subject) selection {
 		for _, id := range idents {
 			if s.Selects(ns, ix.idents[id].nsLabels, ix.idents[id].labels) {
 				out.idents.set(id)
-				for _, pod := range ix.idents[id].pods {
-					out.pods.set(pod)
-				}
 			}
 		}
 	}

@@ -441,7 +441,7 @@ func (a *Applier) commit(p *Plan, desired *Table) {
 			fresh["chain "+op.Chain.Name] = true
 		}
 	}
-	var buf []byte
+	buf := make([]byte, 0, 256)
 	for _, op := range p.Ops {
 		if op.Kind != OpAddElements && op.Kind != OpDeleteElements || fresh["set "+op.Set.Name] {
 			continue

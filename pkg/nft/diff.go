@@ -190,18 +190,16 @@ func diffSets(cur, desired *Table) setDiff {
 // the kernel needs, checked against the cached elements (a delete of an
 // absent element or an add of a present one would fail the transaction).
 func changesAgainst(cur, desired *Set) (del, add []Element) {
-	var buf []byte
+	buf := make([]byte, 0, 256)
 	for _, e := range desired.Changes.Delete {
 		e = normalElement(desired, e)
-		buf = appendElementID(buf[:0], e)
-		if _, ok := cur.index.pos[string(buf)]; ok {
+		if cur.index.has(e, buf) {
 			del = append(del, e)
 		}
 	}
 	for _, e := range desired.Changes.Add {
 		e = normalElement(desired, e)
-		buf = appendElementID(buf[:0], e)
-		if _, ok := cur.index.pos[string(buf)]; !ok {
+		if !cur.index.has(e, buf) {
 			add = append(add, e)
 		}
 	}
@@ -236,15 +234,15 @@ func sameSpec(cur, desired *Set) bool {
 func elementDiff(cur, desired *Set) (del, add []Element) {
 	idx := indexOf(cur)
 	seen := make([]bool, len(idx.elems))
-	var buf []byte
+	buf := make([]byte, 0, 256)
 	var adding map[string]bool // desired duplicates
 	for _, e := range desired.Elements {
 		e = normalElement(desired, e)
-		buf = appendElementID(buf[:0], e)
-		if i, ok := idx.pos[string(buf)]; ok {
+		if i, ok := idx.find(e, buf); ok {
 			seen[i] = true
 			continue
 		}
+		buf = appendElementID(buf[:0], e)
 		if adding == nil {
 			adding = map[string]bool{}
 		}

@@ -1,28 +1,44 @@
 package nft
 
-// setIndex finds a set's elements by identity. The Applier's cache keeps one
-// per set and updates it with each applied plan, so that a diff costs one
-// map lookup per desired element and no allocation for unchanged ones.
+import (
+	"bytes"
+	"hash/maphash"
+)
+
+// setIndex finds a set's elements by identity (key, key end, verdict,
+// data). The Applier's cache keeps one per set and updates it with each
+// applied plan, so that a diff costs one map lookup per desired element
+// and no allocation for unchanged ones. Positions are found by a 64-bit
+// hash of the identity, checked against the element there: the index
+// holds no key strings (at 300,000 elements those were about a third of
+// its memory). An identity whose hash another element already holds
+// (a collision, about one in 2^64/n) goes to spill, by its bytes.
 type setIndex struct {
-	elems []Element        // canonical, distinct; owned (copied) bytes
-	pos   map[string]int32 // elementID -> position in elems
+	elems []Element // canonical, distinct
+	pos   map[uint64]int32
+	spill map[string]int32
 }
 
-// newSetIndex indexes canonical copies of the set's elements.
+var indexSeed = maphash.MakeSeed()
+
+// elementHash hashes an element identity (a variable for the collision
+// test).
+var elementHash = func(id []byte) uint64 { return maphash.Bytes(indexSeed, id) }
+
+// newSetIndex indexes the set's elements in canonical form; copyBytes
+// makes the index own copies (the cache) instead of sharing the set's.
 func newSetIndex(s *Set, copyBytes bool) *setIndex {
-	idx := &setIndex{elems: make([]Element, 0, len(s.Elements)), pos: make(map[string]int32, len(s.Elements))}
-	var buf []byte
+	idx := &setIndex{elems: make([]Element, 0, len(s.Elements)), pos: make(map[uint64]int32, len(s.Elements))}
+	buf := make([]byte, 0, 256)
 	for _, e := range s.Elements {
 		e = normalElement(s, e)
-		buf = appendElementID(buf[:0], e)
-		if _, dup := idx.pos[string(buf)]; dup {
-			continue
-		}
 		if copyBytes {
+			if _, dup := idx.find(e, buf); dup {
+				continue
+			}
 			e = copyElement(e)
 		}
-		idx.pos[string(buf)] = int32(len(idx.elems))
-		idx.elems = append(idx.elems, e)
+		buf = idx.insert(e, buf)
 	}
 	return idx
 }
@@ -35,35 +51,110 @@ func indexOf(s *Set) *setIndex {
 	return newSetIndex(s, false)
 }
 
+// find returns the position of e (canonical); buf is scratch space.
+func (idx *setIndex) find(e Element, buf []byte) (int32, bool) {
+	buf = appendElementID(buf[:0], e)
+	if i, ok := idx.pos[elementHash(buf)]; ok && sameIdentity(idx.elems[i], e) {
+		return i, true
+	}
+	if idx.spill != nil {
+		i, ok := idx.spill[string(buf)]
+		return i, ok
+	}
+	return 0, false
+}
+
+// has reports whether e (canonical) is in the index.
+func (idx *setIndex) has(e Element, buf []byte) bool {
+	_, ok := idx.find(e, buf)
+	return ok
+}
+
+// insert appends e unless present; it returns buf for reuse.
+func (idx *setIndex) insert(e Element, buf []byte) []byte {
+	buf = appendElementID(buf[:0], e)
+	h := elementHash(buf)
+	i, taken := idx.pos[h]
+	if taken && sameIdentity(idx.elems[i], e) {
+		return buf
+	}
+	if idx.spill != nil {
+		if _, ok := idx.spill[string(buf)]; ok {
+			return buf
+		}
+	}
+	n := int32(len(idx.elems))
+	idx.elems = append(idx.elems, e)
+	if taken {
+		if idx.spill == nil {
+			idx.spill = map[string]int32{}
+		}
+		idx.spill[string(buf)] = n
+	} else {
+		idx.pos[h] = n
+	}
+	return buf
+}
+
 // remove drops an element (swap with the last).
 func (idx *setIndex) remove(e Element, buf []byte) []byte {
-	buf = appendElementID(buf[:0], e)
-	i, ok := idx.pos[string(buf)]
+	i, ok := idx.find(e, buf)
 	if !ok {
 		return buf
 	}
-	delete(idx.pos, string(buf))
+	buf = appendElementID(buf[:0], e)
+	if h := elementHash(buf); idx.posIs(h, i) {
+		delete(idx.pos, h)
+	} else {
+		delete(idx.spill, string(buf))
+	}
 	last := int32(len(idx.elems) - 1)
 	if i != last {
 		moved := idx.elems[last]
 		idx.elems[i] = moved
+		idx.elems[last] = Element{}
+		idx.elems = idx.elems[:last]
 		buf = appendElementID(buf[:0], moved)
-		idx.pos[string(buf)] = i
+		idx.setPosMoved(buf, last, i)
+		return buf
 	}
 	idx.elems[last] = Element{}
 	idx.elems = idx.elems[:last]
 	return buf
 }
 
+// setPosMoved points the entry of the element moved from position from to
+// position to.
+func (idx *setIndex) setPosMoved(id []byte, from, to int32) {
+	if h := elementHash(id); idx.posIs(h, from) {
+		idx.pos[h] = to
+		return
+	}
+	idx.spill[string(id)] = to
+}
+
+// posIs reports whether hash h is the entry of position i (a position has
+// one entry: in pos, or in spill).
+func (idx *setIndex) posIs(h uint64, i int32) bool {
+	j, ok := idx.pos[h]
+	return ok && j == i
+}
+
 // add appends a copy of a canonical element not yet present.
 func (idx *setIndex) add(e Element, buf []byte) []byte {
-	buf = appendElementID(buf[:0], e)
-	if _, ok := idx.pos[string(buf)]; ok {
+	if _, ok := idx.find(e, buf); ok {
 		return buf
 	}
-	idx.pos[string(buf)] = int32(len(idx.elems))
-	idx.elems = append(idx.elems, copyElement(e))
-	return buf
+	return idx.insert(copyElement(e), buf)
+}
+
+// sameIdentity reports whether two canonical elements have one identity.
+func sameIdentity(a, b Element) bool {
+	if !bytes.Equal(a.Key, b.Key) || !bytes.Equal(a.KeyEnd, b.KeyEnd) || !bytes.Equal(a.Data, b.Data) ||
+		(a.Data == nil) != (b.Data == nil) || (a.Verdict == nil) != (b.Verdict == nil) {
+		return false
+	}
+	return a.Verdict == nil || (a.Verdict.Kind == b.Verdict.Kind && a.Verdict.Chain == b.Verdict.Chain)
 }
 
 // appendElementID appends the element's identity: key, key end, verdict.

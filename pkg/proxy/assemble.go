@@ -32,13 +32,17 @@ var lastRevision atomic.Uint64
 type setState struct {
 	spec     *nft.Set // name and type only
 	elems    []nft.Element
-	pos      map[string]int // element ID -> index in elems
-	refs     map[string]int
-	revision uint64
+	slots    map[string]slot // element ID -> where it is, how many contribute it
+	revision uint64          // 0 until the set first has elements
 	// before holds, for each element touched since the last table, what
-	// the set held then (nil: absent).
-	before map[string]*nft.Element
+	// the set held then (nil: absent). A set without a revision keeps
+	// none: it has no earlier revision to change from (changed says
+	// whether it was touched).
+	before  map[string]*nft.Element
+	changed bool
 }
+
+type slot struct{ pos, refs int32 }
 
 func newTableBuilder(opts CompileOptions) *tableBuilder {
 	if opts.Table == "" {
@@ -57,7 +61,7 @@ func newTableBuilder(opts CompileOptions) *tableBuilder {
 func (tb *tableBuilder) state(name string) *setState {
 	s := tb.sets[name]
 	if s == nil {
-		s = &setState{spec: setSpec(name), pos: map[string]int{}, refs: map[string]int{}}
+		s = &setState{spec: setSpec(name), slots: map[string]slot{}}
 		tb.sets[name] = s
 	}
 	return s
@@ -113,6 +117,10 @@ func (tb *tableBuilder) change(removed, added []*fragment) {
 }
 
 func (s *setState) touch(id string) {
+	s.changed = true
+	if s.revision == 0 {
+		return
+	}
 	if s.before == nil {
 		s.before = map[string]*nft.Element{}
 	}
@@ -120,8 +128,8 @@ func (s *setState) touch(id string) {
 		return
 	}
 	var was *nft.Element
-	if i, ok := s.pos[id]; ok {
-		e := s.elems[i]
+	if sl, ok := s.slots[id]; ok {
+		e := s.elems[sl.pos]
 		was = &e
 	}
 	s.before[id] = was
@@ -129,47 +137,59 @@ func (s *setState) touch(id string) {
 
 func (s *setState) add(e nft.Element) {
 	id := elementID(e)
-	s.refs[id]++
-	if s.refs[id] > 1 {
+	if sl, ok := s.slots[id]; ok {
+		sl.refs++
+		s.slots[id] = sl
 		return
 	}
 	s.touch(id)
-	s.pos[id] = len(s.elems)
+	s.slots[id] = slot{pos: int32(len(s.elems)), refs: 1}
 	s.elems = append(s.elems, e)
 }
 
 func (s *setState) remove(e nft.Element) {
 	id := elementID(e)
-	if s.refs[id] == 0 {
+	sl, ok := s.slots[id]
+	if !ok {
 		return
 	}
-	s.refs[id]--
-	if s.refs[id] > 0 {
+	if sl.refs--; sl.refs > 0 {
+		s.slots[id] = sl
 		return
 	}
-	delete(s.refs, id)
 	s.touch(id)
-	i := s.pos[id]
-	last := len(s.elems) - 1
-	if i != last {
-		s.elems[i] = s.elems[last]
-		s.pos[elementID(s.elems[i])] = i
+	last := int32(len(s.elems) - 1)
+	if sl.pos != last {
+		s.elems[sl.pos] = s.elems[last]
+		moved := elementID(s.elems[sl.pos])
+		m := s.slots[moved]
+		m.pos = sl.pos
+		s.slots[moved] = m
 	}
+	s.elems[last] = nft.Element{}
 	s.elems = s.elems[:last]
-	delete(s.pos, id)
+	delete(s.slots, id)
 }
 
 // finish closes a round of changes: the set's new revision and what
-// changed since the previous one (nil when nothing did).
+// changed since the previous one (nil when nothing did, or when the set
+// had no revision yet).
 func (s *setState) finish(next func() uint64) *nft.SetChanges {
-	if len(s.before) == 0 {
+	if !s.changed {
+		return nil
+	}
+	s.changed = false
+	if s.revision == 0 {
+		if len(s.elems) > 0 {
+			s.revision = next()
+		}
 		return nil
 	}
 	ch := &nft.SetChanges{From: s.revision}
 	for id, was := range s.before {
 		var now *nft.Element
-		if i, ok := s.pos[id]; ok {
-			now = &s.elems[i]
+		if sl, ok := s.slots[id]; ok {
+			now = &s.elems[sl.pos]
 		}
 		switch {
 		case was == nil && now != nil:
@@ -186,9 +206,6 @@ func (s *setState) finish(next func() uint64) *nft.SetChanges {
 		return nil
 	}
 	s.revision = next()
-	if ch.From == 0 {
-		return nil // a new set: no revision to change from
-	}
 	return ch
 }
 
