@@ -6,7 +6,7 @@ BIN     := bin/netpol
 COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo " (modified)")
 PKGS    := ./...
 
-.PHONY: build install uninstall test lint bench bench-agent bench-churn bench-peers fuzz demo clean e2e e2e-deps image cluster-up cluster-down e2e-cluster
+.PHONY: build install uninstall test lint bench bench-agent bench-churn bench-scale bench-peers fuzz demo clean e2e e2e-deps image cluster-up cluster-down e2e-cluster
 
 # Where `make install` puts netpol (and kubectl-netpol, so that
 # `kubectl netpol ...` works): $(DESTDIR)$(PREFIX)/bin.
@@ -82,6 +82,15 @@ CHURN_SECONDS ?= 60
 bench-churn: e2e-deps build
 	NETPOL_CHURN_RATE=$(CHURN_RATE) NETPOL_CHURN_SECONDS=$(CHURN_SECONDS) \
 		$(GO) test -tags e2e -run '^$$' -bench BenchmarkPodChurn -benchtime 1x -count 1 -v -timeout 30m ./test/e2e
+
+# One `netpol agent` process against the real test API server holding a
+# synthetic cluster of each size in SCALE_PODS (test/e2e
+# BenchmarkAgentScale, root): time to ready, first sync, peak RSS. Writing
+# the 100,000-pod cluster takes the API server several minutes.
+SCALE_PODS ?= 10000,100000
+bench-scale: e2e-deps build
+	NETPOL_SCALE_PODS=$(SCALE_PODS) \
+		$(GO) test -tags e2e -run '^$$' -bench BenchmarkAgentScale -benchtime 1x -count 1 -v -timeout 2h ./test/e2e
 
 # A short run of every fuzz target.
 fuzz:

@@ -80,6 +80,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 	f.StringVar(&opts.HealthAddr, "health-bind-address", ":9754", "/healthz and /readyz (plain HTTP, what the kubelet probes; says nothing about the cluster) listen address (empty: off)")
 	f.StringVar(&opts.MetricsAddr, "metrics-bind-address", "127.0.0.1:9753", "plain HTTP /metrics listen address (empty: off; with --secure-port, off unless set: metrics are on the secure port)")
 	f.StringVar(&opts.DebugAddr, "debug-bind-address", "127.0.0.1:9755", "plain HTTP /debug/model (and its watch stream) listen address, for people on the node (empty: off)")
+	f.BoolVar(&opts.Profiling, "profiling", false, "serve Go's /debug/pprof/ on --debug-bind-address and the secure port (a CPU profile must take under 30 s: ?seconds=20)")
 	f.IntVar(&opts.Serving.SecurePort, "secure-port", 0, "HTTPS port serving /metrics and /debug/* to callers the API server authenticates (TokenReview) and authorizes (SubjectAccessReview), and /healthz, /readyz (0: off)")
 	f.StringVar(&opts.Serving.BindAddress, "bind-address", "0.0.0.0", "the secure port's listen address")
 	f.StringVar(&opts.Serving.CertFile, "tls-cert-file", "", "the secure port's serving certificate (PEM); without it, a self-signed one is made at start")

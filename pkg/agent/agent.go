@@ -21,6 +21,7 @@ import (
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -51,6 +52,9 @@ type Options struct {
 	MetricsAddr, HealthAddr, DebugAddr string
 	// Serving is the secure port (serving.go).
 	Serving ServingOptions
+	// Profiling serves Go's /debug/pprof/ next to /debug/model (the
+	// debug address and the secure port), as kube-proxy's --profiling.
+	Profiling bool
 	// ListenInNetNS opens the listeners inside NetNS (the lab).
 	ListenInNetNS bool
 	// ProtectAgentPorts makes the policy table accept the agent's
@@ -194,7 +198,13 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	// Core kinds as protobuf, as kube-proxy reads them: every node's
+	// agent lists every pod, and decoding protobuf takes a fraction of
+	// JSON's time and garbage. The policy CRDs are JSON only (dynamic).
+	protoCfg := rest.CopyConfig(cfg)
+	protoCfg.ContentType = runtime.ContentTypeProtobuf
+	protoCfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	kube, err := kubernetes.NewForConfig(protoCfg)
 	if err != nil {
 		return nil, err
 	}

@@ -113,6 +113,21 @@ func TestListeners(t *testing.T) {
 	}
 }
 
+// TestProfiling: --profiling serves Go's profiles on the debug address
+// (TestListeners: nothing there without it).
+func TestProfiling(t *testing.T) {
+	debug := freeAddr(t)
+	h := newHarness(t, loadSnapshot(t, "e2e.yaml"), Options{NoStatus: true, DebugAddr: debug, Profiling: true})
+	h.run()
+	h.waitFor("ready", 5*time.Second, func() bool { return h.agent.ready.Load() })
+	for path, want := range map[string]string{"/debug/pprof/": "goroutine", "/debug/pprof/heap?debug=1": "heap profile",
+		"/debug/model": `"chains"`} {
+		if code, body := get(t, "http://"+debug+path); code != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET %s: %d %q, want 200 with %q", path, code, trim(body), want)
+		}
+	}
+}
+
 func trim(s string) string {
 	if len(s) > 80 {
 		return s[:80] + "..."

@@ -1,0 +1,277 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/netpol/netpol/internal/benchstat"
+	"github.com/netpol/netpol/internal/synth"
+	"github.com/netpol/netpol/internal/testenv"
+	"github.com/netpol/netpol/pkg/cluster"
+)
+
+// BenchmarkAgentScale (issue 14) runs one `netpol agent` process against
+// the real test API server holding a synthetic cluster of each size in
+// NETPOL_SCALE_PODS (comma-separated; default 10,000, `make bench-scale`
+// runs 10,000 and 100,000; internal/synth as bench-agent: 100 pods per
+// namespace and per node, one NetworkPolicy per 10 pods, one admin or
+// baseline policy per 100, one Service per 5 pods with its EndpointSlice),
+// programming node-1 into a network namespace of its own. It reports the
+// time from the process's start to ready (the informers' initial lists
+// from the API server, then the first full sync of both tables, as a node
+// restart pays it), the agent's own first-sync duration (its
+// netpol_sync_duration_seconds sum), and its peak and current resident
+// memory (VmHWM, VmRSS) — the whole process, nothing left out.
+// NETPOL_SCALE_BINS ("name=path,...") runs other agent binaries too, one
+// after the other against the same objects (an earlier build, for ratios
+// in one run); the metrics carry each one's name.
+func BenchmarkAgentScale(b *testing.B) {
+	requireRoot(b)
+	sizes, err := benchstat.EnvInts("NETPOL_SCALE_PODS", []int{10000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, pods := range sizes {
+		b.Run(fmt.Sprintf("pods=%d", pods), func(b *testing.B) { agentScale(b, pods) })
+	}
+}
+
+func agentScale(b *testing.B, pods int) {
+	spec := synth.Spec{Namespaces: pods / 100, Pods: pods, Nodes: pods / 100, NetworkPolicies: pods / 10,
+		AdminPolicies: pods / 100, Services: pods / 5, Seed: 1}
+	snap, err := synth.Snapshot(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	env := testenv.Start(b, testenv.Options{})
+	installCRDs(b, env)
+	kcfg := agentKubeconfig(b, env)
+	start := time.Now()
+	writeSnapshot(b, env, snap)
+	b.Logf("wrote %d pods, %d Services, %d NetworkPolicies, %d admin policies in %v", len(snap.Pods), len(snap.Services),
+		len(snap.NetworkPolicies), len(snap.AdminPolicies)+len(snap.BaselinePolicies)+len(snap.ClusterPolicies), time.Since(start).Round(time.Second))
+
+	ns := fmt.Sprintf("netpol-scale-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		b.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	b.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
+	bins := []struct{ name, path string }{{"netpol", netpolBin}}
+	if v := os.Getenv("NETPOL_SCALE_BINS"); v != "" {
+		for _, f := range strings.Split(v, ",") {
+			name, path, ok := strings.Cut(f, "=")
+			if !ok {
+				b.Fatalf("NETPOL_SCALE_BINS: %q is not name=path", f)
+			}
+			bins = append(bins, struct{ name, path string }{name, path})
+		}
+	}
+	for b.Loop() {
+		for _, bin := range bins {
+			runScaleAgent(b, pods, bin.name, bin.path, kcfg, ns)
+		}
+	}
+}
+
+// runScaleAgent starts one agent binary on node-1, waits for it to be
+// ready, reports its figures and stops it.
+func runScaleAgent(b *testing.B, pods int, name, bin, kcfg, ns string) {
+	a := &agentProc{health: freeAddr(b), metrics: freeAddr(b), debug: freeAddr(b)}
+	logf, err := os.CreateTemp("", "netpol-agent-scale-*.log")
+	if err != nil {
+		b.Fatal(err)
+	}
+	a.log = logf.Name()
+	defer os.Remove(a.log)
+	a.cmd = exec.Command(bin, "agent", "--kubeconfig", kcfg, "--node-name", "node-1", "--netns", ns, "--no-status",
+		"--health-bind-address", a.health, "--metrics-bind-address", a.metrics, "--debug-bind-address", a.debug, "--log-format", "json")
+	a.cmd.Stdout, a.cmd.Stderr = logf, logf
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	started := time.Now()
+	if err := a.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	logf.Close()
+	defer a.kill()
+	for !a.ready() {
+		if time.Since(started) > 10*time.Minute {
+			data, _ := os.ReadFile(a.log)
+			b.Fatalf("%s: agent not ready after %v:\n%s", name, time.Since(started).Round(time.Second), tail(string(data), 20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ready := time.Since(started)
+	syncSeconds := a.metric(b, "netpol_sync_duration_seconds_sum")
+	time.Sleep(5 * time.Second) // settled: nothing changes any more
+	hwm, _ := benchstat.ProcStatusKiB(a.cmd.Process.Pid, "VmHWM")
+	rss, _ := benchstat.ProcStatusKiB(a.cmd.Process.Pid, "VmRSS")
+	b.ReportMetric(ready.Seconds(), "ready-s-"+name)
+	b.ReportMetric(syncSeconds, "first-sync-s-"+name)
+	b.ReportMetric(float64(hwm)/1024, "peak-rss-MB-"+name)
+	b.ReportMetric(float64(rss)/1024, "rss-MB-"+name)
+	b.Logf("%s, %d pods: ready %v after start (first sync %.2f s); VmHWM %.0f MiB, VmRSS %.0f MiB",
+		name, pods, ready.Round(time.Millisecond), syncSeconds, float64(hwm)/1024, float64(rss)/1024)
+}
+
+// agentKubeconfig applies deploy/'s namespace and RBAC and returns a
+// kubeconfig of the agent's service account.
+func agentKubeconfig(b *testing.B, env *testenv.Env) string {
+	resources, err := testenv.KustomizationResources(filepath.Join(repo, "deploy"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var real []string
+	for _, r := range resources {
+		if !strings.Contains(r, "crds") && !strings.Contains(r, "daemonset") {
+			real = append(real, r)
+		}
+	}
+	if err := env.ApplyFiles(context.Background(), false, real...); err != nil {
+		b.Fatal(err)
+	}
+	kcfg, _, err := env.ServiceAccountConfig(context.Background(), "netpol-system", "netpol-agent")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return kcfg
+}
+
+// writeSnapshot creates every object of snap through the API, 32 writers
+// at a time (pods and nodes get their status in a second write, as a
+// kubelet reports it).
+func writeSnapshot(b *testing.B, env *testenv.Env, snap *cluster.Snapshot) {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = 5000, 5000
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(rest.CopyConfig(env.Config))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	opts := metav1.CreateOptions{}
+	var written atomic.Int64
+	each := func(what string, n int, write func(i int) error) {
+		start := time.Now()
+		work := make(chan int)
+		var wg sync.WaitGroup
+		var failed atomic.Value
+		for range 32 {
+			wg.Go(func() {
+				for i := range work {
+					if err := write(i); err != nil && !apierrors.IsAlreadyExists(err) {
+						failed.CompareAndSwap(nil, fmt.Errorf("%s %d: %w", what, i, err))
+					}
+					written.Add(1)
+				}
+			})
+		}
+		for i := range n {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+		if err, _ := failed.Load().(error); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("  %d %s in %v", n, what, time.Since(start).Round(time.Millisecond))
+	}
+	each("namespaces", len(snap.Namespaces), func(i int) error {
+		o := snap.Namespaces[i].DeepCopy()
+		_, err := kube.CoreV1().Namespaces().Create(ctx, o, opts)
+		return err
+	})
+	each("nodes", len(snap.Nodes), func(i int) error {
+		n := snap.Nodes[i].DeepCopy()
+		created, err := kube.CoreV1().Nodes().Create(ctx, n, opts)
+		if err != nil {
+			return err
+		}
+		created.Status = snap.Nodes[i].Status
+		_, err = kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		return err
+	})
+	each("pods", len(snap.Pods), func(i int) error {
+		p := snap.Pods[i].DeepCopy()
+		if len(p.Spec.Containers) == 0 {
+			p.Spec.Containers = []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}
+		}
+		for j := range p.Spec.Containers {
+			if p.Spec.Containers[j].Name == "" {
+				p.Spec.Containers[j].Name = fmt.Sprint("c", j)
+			}
+			if p.Spec.Containers[j].Image == "" {
+				p.Spec.Containers[j].Image = "registry.k8s.io/pause:3.10"
+			}
+		}
+		created, err := kube.CoreV1().Pods(p.Namespace).Create(ctx, p, opts)
+		if err != nil {
+			return err
+		}
+		created.Status = snap.Pods[i].Status
+		_, err = kube.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		return err
+	})
+	each("Services", len(snap.Services), func(i int) error {
+		_, err := kube.CoreV1().Services(snap.Services[i].Namespace).Create(ctx, snap.Services[i].DeepCopy(), opts)
+		return err
+	})
+	each("EndpointSlices", len(snap.EndpointSlices), func(i int) error {
+		_, err := kube.DiscoveryV1().EndpointSlices(snap.EndpointSlices[i].Namespace).Create(ctx, snap.EndpointSlices[i].DeepCopy(), opts)
+		return err
+	})
+	each("NetworkPolicies", len(snap.NetworkPolicies), func(i int) error {
+		_, err := kube.NetworkingV1().NetworkPolicies(snap.NetworkPolicies[i].Namespace).Create(ctx, snap.NetworkPolicies[i].DeepCopy(), opts)
+		return err
+	})
+	var admin []*unstructured.Unstructured
+	add := func(obj any, gvr schema.GroupVersionResource, kind string) {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			b.Fatal(err)
+		}
+		o := &unstructured.Unstructured{Object: u}
+		o.SetAPIVersion(gvr.GroupVersion().String())
+		o.SetKind(kind)
+		admin = append(admin, o)
+	}
+	for _, p := range snap.AdminPolicies {
+		add(p, cluster.GVRAdminPolicy, "AdminNetworkPolicy")
+	}
+	for _, p := range snap.BaselinePolicies {
+		add(p, cluster.GVRBaselinePolicy, "BaselineAdminNetworkPolicy")
+	}
+	for _, p := range snap.ClusterPolicies {
+		add(p, cluster.GVRClusterPolicyV1beta1, "ClusterNetworkPolicy")
+	}
+	each("admin policies", len(admin), func(i int) error {
+		gvr := map[string]schema.GroupVersionResource{"AdminNetworkPolicy": cluster.GVRAdminPolicy,
+			"BaselineAdminNetworkPolicy": cluster.GVRBaselinePolicy, "ClusterNetworkPolicy": cluster.GVRClusterPolicyV1beta1}[admin[i].GetKind()]
+		_, err := dyn.Resource(gvr).Create(ctx, admin[i], opts)
+		return err
+	})
+}
