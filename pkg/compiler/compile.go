@@ -62,6 +62,9 @@ func Compile(r *eval.Resolved, opts Options) (*nft.Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, s := range c.t.Sets {
+		sortElements(s)
+	}
 	return c.t, nil
 }
 
@@ -107,9 +110,8 @@ func compile(r *eval.Resolved, opts Options) (*compiler, error) {
 		}
 		c.live.classes[classSignature(p.Namespace, p.Labels, p.Ports)] = classes
 	}
-	for _, s := range c.t.Sets {
-		sortElements(s)
-	}
+	// Elements are in the order they were made: Compile sorts them (for
+	// people and golden files), Live and the kernel need no order.
 	return c, nil
 }
 

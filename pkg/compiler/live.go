@@ -1,7 +1,6 @@
 package compiler
 
 import (
-	"bytes"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -694,9 +693,7 @@ func (l *Live) Snapshot() *nft.Table {
 	for name, s := range l.table.Sets {
 		cs := &nft.Set{Name: s.Name, Fields: s.Fields, Interval: s.Interval, Verdict: s.Verdict, Data: s.Data, Timeout: s.Timeout,
 			Dynamic: s.Dynamic, Typeof: s.Typeof, Elements: slices.Clone(s.Elements)}
-		if _, changed := l.pos[name]; changed {
-			slices.SortFunc(cs.Elements, func(a, b nft.Element) int { return bytes.Compare(a.Key, b.Key) })
-		}
+		sortElements(cs)
 		c.Sets[name] = cs
 	}
 	return c
