@@ -555,7 +555,19 @@ func availableForTopology(ep Endpoint, mode, node, zone string) bool {
 	return true
 }
 
+// filter returns the endpoints keep keeps: eps itself when it keeps them
+// all (the usual case: every endpoint ready), shared and read only.
 func filter(eps []Endpoint, keep func(Endpoint) bool) []Endpoint {
+	all := true
+	for _, ep := range eps {
+		if !keep(ep) {
+			all = false
+			break
+		}
+	}
+	if all {
+		return slices.Clip(eps)
+	}
 	var out []Endpoint
 	for _, ep := range eps {
 		if keep(ep) {

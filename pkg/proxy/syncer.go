@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 
@@ -105,18 +106,19 @@ func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
 		fresh.gen = s.gen
 		var oldFrags []*fragment
 		if old != nil {
-			oldFrags = old.frags
+			oldFrags = s.contributions(m, old)
 		} else {
 			added = append(added, k)
 		}
 		s.tb.change(oldFrags, fresh.frags)
+		forgetContributions(fresh.frags)
 		s.services[k] = fresh
 	}
 	s.order = insertSorted(s.order, added)
 	if len(s.order) != len(snap.Services) { // some Service is gone
 		for k, old := range s.services {
 			if old.gen != s.gen {
-				s.tb.change(old.frags, nil)
+				s.tb.change(s.contributions(m, old), nil)
 				delete(s.services, k)
 			}
 		}
@@ -154,6 +156,36 @@ func insertSorted(order, keys []svcKey) []svcKey {
 
 func compareKeys(a, b svcKey) int {
 	return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
+}
+
+// A fragment's contributions to the shared sets are in those sets once
+// added, so the Syncer does not keep a second copy of them (a third of its
+// memory at 20,000 Services): a Service that changes or goes has its
+// contributions made again from its ports, as they were made then (the
+// node's inputs have not changed, or every Service is rebuilt).
+
+// contributions gives ss's fragments their contributions again, for
+// tableBuilder.change to remove. A port that does not compile as it did
+// (impossible with the same inputs) is reported in m.Errors and every
+// Service is rebuilt at the next Sync.
+func (s *Syncer) contributions(m *Model, ss *syncedService) []*fragment {
+	for i, fr := range ss.frags {
+		again, err := compilePort(ss.ports[i], s.npa)
+		if err != nil {
+			m.Errors = append(m.Errors, fmt.Errorf("%s/%s port %s compiled before and not now (all Services are rebuilt at the next sync): %w",
+				ss.svc.Namespace, ss.svc.Name, ss.ports[i].PortName, err))
+			s.nodeKnown = false
+			continue
+		}
+		fr.elems = again.elems
+	}
+	return ss.frags
+}
+
+func forgetContributions(frags []*fragment) {
+	for _, fr := range frags {
+		fr.elems = nil
+	}
 }
 
 // build builds one Service's ports and fragments with the node's inputs.
