@@ -185,6 +185,7 @@ func leanTransform(obj any) (any, error) {
 	case *discoveryv1.EndpointSlice:
 		out := *o
 		out.ObjectMeta = leanMeta(o.ObjectMeta)
+		out.Endpoints = leanEndpoints(o.Endpoints)
 		return &out, nil
 	case *networkingv1.NetworkPolicy:
 		out := *o
@@ -195,6 +196,36 @@ func leanTransform(obj any) (any, error) {
 }
 
 var _ cache.TransformFunc = leanTransform
+
+// leanEndpoints keeps what the proxy reads of each endpoint: addresses,
+// conditions, node, zone, hints and the pod it names (kind, namespace,
+// name); the conditions point at shared values.
+func leanEndpoints(eps []discoveryv1.Endpoint) []discoveryv1.Endpoint {
+	out := make([]discoveryv1.Endpoint, len(eps))
+	for i, e := range eps {
+		out[i] = discoveryv1.Endpoint{Addresses: e.Addresses, NodeName: e.NodeName, Zone: e.Zone, Hints: e.Hints,
+			Conditions: discoveryv1.EndpointConditions{Ready: sharedBool(e.Conditions.Ready),
+				Serving: sharedBool(e.Conditions.Serving), Terminating: sharedBool(e.Conditions.Terminating)}}
+		if r := e.TargetRef; r != nil {
+			out[i].TargetRef = &corev1.ObjectReference{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}
+		}
+	}
+	return out
+}
+
+var sharedTrue, sharedFalse = true, false
+
+// sharedBool is p's value as a pointer shared by every lean object (read
+// only, as every informer object is).
+func sharedBool(p *bool) *bool {
+	switch {
+	case p == nil:
+		return nil
+	case *p:
+		return &sharedTrue
+	}
+	return &sharedFalse
+}
 
 // sameLean reports whether an update changed nothing netpol reads: the
 // two objects (both already lean) are equal but for their resource

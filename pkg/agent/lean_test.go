@@ -12,12 +12,15 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/policy"
+	"github.com/netpol/netpol/pkg/proxy"
 )
 
 // kubeletPod is a pod as a kubelet and a ReplicaSet leave it: managed
@@ -252,3 +255,54 @@ func BenchmarkLeanPods(b *testing.B) {
 	b.ReportMetric(lean, "lean-bytes/pod")
 	b.ReportMetric(lean/full, "ratio")
 }
+
+// TestLeanEndpointSlice: the proxy builds the same Services from a lean
+// EndpointSlice as from the full one, and the lean one keeps no endpoint
+// field the proxy does not read.
+func TestLeanEndpointSlice(t *testing.T) {
+	yes, no := true, false
+	node, zone, host := "node-1", "zone-a", "web-0"
+	full := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "web-1", Namespace: "shop", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}, Annotations: map[string]string{"a": "b"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080)), Protocol: ptr(corev1.ProtocolTCP)}},
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.244.1.5"}, Conditions: discoveryv1.EndpointConditions{Ready: &yes, Serving: &yes, Terminating: &no},
+				Hostname: &host, NodeName: &node, Zone: &zone, DeprecatedTopology: map[string]string{"x": "y"},
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "shop", Name: "web-0", UID: "1234", ResourceVersion: "99"}},
+			{Addresses: []string{"10.244.2.5"}, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes},
+				Hints: &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-a"}}}},
+		},
+	}
+	obj, err := leanTransform(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lean := obj.(*discoveryv1.EndpointSlice)
+	if e := lean.Endpoints[0]; e.Hostname != nil || e.DeprecatedTopology != nil || e.TargetRef.UID != "" || e.TargetRef.Name != "web-0" || len(lean.Annotations) > 0 {
+		t.Errorf("lean endpoint keeps what the proxy does not read: %+v", e)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, Type: corev1.ServiceTypeClusterIP,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}}}}
+	models := map[string]string{}
+	for name, es := range map[string]*discoveryv1.EndpointSlice{"full": full, "lean": lean} {
+		snap := cluster.New()
+		snap.Services = append(snap.Services, svc)
+		snap.EndpointSlices = append(snap.EndpointSlices, es)
+		m, _ := proxy.NewSyncer("node-1", proxy.Options{}, proxy.CompileOptions{}).Sync(snap)
+		if len(m.Services) != 1 || len(m.Services[0].ClusterEndpoints) != 1 {
+			t.Fatalf("%s: %d Service ports: %+v", name, len(m.Services), m.Services)
+		}
+		data, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		models[name] = string(data)
+	}
+	if models["full"] != models["lean"] {
+		t.Errorf("the lean slice builds another model:\nfull %s\nlean %s", models["full"], models["lean"])
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
