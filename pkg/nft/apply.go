@@ -212,7 +212,7 @@ func (a *Applier) plan(desired *Table) (*Plan, error) {
 		// table makes the plan add it.
 		if cur != nil {
 			for _, s := range cur.Sets {
-				s.index = newSetIndex(s, false)
+				s.index = newSetIndex(s)
 				s.Elements = s.index.elems
 			}
 			a.cache = cur
@@ -475,8 +475,8 @@ func (a *Applier) commit(p *Plan, desired *Table) {
 	a.cache = next
 }
 
-// snapshot copies the desired table as the cache, sharing nothing with the
-// caller.
+// snapshot copies the desired table as the cache: its own chains, sets and
+// element lists; element bytes are shared (newSetIndex).
 func snapshot(t *Table, name string) *Table {
 	c := NewTable(name)
 	for n, ch := range t.Chains {
@@ -501,11 +501,11 @@ func snapshotChain(ch *Chain) *Chain {
 	return cc
 }
 
-// snapshotSet copies the spec and indexes canonical copies of the elements.
+// snapshotSet copies the spec and indexes the elements in canonical form.
 func snapshotSet(s *Set) *Set {
 	cs := &Set{Name: s.Name, Fields: slices.Clone(s.Fields), Interval: s.Interval, Verdict: s.Verdict,
 		Data: slices.Clone(s.Data), Timeout: s.Timeout, Dynamic: s.Dynamic}
-	cs.index = newSetIndex(s, true)
+	cs.index = newSetIndex(s)
 	cs.Elements = cs.index.elems
 	return cs
 }

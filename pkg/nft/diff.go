@@ -265,7 +265,7 @@ func normalElements(s *Set) []Element {
 	if s.index != nil {
 		return s.index.elems
 	}
-	return newSetIndex(s, false).elems
+	return newSetIndex(s).elems
 }
 
 func normalElement(s *Set, e Element) Element {

@@ -25,20 +25,16 @@ var indexSeed = maphash.MakeSeed()
 // test).
 var elementHash = func(id []byte) uint64 { return maphash.Bytes(indexSeed, id) }
 
-// newSetIndex indexes the set's elements in canonical form; copyBytes
-// makes the index own copies (the cache) instead of sharing the set's.
-func newSetIndex(s *Set, copyBytes bool) *setIndex {
+// newSetIndex indexes the set's elements in canonical form. The index
+// shares their bytes: element bytes are never written once made (the
+// compiler, the proxy and the kernel read-back make new ones), so the
+// Applier's cache owns only the Element values and the index, not a third
+// copy of every key.
+func newSetIndex(s *Set) *setIndex {
 	idx := &setIndex{elems: make([]Element, 0, len(s.Elements)), pos: make(map[uint64]int32, len(s.Elements))}
 	buf := make([]byte, 0, 256)
 	for _, e := range s.Elements {
-		e = normalElement(s, e)
-		if copyBytes {
-			if _, dup := idx.find(e, buf); dup {
-				continue
-			}
-			e = copyElement(e)
-		}
-		buf = idx.insert(e, buf)
+		buf = idx.insert(normalElement(s, e), buf)
 	}
 	return idx
 }
@@ -48,7 +44,7 @@ func indexOf(s *Set) *setIndex {
 	if s.index != nil {
 		return s.index
 	}
-	return newSetIndex(s, false)
+	return newSetIndex(s)
 }
 
 // find returns the position of e (canonical); buf is scratch space.
@@ -140,12 +136,9 @@ func (idx *setIndex) posIs(h uint64, i int32) bool {
 	return ok && j == i
 }
 
-// add appends a copy of a canonical element not yet present.
+// add appends a canonical element not yet present.
 func (idx *setIndex) add(e Element, buf []byte) []byte {
-	if _, ok := idx.find(e, buf); ok {
-		return buf
-	}
-	return idx.insert(copyElement(e), buf)
+	return idx.insert(e, buf)
 }
 
 // sameIdentity reports whether two canonical elements have one identity.

@@ -21,7 +21,7 @@ func TestSetIndexCollisions(t *testing.T) {
 			saved := elementHash
 			elementHash = hash.fn
 			defer func() { elementHash = saved }()
-			idx := newSetIndex(&Set{Fields: []FieldType{FieldPort}}, true)
+			idx := newSetIndex(&Set{Fields: []FieldType{FieldPort}})
 			want := map[string]bool{}
 			r := rand.New(rand.NewPCG(1, 2))
 			elem := func(n int) Element {
