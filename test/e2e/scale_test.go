@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,7 +47,11 @@ import (
 // memory (VmHWM, VmRSS) — the whole process, nothing left out.
 // NETPOL_SCALE_BINS ("name=path,...") runs other agent binaries too, one
 // after the other against the same objects (an earlier build, for ratios
-// in one run); the metrics carry each one's name.
+// in one run); the metrics carry each one's name. NETPOL_SCALE_PROFILE=DIR
+// runs this tree's agent with --profiling and GODEBUG=gctrace=1 and keeps, in DIR,
+// its heap profile once settled (after a collection: in-use, and
+// allocated since the start)
+// and its log (one line per garbage collection: the heap's size at each).
 func BenchmarkAgentScale(b *testing.B) {
 	requireRoot(b)
 	sizes, err := benchstat.EnvInts("NETPOL_SCALE_PODS", []int{10000})
@@ -104,8 +110,19 @@ func runScaleAgent(b *testing.B, pods int, name, bin, kcfg, ns string) {
 	}
 	a.log = logf.Name()
 	defer os.Remove(a.log)
-	a.cmd = exec.Command(bin, "agent", "--kubeconfig", kcfg, "--node-name", "node-1", "--netns", ns, "--no-status",
-		"--health-bind-address", a.health, "--metrics-bind-address", a.metrics, "--debug-bind-address", a.debug, "--log-format", "json")
+	args := []string{"agent", "--kubeconfig", kcfg, "--node-name", "node-1", "--netns", ns, "--no-status",
+		"--health-bind-address", a.health, "--metrics-bind-address", a.metrics, "--debug-bind-address", a.debug, "--log-format", "json"}
+	profileDir := os.Getenv("NETPOL_SCALE_PROFILE")
+	if bin != netpolBin {
+		profileDir = "" // an earlier build may not know --profiling
+	}
+	if profileDir != "" {
+		args = append(args, "--profiling")
+	}
+	a.cmd = exec.Command(bin, args...)
+	if profileDir != "" {
+		a.cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
+	}
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	started := time.Now()
@@ -126,12 +143,33 @@ func runScaleAgent(b *testing.B, pods int, name, bin, kcfg, ns string) {
 	time.Sleep(5 * time.Second) // settled: nothing changes any more
 	hwm, _ := benchstat.ProcStatusKiB(a.cmd.Process.Pid, "VmHWM")
 	rss, _ := benchstat.ProcStatusKiB(a.cmd.Process.Pid, "VmRSS")
+	if profileDir != "" {
+		saveProfile(b, "http://"+a.debug+"/debug/pprof/heap?gc=1", filepath.Join(profileDir, fmt.Sprintf("%s-%d-heap.pprof", name, pods)))
+		if data, err := os.ReadFile(a.log); err == nil {
+			os.WriteFile(filepath.Join(profileDir, fmt.Sprintf("%s-%d.log", name, pods)), data, 0o644)
+		}
+	}
 	b.ReportMetric(ready.Seconds(), "ready-s-"+name)
 	b.ReportMetric(syncSeconds, "first-sync-s-"+name)
 	b.ReportMetric(float64(hwm)/1024, "peak-rss-MB-"+name)
 	b.ReportMetric(float64(rss)/1024, "rss-MB-"+name)
 	b.Logf("%s, %d pods: ready %v after start (first sync %.2f s); VmHWM %.0f MiB, VmRSS %.0f MiB",
 		name, pods, ready.Round(time.Millisecond), syncSeconds, float64(hwm)/1024, float64(rss)/1024)
+}
+
+func saveProfile(b *testing.B, url, path string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // agentKubeconfig applies deploy/'s namespace and RBAC and returns a
