@@ -49,8 +49,9 @@ import (
 // after the other against the same objects (an earlier build, for ratios
 // in one run); the metrics carry each one's name. NETPOL_SCALE_PROFILE=DIR
 // runs this tree's agent with --profiling and GODEBUG=gctrace=1 and keeps, in DIR,
-// its heap profile once settled (after a collection: in-use, and
-// allocated since the start)
+// its heap profiles every 250 ms until ready (as of the last collection)
+// and once settled (after a collection: in-use, and allocated since the
+// start)
 // and its log (one line per garbage collection: the heap's size at each).
 func BenchmarkAgentScale(b *testing.B) {
 	requireRoot(b)
@@ -131,7 +132,15 @@ func runScaleAgent(b *testing.B, pods int, name, bin, kcfg, ns string) {
 	}
 	logf.Close()
 	defer a.kill()
+	startup := 0
 	for !a.ready() {
+		if profileDir != "" && time.Since(started) > time.Duration(startup)*250*time.Millisecond {
+			// The heap as of the last collection, every 250 ms until
+			// ready: what the informers' initial lists and the first sync
+			// hold (the debug listener is up from the start).
+			startup++
+			saveProfileIfUp("http://"+a.debug+"/debug/pprof/heap", filepath.Join(profileDir, fmt.Sprintf("%s-%d-startup-%02d.pprof", name, pods, startup)))
+		}
 		if time.Since(started) > 10*time.Minute {
 			data, _ := os.ReadFile(a.log)
 			b.Fatalf("%s: agent not ready after %v:\n%s", name, time.Since(started).Round(time.Second), tail(string(data), 20))
@@ -169,6 +178,18 @@ func saveProfile(b *testing.B, url, path string) {
 	}
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// saveProfileIfUp saves the profile at url when the agent answers.
+func saveProfileIfUp(url, path string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	if data, err := io.ReadAll(resp.Body); err == nil && resp.StatusCode == http.StatusOK {
+		os.WriteFile(path, data, 0o644)
 	}
 }
 
