@@ -97,23 +97,7 @@ func newWorldWith(t testing.TB, base string, withCRDs bool) *world {
 	if withCRDs {
 		installCRDs(t, env)
 	}
-	resources, err := testenv.KustomizationResources(filepath.Join(repo, "deploy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var real []string
-	for _, r := range resources {
-		if !strings.Contains(r, "crds") && !strings.Contains(r, "daemonset") {
-			real = append(real, r)
-		}
-	}
-	if err := env.ApplyFiles(ctx, false, real...); err != nil {
-		t.Fatal(err)
-	}
-	kcfg, _, err := env.ServiceAccountConfig(ctx, "netpol-system", "netpol-agent")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kcfg := agentKubeconfig(t, env)
 	snap, report := cluster.LoadPaths([]string{filepath.Join(repo, "testdata", "base", base+".yaml")}, nil)
 	if len(report.Errors) > 0 {
 		t.Fatal(report.Errors)
@@ -125,6 +109,7 @@ func newWorldWith(t testing.TB, base string, withCRDs bool) *world {
 	for _, n := range snap.Nodes {
 		w.publishNode(n)
 	}
+	var err error
 	w.lab, err = lab.Up(ctx, snap, lab.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -142,6 +127,29 @@ func newWorldWith(t testing.TB, base string, withCRDs bool) *world {
 	}
 	w.converged("initial state", time.Now())
 	return w
+}
+
+// agentKubeconfig applies deploy/'s namespace and RBAC (not its CRDs or
+// DaemonSet) and returns a kubeconfig of the agent's service account.
+func agentKubeconfig(t testing.TB, env *testenv.Env) string {
+	resources, err := testenv.KustomizationResources(filepath.Join(repo, "deploy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var real []string
+	for _, r := range resources {
+		if !strings.Contains(r, "crds") && !strings.Contains(r, "daemonset") {
+			real = append(real, r)
+		}
+	}
+	if err := env.ApplyFiles(context.Background(), false, real...); err != nil {
+		t.Fatal(err)
+	}
+	kcfg, _, err := env.ServiceAccountConfig(context.Background(), "netpol-system", "netpol-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kcfg
 }
 
 func installCRDs(t testing.TB, env *testenv.Env) {

@@ -193,29 +193,6 @@ func saveProfileIfUp(url, path string) {
 	}
 }
 
-// agentKubeconfig applies deploy/'s namespace and RBAC and returns a
-// kubeconfig of the agent's service account.
-func agentKubeconfig(b *testing.B, env *testenv.Env) string {
-	resources, err := testenv.KustomizationResources(filepath.Join(repo, "deploy"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var real []string
-	for _, r := range resources {
-		if !strings.Contains(r, "crds") && !strings.Contains(r, "daemonset") {
-			real = append(real, r)
-		}
-	}
-	if err := env.ApplyFiles(context.Background(), false, real...); err != nil {
-		b.Fatal(err)
-	}
-	kcfg, _, err := env.ServiceAccountConfig(context.Background(), "netpol-system", "netpol-agent")
-	if err != nil {
-		b.Fatal(err)
-	}
-	return kcfg
-}
-
 // writeSnapshot creates every object of snap through the API, 32 writers
 // at a time (pods and nodes get their status in a second write, as a
 // kubelet reports it).
