@@ -137,15 +137,30 @@ func (s *sources) start(ctx context.Context) error {
 	return nil
 }
 
+// rediscoverLoop re-discovers the policy APIs on every CRD event, and
+// again 1, 2 and 4 s after the last one: the API server serves a new
+// CRD's resources in discovery only some time after the CRD's events (it
+// registers the group version once the CRD is established), so the
+// discovery an event triggers may not show them yet. A minute's ticker
+// covers anything else.
 func (s *sources) rediscoverLoop(ctx context.Context) {
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
+	var again <-chan time.Time
+	var delay time.Duration
 	for {
 		select {
 		case <-ctx.Done():
 			s.stopPolicies()
 			return
 		case <-s.rediscover:
+			delay = time.Second
+			again = time.After(delay)
+		case <-again:
+			again = nil
+			if delay *= 2; delay <= 4*time.Second {
+				again = time.After(delay)
+			}
 		case <-tick.C:
 		}
 		if err := s.discoverPolicies(ctx); err != nil {
