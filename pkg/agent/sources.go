@@ -280,11 +280,8 @@ func (s *sources) snapshot(withPods bool) (*cluster.Snapshot, map[cluster.Object
 			if !withPods {
 				return nil
 			}
-			objs, err := s.listers.pods.List(labels.Everything())
-			recs := make([]*leanPod, len(objs))
-			for i, o := range objs {
-				recs[i] = o.(*leanPod)
-			}
+			var recs []*leanPod
+			err := each(s.listers.pods, func(o any) { recs = append(recs, o.(*leanPod)) })
 			pods := thinPods(recs)
 			for i := range pods {
 				snap.Pods = append(snap.Pods, &pods[i])

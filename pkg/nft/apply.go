@@ -449,7 +449,7 @@ func (a *Applier) commit(p *Plan, desired *Table) {
 		cs := a.cache.Sets[op.Set.Name]
 		for _, e := range op.Elements {
 			if op.Kind == OpAddElements {
-				buf = cs.index.add(e, buf)
+				buf = cs.index.insert(e, buf)
 			} else {
 				buf = cs.index.remove(e, buf)
 			}

@@ -47,17 +47,23 @@ func indexOf(s *Set) *setIndex {
 	return newSetIndex(s)
 }
 
+// locate looks e (canonical) up: id is its identity (written into buf),
+// h its hash, i its position when ok, inPos whether pos (not spill) holds
+// it.
+func (idx *setIndex) locate(e Element, buf []byte) (id []byte, h uint64, i int32, inPos, ok bool) {
+	id = appendElementID(buf[:0], e)
+	h = elementHash(id)
+	if i, ok := idx.pos[h]; ok && sameIdentity(idx.elems[i], e) {
+		return id, h, i, true, true
+	}
+	i, ok = idx.spill[string(id)]
+	return id, h, i, false, ok
+}
+
 // find returns the position of e (canonical); buf is scratch space.
 func (idx *setIndex) find(e Element, buf []byte) (int32, bool) {
-	buf = appendElementID(buf[:0], e)
-	if i, ok := idx.pos[elementHash(buf)]; ok && sameIdentity(idx.elems[i], e) {
-		return i, true
-	}
-	if idx.spill != nil {
-		i, ok := idx.spill[string(buf)]
-		return i, ok
-	}
-	return 0, false
+	_, _, i, _, ok := idx.locate(e, buf)
+	return i, ok
 }
 
 // has reports whether e (canonical) is in the index.
@@ -66,79 +72,57 @@ func (idx *setIndex) has(e Element, buf []byte) bool {
 	return ok
 }
 
-// insert appends e unless present; it returns buf for reuse.
+// insert appends e (canonical) unless present; it returns buf for reuse.
 func (idx *setIndex) insert(e Element, buf []byte) []byte {
-	buf = appendElementID(buf[:0], e)
-	h := elementHash(buf)
-	i, taken := idx.pos[h]
-	if taken && sameIdentity(idx.elems[i], e) {
-		return buf
-	}
-	if idx.spill != nil {
-		if _, ok := idx.spill[string(buf)]; ok {
-			return buf
-		}
+	id, h, _, _, ok := idx.locate(e, buf)
+	if ok {
+		return id
 	}
 	n := int32(len(idx.elems))
 	idx.elems = append(idx.elems, e)
-	if taken {
-		if idx.spill == nil {
-			idx.spill = map[string]int32{}
-		}
-		idx.spill[string(buf)] = n
-	} else {
+	if _, taken := idx.pos[h]; !taken {
 		idx.pos[h] = n
+		return id
 	}
-	return buf
+	if idx.spill == nil {
+		idx.spill = map[string]int32{}
+	}
+	idx.spill[string(id)] = n
+	return id
 }
 
-// remove drops an element (swap with the last).
+// remove drops an element (swap with the last); it returns buf for reuse.
 func (idx *setIndex) remove(e Element, buf []byte) []byte {
-	i, ok := idx.find(e, buf)
+	id, h, i, inPos, ok := idx.locate(e, buf)
 	if !ok {
-		return buf
+		return id
 	}
-	buf = appendElementID(buf[:0], e)
-	if h := elementHash(buf); idx.posIs(h, i) {
+	if inPos {
 		delete(idx.pos, h)
 	} else {
-		delete(idx.spill, string(buf))
+		delete(idx.spill, string(id))
 	}
 	last := int32(len(idx.elems) - 1)
 	if i != last {
 		moved := idx.elems[last]
 		idx.elems[i] = moved
-		idx.elems[last] = Element{}
-		idx.elems = idx.elems[:last]
-		buf = appendElementID(buf[:0], moved)
-		idx.setPosMoved(buf, last, i)
-		return buf
+		// The moved element's entry, in pos or in spill, points at last.
+		id = appendElementID(id[:0], moved)
+		if h := elementHash(id); idx.posIs(h, last) {
+			idx.pos[h] = i
+		} else {
+			idx.spill[string(id)] = i
+		}
 	}
 	idx.elems[last] = Element{}
 	idx.elems = idx.elems[:last]
-	return buf
+	return id
 }
 
-// setPosMoved points the entry of the element moved from position from to
-// position to.
-func (idx *setIndex) setPosMoved(id []byte, from, to int32) {
-	if h := elementHash(id); idx.posIs(h, from) {
-		idx.pos[h] = to
-		return
-	}
-	idx.spill[string(id)] = to
-}
-
-// posIs reports whether hash h is the entry of position i (a position has
-// one entry: in pos, or in spill).
+// posIs reports whether pos maps h to position i.
 func (idx *setIndex) posIs(h uint64, i int32) bool {
 	j, ok := idx.pos[h]
 	return ok && j == i
-}
-
-// add appends a canonical element not yet present.
-func (idx *setIndex) add(e Element, buf []byte) []byte {
-	return idx.insert(e, buf)
 }
 
 // sameIdentity reports whether two canonical elements have one identity.

@@ -37,7 +37,7 @@ func TestSetIndexCollisions(t *testing.T) {
 				e := elem(n)
 				id := string(appendElementID(nil, e))
 				if r.IntN(2) == 0 {
-					buf = idx.add(e, buf)
+					buf = idx.insert(e, buf)
 					want[id] = true
 				} else {
 					buf = idx.remove(e, buf)

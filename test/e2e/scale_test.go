@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,7 +80,8 @@ func agentScale(b *testing.B, pods int) {
 	b.Logf("wrote %d pods, %d Services, %d NetworkPolicies, %d admin policies in %v", len(snap.Pods), len(snap.Services),
 		len(snap.NetworkPolicies), len(snap.AdminPolicies)+len(snap.BaselinePolicies)+len(snap.ClusterPolicies), time.Since(start).Round(time.Second))
 
-	ns := fmt.Sprintf("netpol-scale-%d", os.Getpid())
+	removeStaleScaleNamespaces(b)
+	ns := fmt.Sprintf("%s%d", scaleNetNSPrefix, os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		b.Fatalf("ip netns add: %v: %s", err, out)
 	}
@@ -98,6 +100,27 @@ func agentScale(b *testing.B, pods int) {
 		for _, bin := range bins {
 			runScaleAgent(b, pods, bin.name, bin.path, kcfg, ns)
 		}
+	}
+}
+
+// scaleNetNSPrefix names the benchmark's network namespace, the test
+// process's pid after it.
+const scaleNetNSPrefix = "netpol-scale-"
+
+// removeStaleScaleNamespaces deletes the namespaces of earlier runs whose
+// process is gone: a run killed before its cleanup left them.
+func removeStaleScaleNamespaces(b *testing.B) {
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), scaleNetNSPrefix)
+		pid, err := strconv.Atoi(rest)
+		if !ok || err != nil || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		if out, err := exec.Command("ip", "netns", "delete", e.Name()).CombinedOutput(); err != nil {
+			b.Fatalf("removing %s, left by a killed run: %v: %s", e.Name(), err, out)
+		}
+		b.Logf("removed %s, left by a killed run", e.Name())
 	}
 }
 
