@@ -145,6 +145,10 @@ type Agent struct {
 	// path changes it in place) and while a copy of it is taken for
 	// /debug/model.
 	tableMu sync.Mutex
+	// policyModels builds the policy model object by object (held with
+	// tableMu): unchanged objects keep their policies, which Rebase
+	// reuses the allow-lists of.
+	policyModels policy.Cache
 	// reported are the problems already logged, by kind (policy,
 	// services): each kind is re-found only when its table syncs.
 	reported map[string]map[string]bool
@@ -516,8 +520,8 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		// table (compiler.Live): no snapshot, no compile. The periodic
 		// resync applies them too, then compiles in full and checks that
 		// both agree.
-		if r, ok := a.syncPolicyIncremental(a.takeDelta()); ok {
-			a.metrics.policySyncs.WithLabelValues("incremental").Inc()
+		if r, path := a.syncPolicyIncremental(a.takeDelta()); path != "" {
+			a.metrics.policySyncs.WithLabelValues(path).Inc()
 			if r.Err != nil {
 				a.forceFull() // the retry compiles in full
 			}
@@ -529,7 +533,11 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		}
 	}
 	if due != 0 {
-		snap, objs, report, err := a.src.snapshot(due&node.Policy != 0)
+		snap, err := a.src.snapshot(due&node.Policy != 0)
+		var sources []policy.Source
+		if err == nil && due&node.Policy != 0 {
+			sources, policies, err = a.src.policySources()
+		}
 		if err != nil {
 			a.metrics.syncs.WithLabelValues("error").Inc()
 			a.log.Error("sync failed; the kernel keeps the previous state", "err", fmt.Errorf("snapshot: %w", err))
@@ -538,14 +546,17 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 			}
 			return due | res.Failed()
 		}
-		policies = objs
 		// A Service or EndpointSlice change syncs the NAT table only: the
 		// policy model is not rebuilt for it.
 		in := &node.Input{Snapshot: snap, CheckLive: checkLive}
+		var problems []error
+		if due&node.Policy != 0 {
+			in.Model, problems = a.policyModels.Build(sources)
+		}
 		full := a.prog.Sync(in, due)
 		if full.Policy.Ran {
 			model = in.Model
-			a.reportProblems("policy", append(report.Errors, in.Model.Errors...), in.Model.Warnings)
+			a.reportProblems("policy", append(problems, in.Model.Errors...), in.Model.Warnings)
 			a.metrics.policySyncs.WithLabelValues("full").Inc()
 			res.Policy = full.Policy
 			if full.Policy.Err != nil {

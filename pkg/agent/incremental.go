@@ -82,28 +82,34 @@ func (a *Agent) forceFull() {
 	a.mu.Unlock()
 }
 
-// syncPolicyIncremental programs the policy table from d alone, when it
-// can: ok is false when d needs the full path (nothing was done then).
-func (a *Agent) syncPolicyIncremental(d delta) (node.PolicyResult, bool) {
+// syncPolicyIncremental programs the policy table from d without a
+// snapshot, when it can, and says how: "incremental" (compiler.Live's
+// Update: the elements of what changed), "rebase" (the classes of this
+// node's pods compiled again, for a policy that applies to them, the
+// labels of their namespace or a pod of the node unlike the others), or
+// "" when d needs the full path (nothing was done then).
+func (a *Agent) syncPolicyIncremental(d delta) (node.PolicyResult, string) {
 	if d.full {
-		return node.PolicyResult{}, false
+		return node.PolicyResult{}, ""
 	}
+	rebase := false
 	if len(d.policies) > 0 {
 		// The leader writes the policies' status, which only the full
 		// path computes.
 		if a.status != nil && a.status.leader.Load() {
-			return node.PolicyResult{}, false
+			return node.PolicyResult{}, ""
 		}
 		pols, err := policyModels(d.policies)
-		if err != nil || a.prog.SelectsLocal(pols) {
-			return node.PolicyResult{}, false
+		if err != nil {
+			return node.PolicyResult{}, ""
 		}
+		rebase = a.prog.SelectsLocal(pols)
 	}
 	ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: a.namespaceLabels}
 	for key := range d.pods {
 		p, err := a.src.pod(key)
 		if err != nil {
-			return node.PolicyResult{}, false
+			return node.PolicyResult{}, ""
 		}
 		ch.Pods[key] = nil
 		if p != nil {
@@ -113,13 +119,30 @@ func (a *Agent) syncPolicyIncremental(d delta) (node.PolicyResult, bool) {
 	for ns := range d.namespaces {
 		ch.Namespaces = append(ch.Namespaces, ns)
 	}
-	r := a.prog.UpdatePolicy(ch)
 	var full *compiler.NeedsFullError
+	if !rebase {
+		r := a.prog.UpdatePolicy(ch)
+		if !errors.As(r.Err, &full) {
+			return r, "incremental"
+		}
+		a.log.Debug("rebasing the policy table", "reason", full.Reason)
+	}
+	sources, _, err := a.src.policySources()
+	if err != nil {
+		return node.PolicyResult{}, ""
+	}
+	nodes, err := a.src.nodes()
+	if err != nil {
+		return node.PolicyResult{}, ""
+	}
+	model, problems := a.policyModels.Build(sources)
+	r := a.prog.RebasePolicy(ch, model, nodes)
 	if errors.As(r.Err, &full) {
 		a.log.Debug("full policy sync", "reason", full.Reason)
-		return node.PolicyResult{}, false
+		return node.PolicyResult{}, ""
 	}
-	return r, true
+	a.reportProblems("policy", append(problems, model.Errors...), model.Warnings)
+	return r, "rebase"
 }
 
 // namespaceLabels are a namespace's labels as the snapshot has them.

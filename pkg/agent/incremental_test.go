@@ -3,25 +3,31 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/node"
 )
 
 // TestIncrementalPath: the running agent programs changes to pods of other
-// nodes, to the labels of a namespace without pods here, and a pod of
-// node-1 added (and deleted) with the labels of one compiled, without a
-// full compile; a pod of node-1 relabelled as no compiled pod was takes
-// the full path; after each the kernel holds what a full compile gives;
-// and the periodic resync, which compares the incremental table with a
-// full compile, finds them equal.
+// nodes, to the labels of a namespace without pods here, a pod of node-1
+// added (and deleted) with the labels of one compiled, and a policy that
+// selects no pod of node-1, without compiling anything (incremental); a
+// pod of node-1 relabelled as no compiled pod was, the labels of a
+// namespace with pods here and a policy that selects pods here compile
+// node-1's pods' classes only (rebase); a Node's change takes the full
+// path. After each the kernel holds what a full compile gives, and the
+// periodic resync, which compares the table with a full compile, finds
+// them equal.
 func TestIncrementalPath(t *testing.T) {
 	snap, err := synth.Snapshot(synth.Spec{Namespaces: 6, Pods: 300, Nodes: 3, NetworkPolicies: 30, AdminPolicies: 6, Seed: 5})
 	if err != nil {
@@ -30,13 +36,14 @@ func TestIncrementalPath(t *testing.T) {
 	h := newHarness(t, snap, Options{NoStatus: true, NoProxy: true, ResyncPeriod: time.Hour})
 	h.run()
 	h.waitFor("first sync", 10*time.Second, func() bool { return holds(h.pol, desired(t, h.snap)) })
-	paths := func() (incremental, full float64) {
-		count := func(path string) float64 {
+	paths := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, path := range []string{"incremental", "rebase", "full"} {
 			var m dto.Metric
 			h.agent.metrics.policySyncs.WithLabelValues(path).Write(&m)
-			return m.GetCounter().GetValue()
+			out[path] = m.GetCounter().GetValue()
 		}
-		return count("incremental"), count("full")
+		return out
 	}
 	ctx := context.Background()
 	// nth is the i-th pod of the snapshot on node-1 (or, with onNode1
@@ -109,19 +116,49 @@ func TestIncrementalPath(t *testing.T) {
 			h.dropPod(addedLocal)
 			return h.kube.CoreV1().Pods(addedLocal.Namespace).Delete(ctx, addedLocal.Name, metav1.DeleteOptions{})
 		}, "incremental"},
-		{"pod of node-1 relabelled as no pod was", func() error { return relabel(local(0), "never-compiled") }, "full"},
+		{"pod of node-1 relabelled as no pod was", func() error { return relabel(local(0), "never-compiled") }, "rebase"},
+		{"namespace with pods here relabelled", func() error {
+			for i, ns := range h.snap.Namespaces {
+				if !h.hasLocalPods(ns.Name) {
+					continue
+				}
+				ns = ns.DeepCopy()
+				ns.Labels["team"] = "team-8"
+				h.snap.Namespaces[i] = ns
+				_, err := h.kube.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
+				return err
+			}
+			return fmt.Errorf("no namespace has pods on node-1")
+		}, "rebase"},
+		{"NetworkPolicy selecting a pod here added", func() error {
+			return h.createPolicy(selectApp("local", local(1)))
+		}, "rebase"},
+		{"NetworkPolicy selecting no pod here added", func() error {
+			np := selectApp("remote", remote(3))
+			np.Spec.PodSelector.MatchLabels["app"] = "no-pod-here"
+			return h.createPolicy(np)
+		}, "incremental"},
+		{"Node relabelled", func() error {
+			n := h.snap.Nodes[1].DeepCopy()
+			n.Labels = map[string]string{"zone": "b"}
+			h.snap.Nodes[1] = n
+			_, err := h.kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		}, "full"},
 	}
 	for _, st := range steps {
-		inc, full := paths()
+		before := paths()
 		if err := st.change(); err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
 		want := desired(t, h.snap)
 		h.waitFor(st.name+" programmed", 10*time.Second, func() bool { return holds(h.pol, want) })
-		h.waitFor(st.name+" counted", 5*time.Second, func() bool { i, f := paths(); return i > inc || f > full })
-		gotInc, gotFull := paths()
-		if path := map[bool]string{true: "incremental", false: "full"}[gotInc > inc]; path != st.wantPath || gotInc > inc && gotFull > full {
-			t.Fatalf("%s: took %d incremental and %d full syncs, want the %s path only", st.name, int(gotInc-inc), int(gotFull-full), st.wantPath)
+		h.waitFor(st.name+" counted", 5*time.Second, func() bool { return !maps.Equal(paths(), before) })
+		after := paths()
+		for path, n := range after {
+			if took := n > before[path]; took != (path == st.wantPath) {
+				t.Fatalf("%s: took %v syncs by path (before: %v), want the %s path only", st.name, after, before, st.wantPath)
+			}
 		}
 	}
 	// The periodic resync: incremental and full tables must agree.
@@ -131,6 +168,26 @@ func TestIncrementalPath(t *testing.T) {
 	if n := m.GetCounter().GetValue(); n != 0 || h.logs.count("differed from a full compile") > 0 {
 		t.Fatalf("the resync found the incremental table different from a full compile (%v times)", n)
 	}
+}
+
+// selectApp is a NetworkPolicy named name that isolates the pods of p's
+// namespace with p's app label for ingress, allowing TCP 80 from the
+// namespaces of team team-1.
+func selectApp(name string, p *corev1.Pod) *networkingv1.NetworkPolicy {
+	port := intstr.FromInt32(80)
+	return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.Namespace},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": p.Labels["app"]}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "team-1"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Port: &port}},
+			}}}}
+}
+
+// createPolicy adds a NetworkPolicy through the API and to h.snap.
+func (h *harness) createPolicy(np *networkingv1.NetworkPolicy) error {
+	h.snap.NetworkPolicies = append(h.snap.NetworkPolicies, np)
+	_, err := h.kube.NetworkingV1().NetworkPolicies(np.Namespace).Create(context.Background(), np, metav1.CreateOptions{})
+	return err
 }
 
 func (h *harness) replacePod(p *corev1.Pod) {

@@ -22,8 +22,9 @@ type metrics struct {
 	lastSuccess        prometheus.Gauge
 	policyErrors       prometheus.Gauge
 	serviceErrors      prometheus.Gauge
-	// policySyncs counts policy table syncs by path: incremental (Live)
-	// or full (a compile of the whole snapshot).
+	// policySyncs counts policy table syncs by path: incremental (Live),
+	// rebase (the node's classes compiled again) or full (a compile of
+	// the whole snapshot).
 	policySyncs *prometheus.CounterVec
 	// liveMismatches counts periodic resyncs whose full compile differed
 	// from the incremental state (a bug: the full table is applied).
@@ -53,7 +54,7 @@ func newMetrics() *metrics {
 		serviceErrors: prometheus.NewGauge(prometheus.GaugeOpts{Name: "netpol_service_errors",
 			Help: "Problems found in the cluster's Services at the last sync of the NAT table, and failures after its commit (conntrack cleanup, health checks)."}),
 		policySyncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "netpol_policy_syncs_total",
-			Help: "Policy table syncs by path: incremental (only the elements of the pods and namespaces that changed) or full (the whole snapshot compiled)."}, []string{"path"}),
+			Help: "Policy table syncs by path: incremental (only the elements of the pods and namespaces that changed), rebase (the classes of this node's pods compiled again, for a policy or a pod of this node) or full (the whole snapshot compiled)."}, []string{"path"}),
 		liveMismatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "netpol_incremental_mismatches_total",
 			Help: "Periodic resyncs whose full compile differed from the incremental table (always a bug; the full table is applied)."}),
 	}

@@ -25,8 +25,10 @@ import (
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/node"
+	"github.com/netpol/netpol/pkg/policy"
 )
 
 // BenchmarkAgentEvents is the agent scale harness (issue 14): a synthetic
@@ -354,11 +356,17 @@ func (sb *scaleBench) failedTables() node.Tables {
 // checkKernel: after every event the fake kernel holds exactly what a
 // from-scratch compile of the informers' state gives.
 func (sb *scaleBench) checkKernel(b *testing.B) {
-	snap, _, _, err := sb.h.agent.src.snapshot(true)
+	snap, err := sb.h.agent.src.snapshot(true)
 	if err != nil {
 		b.Fatal(err)
 	}
-	want, err := compiler.Compile(node.Prepare(snap).Resolved, compiler.Options{Node: sb.h.agent.opts.NodeName})
+	sources, _, err := sb.h.agent.src.policySources()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var fresh policy.Cache // nothing shared with the agent's
+	model, _ := fresh.Build(sources)
+	want, err := compiler.Compile(eval.New(snap, model).Resolved(), compiler.Options{Node: sb.h.agent.opts.NodeName})
 	if err != nil {
 		b.Fatal(err)
 	}

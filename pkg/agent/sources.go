@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/policy"
 )
 
 // gvrCRD is watched to notice policy CRDs appearing or going.
@@ -253,14 +254,12 @@ var policyKinds = map[string]string{
 	cluster.GVRBaselinePolicy.Resource:       cluster.KindBaselinePolicy,
 }
 
-// snapshot builds the cluster snapshot from the caches, and returns the
-// policy objects as the API server holds them (for their status). Objects
-// are shared with the caches and must not be changed. Pods (thin copies
-// made for this snapshot) are left out without withPods: the NAT table
-// does not read them.
-func (s *sources) snapshot(withPods bool) (*cluster.Snapshot, map[cluster.ObjectKey]policyObject, *cluster.Report, error) {
+// snapshot builds the cluster snapshot from the caches, without the
+// policies (policySources gives them). Objects are shared with the caches
+// and must not be changed. Pods (thin copies made for this snapshot) are
+// left out without withPods: the NAT table does not read them.
+func (s *sources) snapshot(withPods bool) (*cluster.Snapshot, error) {
 	snap := cluster.New()
-	report := &cluster.Report{}
 	each := func(l cache.GenericLister, add func(any)) error {
 		objs, err := l.List(labels.Everything())
 		if err != nil {
@@ -290,33 +289,66 @@ func (s *sources) snapshot(withPods bool) (*cluster.Snapshot, map[cluster.Object
 		}(),
 		each(s.listers.services, func(o any) { snap.Services = append(snap.Services, o.(*corev1.Service)) }),
 		each(s.listers.endpointSlices, func(o any) { snap.EndpointSlices = append(snap.EndpointSlices, o.(*discoveryv1.EndpointSlice)) }),
-		each(s.listers.networkPolicies, func(o any) { snap.NetworkPolicies = append(snap.NetworkPolicies, o.(*networkingv1.NetworkPolicy)) }),
 	)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
+	}
+	return snap, nil
+}
+
+// nodes lists the cached Nodes.
+func (s *sources) nodes() ([]*corev1.Node, error) {
+	objs, err := s.listers.nodes.List(labels.Everything())
+	out := make([]*corev1.Node, len(objs))
+	for i, o := range objs {
+		out[i] = o.(*corev1.Node)
+	}
+	return out, err
+}
+
+// policySources are the cached policy objects for a policy.Cache, each
+// identified by the cache's pointer (an update replaces it), and the
+// admin and cluster policies as the API server holds them (for their
+// status).
+func (s *sources) policySources() ([]policy.Source, map[cluster.ObjectKey]policyObject, error) {
+	var out []policy.Source
+	nps, err := s.listers.networkPolicies.List(labels.Everything())
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, o := range nps {
+		np := o.(*networkingv1.NetworkPolicy)
+		out = append(out, policy.Source{ID: np, Load: func() (*cluster.Snapshot, []error) {
+			snap := cluster.New()
+			snap.NetworkPolicies = append(snap.NetworkPolicies, np)
+			return snap, nil
+		}})
 	}
 	policies := map[cluster.ObjectKey]policyObject{}
 	s.policyMu.RLock()
 	defer s.policyMu.RUnlock()
 	if s.policies == nil {
-		return snap, policies, report, nil
+		return out, policies, nil
 	}
 	for _, gvr := range s.policies.gvrs {
 		objs, err := s.policies.factory.ForResource(gvr).Lister().List(labels.Everything())
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 		for _, o := range objs {
 			u := o.(*unstructured.Unstructured)
-			data, err := u.MarshalJSON()
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			report.Errors = append(report.Errors, snap.AddAPIObject(data).Errors...)
+			out = append(out, policy.Source{ID: u, Load: func() (*cluster.Snapshot, []error) {
+				snap := cluster.New()
+				data, err := u.MarshalJSON()
+				if err != nil {
+					return snap, []error{fmt.Errorf("%s %s: %w", policyKinds[gvr.Resource], u.GetName(), err)}
+				}
+				return snap, snap.AddAPIObject(data).Errors
+			}})
 			policies[cluster.ObjectKey{Kind: policyKinds[gvr.Resource], Name: u.GetName()}] = policyObject{gvr: gvr, obj: u}
 		}
 	}
-	return snap, policies, report, nil
+	return out, policies, nil
 }
 
 // pod returns the cached pod namespace/name, nil when there is none.

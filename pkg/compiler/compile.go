@@ -77,7 +77,7 @@ func compile(r *eval.Resolved, opts Options) (*compiler, error) {
 		return nil, fmt.Errorf("node %q is not in the snapshot", opts.Node)
 	}
 	c := &compiler{r: r, pols: r.Policies(), node: node, t: nft.NewTable(opts.Table),
-		classes: map[string]string{}, peerCache: map[peerKey][]addrRange{}, self: map[string]bool{},
+		classes: map[string]string{}, lists: map[string]*npTier{}, peerCache: map[peerKey][]addrRange{}, self: map[string]bool{},
 		live: &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}, classes: map[string][2]string{}}}
 	c.baseChains()
 	if !opts.AgentPorts.Empty() {
@@ -138,7 +138,10 @@ type compiler struct {
 	t    *nft.Table
 	// classes maps a class key to its entry chain.
 	classes map[string]string
-	self    map[string]bool // self-pods keys added
+	// lists are the NetworkPolicy allow-lists made, by id: classes that
+	// differ only in their Admin or Baseline tiers share one.
+	lists map[string]*npTier
+	self  map[string]bool // self-pods keys added
 	// peerCache memoizes peerRanges: classes share policies.
 	peerCache map[peerKey][]addrRange
 	// live is what Live needs to keep the table up to date pod by pod.
@@ -284,7 +287,7 @@ func (c *compiler) buildClass(name string, plan *eval.Plan, pod int) {
 		entry.Rules = append(entry.Rules, next)
 	}
 	if len(plan.Isolating) > 0 {
-		tier := c.networkPolicyRules(name, plan, pod)
+		tier := c.networkPolicyRules(plan, pod)
 		tier.chain, tier.prefix = rest.Name, len(rest.Rules)
 		rest.Rules = append(rest.Rules, tier.rules(c.t)...)
 		c.live.npTiers = append(c.live.npTiers, tier)
@@ -592,26 +595,49 @@ func (c *compiler) namedPortElements(named []policy.Port, f *nft.Family) []nft.E
 // jump/goto element cost ~6 ms in the kernel against ~1 ms for a hash set
 // element: docs/nft-notes.md section 7.) The tier is recorded for Live,
 // which keeps its pod sets and rules up to date pod by pod.
-func (c *compiler) networkPolicyRules(class string, plan *eval.Plan, pod int) *npTier {
+func (c *compiler) networkPolicyRules(plan *eval.Plan, pod int) *npTier {
 	d := plan.Direction
 	refs := make([]string, len(plan.Isolating))
 	for i, pi := range plan.Isolating {
 		refs[i] = c.pols[pi].Ref()
 	}
-	tier := &npTier{class: class, direction: d, ownNode: plan.OwnNodeAllowed, profiles: map[string][]portBox{},
+	// The allow-list depends on the isolating policies, the direction
+	// and, for ingress, how the pod resolves named ports: not on the
+	// Admin and Baseline tiers, so classes that differ only there share
+	// it (and an admin policy that changes a class leaves it alone).
+	named := ""
+	if d == policy.Ingress {
+		named = c.resolveNamedPorts(plan.Allow, pod)
+	}
+	prefix := "eg"
+	if d == policy.Ingress {
+		prefix = "in"
+	}
+	tier := &npTier{list: prefix + ".np." + contentID(strings.Join(refs, "\x00")+"\x00"+named), direction: d, ownNode: plan.OwnNodeAllowed,
 		comment: "NetworkPolicy tier: every rule of " + strings.Join(refs, ", ") + ", by port profile"}
+	tier.allowKey = tier.list + "|" + named
+	for _, pi := range plan.Isolating {
+		tier.isolating = append(tier.isolating, c.pols[pi])
+		tier.allowKey += fmt.Sprintf("|%p", c.pols[pi])
+	}
+	if shared := c.lists[tier.list]; shared != nil {
+		tier.profiles, tier.allow = shared.profiles, shared.allow
+		return tier
+	}
+	c.lists[tier.list] = tier
+	tier.profiles = map[string][]portBox{}
 	for _, f := range nft.Families {
 		al := buildAllowList(c.allowItems(plan, pod, f), f)
 		for a, ports := range al.pods {
 			id := tier.profile(ports)
-			s := c.t.Sets[allowSetName(class, "pods", id, f)]
+			s := c.t.Sets[allowSetName(tier.list, "pods", id, f)]
 			if s == nil {
 				s = c.t.AddSet(tier.podSet(id, f))
 			}
 			s.Elements = append(s.Elements, nft.Element{Key: f.AddrBytes(a)})
 		}
 		for _, p := range al.nets {
-			name := allowSetName(class, "nets", tier.profile(p.ports), f)
+			name := allowSetName(tier.list, "nets", tier.profile(p.ports), f)
 			s := c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{f.Field}, Interval: true})
 			s.Elements = append(s.Elements, intervalElement(f.AddrBytes(p.lo), f.AddrBytes(p.hi)))
 		}

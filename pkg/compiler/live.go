@@ -55,17 +55,24 @@ func classSignature(ns string, podLabels labels.Set, ports []corev1.ContainerPor
 }
 
 // npTier is the NetworkPolicy tier of one class chain: its rules are the
-// last of chain, after prefix (Admin) rules.
+// last of chain, after prefix (Admin) rules. Tiers with the same allow-list
+// (list) share its sets, profiles and rules.
 type npTier struct {
-	class     string
+	list      string // the allow-list's id: its sets' names start with it
 	chain     string
 	prefix    int
 	direction policy.Direction
 	ownNode   bool
 	comment   string
 	allow     []allowRule
-	// profiles holds every port profile the class has used, by id.
+	// profiles holds every port profile the allow-list has used, by id.
 	profiles map[string][]portBox
+	// allowKey identifies what the allow-list holds (the isolating
+	// policies by address: Rebase reuses the sets of an equal one).
+	// isolating holds those policies, so that no address in a key is
+	// reused by another policy while the tier lives.
+	allowKey  string
+	isolating []*policy.Policy
 }
 
 // allowRule is one NetworkPolicy rule of a class, as Live resolves it on
@@ -155,13 +162,13 @@ func (t *npTier) profile(ports []portBox) string {
 	return id
 }
 
-func allowSetName(class, kind, id string, f *nft.Family) string {
-	return fmt.Sprintf("%s.%s.%s.%s", class, kind, id, f.Suffix)
+func allowSetName(list, kind, id string, f *nft.Family) string {
+	return fmt.Sprintf("%s.%s.%s.%s", list, kind, id, f.Suffix)
 }
 
 // podSet is the (empty) hash set of the pod addresses allowed profile id.
 func (t *npTier) podSet(id string, f *nft.Family) *nft.Set {
-	return &nft.Set{Name: allowSetName(t.class, "pods", id, f), Fields: []nft.FieldType{f.Field}}
+	return &nft.Set{Name: allowSetName(t.list, "pods", id, f), Fields: []nft.FieldType{f.Field}}
 }
 
 // rules are the tier's rules for the allow-list sets tab holds: per
@@ -182,7 +189,7 @@ func (t *npTier) rules(tab *nft.Table) []*nft.Rule {
 		ports, portSet := t.profiles[id], ""
 		for _, kind := range []string{"pods", "nets"} {
 			for _, f := range nft.Families {
-				name := allowSetName(t.class, kind, id, f)
+				name := allowSetName(t.list, kind, id, f)
 				if s := tab.Sets[name]; s == nil || len(s.Elements) == 0 {
 					continue
 				}
@@ -206,6 +213,13 @@ func (t *npTier) rules(tab *nft.Table) []*nft.Rule {
 	deny := nft.NewRule().Verdict(verdictDrop)
 	deny.Comment = fmt.Sprintf("isolated for %s: nothing else is allowed", t.direction)
 	return append(out, deny)
+}
+
+// rebuildChain writes the tier's rules for the allow-list sets t holds
+// into a new chain (chains are never changed in place).
+func (tier *npTier) rebuildChain(t *nft.Table) {
+	ch := t.Chains[tier.chain]
+	t.Chains[tier.chain] = &nft.Chain{Name: ch.Name, Base: ch.Base, Rules: append(slices.Clone(ch.Rules[:tier.prefix]), tier.rules(t)...)}
 }
 
 func npPortSet(id string) string { return "np-ports." + id }
@@ -249,6 +263,7 @@ func NamespaceLabelsOf(name string, ns *corev1.Namespace) labels.Set {
 // Elements added by updates are not in key order (the kernel keeps no
 // order either).
 type Live struct {
+	opts   Options
 	node   string
 	recipe *recipe
 	table  *nft.Table
@@ -284,7 +299,7 @@ func NewLive(r *eval.Resolved, opts Options) (*Live, error) {
 	for _, s := range c.t.Sets {
 		s.Revision = revisions.Add(1)
 	}
-	l := &Live{node: opts.Node, recipe: c.live, table: c.t, pods: make(map[string]*PodState, r.NumPods()),
+	l := &Live{opts: opts, node: opts.Node, recipe: c.live, table: c.t, pods: make(map[string]*PodState, r.NumPods()),
 		byAddr: make(map[netip.Addr][]*PodState, r.NumPods()), byNamespace: map[string]map[string]*PodState{},
 		nsLabels: map[string]labels.Set{}, local: map[string]int{}, pos: map[string]map[string]int{}, classUsers: map[string]int{}}
 	for i := 0; i < r.NumPods(); i++ {
@@ -373,30 +388,50 @@ type Changes struct {
 }
 
 // Update applies ch and returns the table, or a NeedsFullError when ch
-// touches what only a full compile builds (localChangesKnown, or the
-// labels of a namespace with pods here); the state is then unchanged.
+// touches what only a compile of the node's classes builds
+// (localChangesKnown, or the labels of a namespace with pods here; Rebase
+// does that); the state is then unchanged.
 func (l *Live) Update(ch Changes) (*nft.Table, error) {
-	newLabels := map[string]labels.Set{}
 	for _, ns := range ch.Namespaces {
 		if l.local[ns] > 0 {
 			return nil, &NeedsFullError{Reason: "namespace " + ns + " has pods on this node"}
 		}
+	}
+	l.newNamespaceLabels(ch)
+	if err := l.localChangesKnown(ch); err != nil {
+		return nil, err
+	}
+	l.applyPods(ch)
+	return l.table, nil
+}
+
+// newNamespaceLabels are the namespaces of ch whose labels changed, with
+// their new labels. The classes of their pods are forgotten: they were
+// compiled with the old labels.
+func (l *Live) newNamespaceLabels(ch Changes) map[string]labels.Set {
+	out := map[string]labels.Set{}
+	for _, ns := range ch.Namespaces {
 		if cur := ch.NamespaceLabels(ns); !maps.Equal(cur, l.nsLabels[ns]) {
-			newLabels[ns] = cur
+			out[ns] = cur
 		}
 	}
-	if len(newLabels) > 0 {
-		// Classes were compiled with the namespaces' old labels.
+	if len(out) > 0 {
 		for sig := range l.recipe.classes {
 			ns, _, _ := strings.Cut(sig, "\x00")
-			if _, changed := newLabels[ns]; changed {
+			if _, changed := out[ns]; changed {
 				delete(l.recipe.classes, sig)
 			}
 		}
 	}
-	if err := l.localChangesKnown(ch); err != nil {
-		return nil, err
-	}
+	return out
+}
+
+// applyPods takes ch into the pod state and patches the pod-dependent
+// elements of the changed addresses as the recipe defines them. A pod of
+// the node with a signature the recipe lacks gets no dispatch entry: only
+// Rebase, which compiles the node's classes afterwards, may give it one.
+func (l *Live) applyPods(ch Changes) {
+	newLabels := l.newNamespaceLabels(ch)
 	addrs := map[netip.Addr]bool{}
 	for key, p := range ch.Pods {
 		if old := l.pods[key]; old != nil {
@@ -432,7 +467,6 @@ func (l *Live) Update(ch Changes) (*nft.Table, error) {
 	}
 	after := l.elements(addrs)
 	l.patch(before, after)
-	return l.table, nil
 }
 
 // localChangesKnown checks that the changes to the node's own pods keep
@@ -517,6 +551,12 @@ type elementRef struct {
 // elements computes the pod-dependent elements of addrs from the pods
 // that hold them now.
 func (l *Live) elements(addrs map[netip.Addr]bool) map[elementRef]bool {
+	return l.recipeElements(l.recipe, addrs, true)
+}
+
+// recipeElements computes the elements of addrs in the sets rec
+// defines, and with dispatch the dispatch entries.
+func (l *Live) recipeElements(rec *recipe, addrs map[netip.Addr]bool, dispatch bool) map[elementRef]bool {
 	out := map[elementRef]bool{}
 	for a := range addrs {
 		pods := l.byAddr[a]
@@ -525,7 +565,7 @@ func (l *Live) elements(addrs map[netip.Addr]bool) map[elementRef]bool {
 		}
 		f := nft.FamilyOf(a)
 		key := string(f.AddrBytes(a))
-		for prefix, subjects := range l.recipe.podSets {
+		for prefix, subjects := range rec.podSets {
 			for _, p := range pods {
 				if !p.HostNetwork && selectsAny(subjects, p, l.nsLabels[p.Namespace]) {
 					out[elementRef{set: prefix + f.Suffix, key: key, f: f}] = true
@@ -533,7 +573,7 @@ func (l *Live) elements(addrs map[netip.Addr]bool) map[elementRef]bool {
 				}
 			}
 		}
-		for prefix, named := range l.recipe.namedSets {
+		for prefix, named := range rec.namedSets {
 			for _, p := range pods {
 				for _, b := range namedMatches(named, p.Ports) {
 					k := nft.Key([]byte(key), nft.ProtoBytes(b.protoLo), nft.PortBytes(b.portLo))
@@ -541,15 +581,22 @@ func (l *Live) elements(addrs map[netip.Addr]bool) map[elementRef]bool {
 				}
 			}
 		}
-		l.dispatchElements(a, f, pods, out)
-		for _, t := range l.recipe.npTiers {
+		if dispatch {
+			l.dispatchElements(a, f, pods, out)
+		}
+		lists := map[string]bool{}
+		for _, t := range rec.npTiers {
+			if lists[t.list] {
+				continue // shared with an earlier tier
+			}
+			lists[t.list] = true
 			var boxes []portBox
 			for _, p := range pods {
 				boxes = append(boxes, t.podPorts(p, l.nsLabels[p.Namespace], a, f)...)
 			}
 			if len(boxes) > 0 {
 				id := t.profile(canonicalPorts(boxes))
-				out[elementRef{set: allowSetName(t.class, "pods", id, f), key: key, f: f, tier: t}] = true
+				out[elementRef{set: allowSetName(t.list, "pods", id, f), key: key, f: f, tier: t}] = true
 			}
 		}
 	}
@@ -619,7 +666,7 @@ func (l *Live) patch(before, after map[elementRef]bool) {
 		}
 	}
 	t := l.table
-	rebuild := map[*npTier]bool{}
+	rebuild := map[string]bool{} // allow-lists whose tiers' chains change
 	for name, c := range changes {
 		s := t.Sets[name]
 		created := s == nil
@@ -658,14 +705,15 @@ func (l *Live) patch(before, after map[elementRef]bool) {
 		case len(s.Elements) == 0:
 			delete(t.Sets, name) // Compile makes no empty allow-list set
 			delete(l.pos, name)
-			rebuild[c.ref.tier] = true
+			rebuild[c.ref.tier.list] = true
 		case created:
-			rebuild[c.ref.tier] = true
+			rebuild[c.ref.tier.list] = true
 		}
 	}
-	for tier := range rebuild {
-		ch := t.Chains[tier.chain]
-		t.Chains[tier.chain] = &nft.Chain{Name: ch.Name, Base: ch.Base, Rules: append(slices.Clone(ch.Rules[:tier.prefix]), tier.rules(t)...)}
+	for _, tier := range l.recipe.npTiers {
+		if rebuild[tier.list] {
+			tier.rebuildChain(t)
+		}
 	}
 	if len(rebuild) > 0 {
 		l.dropUnusedPortSets(t)
@@ -706,7 +754,7 @@ func (l *Live) dropUnusedPortSets(t *nft.Table) {
 		for id := range tier.profiles {
 			for _, kind := range []string{"pods", "nets"} {
 				for _, f := range nft.Families {
-					if t.Sets[allowSetName(tier.class, kind, id, f)] != nil {
+					if t.Sets[allowSetName(tier.list, kind, id, f)] != nil {
 						used[npPortSet(id)] = true
 					}
 				}

@@ -68,14 +68,21 @@ func TestLiveMatchesCompile(t *testing.T) {
 			})
 		}
 	}
-	t.Logf("%d incremental updates compared with a full compile, %d of them to pods of the node", stats.compared, stats.localIncremental)
-	if stats.compared < 1000 || stats.localIncremental < 50 {
-		t.Fatalf("only %d incremental updates (%d to pods of the node) compared with a full compile, want at least 1,000 (50)", stats.compared, stats.localIncremental)
+	t.Logf("%d incremental updates compared with a full compile, %d of them to pods of the node, %d rebased (%d sets kept)",
+		stats.compared, stats.localIncremental, stats.rebased, stats.kept)
+	if stats.compared < 1000 || stats.localIncremental < 50 || stats.rebased < 300 || stats.kept < 1000 {
+		t.Fatalf("only %d incremental updates (%d to pods of the node, %d rebased keeping %d sets) compared with a full compile, want at least 1,000 (50, 300, 1,000)",
+			stats.compared, stats.localIncremental, stats.rebased, stats.kept)
 	}
 }
 
 // liveStats counts what liveAgrees compared.
-type liveStats struct{ compared, localIncremental int }
+type liveStats struct {
+	compared, localIncremental int
+	// rebased counts Rebase results compared, kept the sets they took
+	// over from the old table.
+	rebased, kept int
+}
 
 // liveAgrees runs 30 random changes against one node's Live and counts
 // the updates it compared with a full compile (and among them those to
@@ -85,7 +92,14 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 	snap := *base
 	snap.Pods = slices.Clone(base.Pods)
 	snap.Namespaces = slices.Clone(base.Namespaces)
-	live, err := compiler.NewLive(eval.New(&snap, policy.Build(&snap)).Resolved(), compiler.Options{Node: node})
+	snap.NetworkPolicies = slices.Clone(base.NetworkPolicies)
+	snap.AdminPolicies = slices.Clone(base.AdminPolicies)
+	snap.ClusterPolicies = slices.Clone(base.ClusterPolicies)
+	// The agent's models come from a policy.Cache: an unchanged object
+	// keeps its policies, whose allow-lists Rebase reuses.
+	var models policy.Cache
+	model := func() *policy.Model { m, _ := models.Build(policySources(&snap)); return m }
+	live, err := compiler.NewLive(eval.New(&snap, model()).Resolved(), compiler.Options{Node: node})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,27 +114,45 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 	}
 	for step := range 30 {
 		ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
-		what, local := mutate(&snap, node, r, step, &ch)
+		var what string
+		var local, policyChange bool
+		if r.IntN(5) == 0 {
+			what, policyChange = mutatePolicy(&snap, r, step), true
+		} else {
+			what, local = mutate(&snap, node, r, step, &ch)
+		}
 		prev := live.Snapshot()
 		var prevText bytes.Buffer
 		prev.Render(&prevText)
-		got, err := live.Update(ch)
-		if err == nil && got != live.Table() {
-			t.Fatalf("step %d (%s): Update returned a table that is not Live's", step, what)
+		revisions := map[string]uint64{}
+		for name, s := range live.Table().Sets {
+			revisions[name] = s.Revision
+		}
+		var got *nft.Table
+		var err error
+		if !policyChange {
+			got, err = live.Update(ch)
 		}
 		var full *compiler.NeedsFullError
 		switch {
-		case local && errors.As(err, &full):
-			// The full path: start again from a compile.
-			live, err = compiler.NewLive(eval.New(&snap, policy.Build(&snap)).Resolved(), compiler.Options{Node: node})
-			if err != nil {
-				t.Fatal(err)
+		case policyChange || local && errors.As(err, &full):
+			// What only the node's classes' compile builds.
+			if got, err = live.Rebase(ch, model(), snap.Nodes); err != nil {
+				t.Fatalf("step %d (%s): %v", step, what, err)
 			}
-			continue
+			stats.rebased++
+			for name, s := range got.Sets {
+				if revisions[name] == s.Revision {
+					stats.kept++
+				}
+			}
 		case err != nil:
 			t.Fatalf("step %d (%s): %v", step, what, err)
 		case local:
 			stats.localIncremental++
+		}
+		if got != live.Table() {
+			t.Fatalf("step %d (%s): the table returned is not Live's", step, what)
 		}
 		compare(t, live, &snap, node, fmt.Sprintf("step %d (%s)", step, what))
 		var again bytes.Buffer
@@ -256,4 +288,101 @@ func mutate(snap *cluster.Snapshot, node string, r *rand.Rand, step int, ch *com
 	snap.Pods[i] = p
 	record(p)
 	return what, isLocal(old) || isLocal(p)
+}
+
+// policySources are snap's policy objects for a policy.Cache, each by
+// its pointer (mutatePolicy replaces an object it changes).
+func policySources(snap *cluster.Snapshot) []policy.Source {
+	var out []policy.Source
+	add := func(id any, put func(*cluster.Snapshot)) {
+		out = append(out, policy.Source{ID: id, Load: func() (*cluster.Snapshot, []error) {
+			one := cluster.New()
+			one.UnknownFields = snap.UnknownFields
+			put(one)
+			return one, nil
+		}})
+	}
+	for _, p := range snap.NetworkPolicies {
+		add(p, func(s *cluster.Snapshot) { s.NetworkPolicies = append(s.NetworkPolicies, p) })
+	}
+	for _, p := range snap.AdminPolicies {
+		add(p, func(s *cluster.Snapshot) { s.AdminPolicies = append(s.AdminPolicies, p) })
+	}
+	for _, p := range snap.BaselinePolicies {
+		add(p, func(s *cluster.Snapshot) { s.BaselinePolicies = append(s.BaselinePolicies, p) })
+	}
+	for _, p := range snap.ClusterPolicies {
+		add(p, func(s *cluster.Snapshot) { s.ClusterPolicies = append(s.ClusterPolicies, p) })
+	}
+	return out
+}
+
+// mutatePolicy makes one random change to snap's policies: one deleted,
+// copied under a new name (a NetworkPolicy, or an admin policy at another
+// priority), or changed (a NetworkPolicy's subject moved to the labels of
+// some pod, an admin policy's priority); it says what it did.
+func mutatePolicy(snap *cluster.Snapshot, r *rand.Rand, step int) string {
+	nps, anps, cnps := len(snap.NetworkPolicies), len(snap.AdminPolicies), len(snap.ClusterPolicies)
+	if nps+anps+cnps == 0 {
+		return "no policy"
+	}
+	i := r.IntN(nps + anps + cnps)
+	op := r.IntN(3)
+	switch {
+	case i < nps:
+		np := snap.NetworkPolicies[i].DeepCopy()
+		switch op {
+		case 0:
+			snap.NetworkPolicies = slices.Delete(snap.NetworkPolicies, i, i+1)
+			return "NetworkPolicy " + np.Name + " deleted"
+		case 1:
+			np.Name = fmt.Sprintf("%s-copy%d", np.Name, step)
+			snap.NetworkPolicies = append(snap.NetworkPolicies, np)
+			return "NetworkPolicy " + np.Name + " added"
+		}
+		if other := snap.NetworkPolicies[r.IntN(nps)]; r.IntN(2) == 0 {
+			// Another policy's rules under this one's name.
+			np.Spec.Ingress, np.Spec.Egress = other.Spec.Ingress, other.Spec.Egress
+			snap.NetworkPolicies[i] = np
+			return "NetworkPolicy " + np.Name + " has " + other.Name + "'s rules"
+		}
+		if len(snap.Pods) > 0 {
+			np.Spec.PodSelector.MatchLabels = maps.Clone(snap.Pods[r.IntN(len(snap.Pods))].Labels)
+			np.Spec.PodSelector.MatchExpressions = nil
+		}
+		snap.NetworkPolicies[i] = np
+		return "NetworkPolicy " + np.Name + " selects other pods"
+	case i < nps+anps:
+		i -= nps
+		anp := snap.AdminPolicies[i].DeepCopy()
+		switch op {
+		case 0:
+			snap.AdminPolicies = slices.Delete(snap.AdminPolicies, i, i+1)
+			return "AdminNetworkPolicy " + anp.Name + " deleted"
+		case 1:
+			anp.Name = fmt.Sprintf("%s-copy%d", anp.Name, step)
+			anp.Spec.Priority = int32(r.IntN(100))
+			snap.AdminPolicies = append(snap.AdminPolicies, anp)
+			return "AdminNetworkPolicy " + anp.Name + " added"
+		}
+		anp.Spec.Priority = int32(r.IntN(100))
+		snap.AdminPolicies[i] = anp
+		return "AdminNetworkPolicy " + anp.Name + " reprioritised"
+	default:
+		i -= nps + anps
+		cnp := snap.ClusterPolicies[i].DeepCopy()
+		switch op {
+		case 0:
+			snap.ClusterPolicies = slices.Delete(snap.ClusterPolicies, i, i+1)
+			return "ClusterNetworkPolicy " + cnp.Name + " deleted"
+		case 1:
+			cnp.Name = fmt.Sprintf("%s-copy%d", cnp.Name, step)
+			cnp.Spec.Priority = int32(r.IntN(100))
+			snap.ClusterPolicies = append(snap.ClusterPolicies, cnp)
+			return "ClusterNetworkPolicy " + cnp.Name + " added"
+		}
+		cnp.Spec.Priority = int32(r.IntN(100))
+		snap.ClusterPolicies[i] = cnp
+		return "ClusterNetworkPolicy " + cnp.Name + " reprioritised"
+	}
 }

@@ -115,6 +115,7 @@ type index struct {
 	// distinct one is matched against the identities once. The bitsets
 	// are shared and never written after they are made.
 	selected   map[string]*selection
+	none       *selection // what a selector of a namespace without pods selects
 	selectedMu sync.Mutex
 }
 
@@ -352,6 +353,14 @@ func (ix *index) selectIdents(s policy.Subject) bitset {
 // looks at one namespace, not the cluster, and pods that share labels are
 // tested once.
 func (ix *index) selectionLocked(s policy.Subject) *selection {
+	if s.Namespace != "" && len(ix.identsByNamespace[s.Namespace]) == 0 {
+		// A NetworkPolicy of a namespace without pods here: most of
+		// them when the snapshot is one node's pods (compiler.Live.Rebase).
+		if ix.none == nil {
+			ix.none = &selection{idents: newBitset(len(ix.idents))}
+		}
+		return ix.none
+	}
 	key := s.Namespace + "\x00" + selectorKey(s.Namespaces) + "\x00" + selectorKey(s.Pods)
 	if out, ok := ix.selected[key]; ok {
 		return out

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netns"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
@@ -131,7 +132,9 @@ func (o *Options) defaults() {
 }
 
 // Input is what a sync starts from: the snapshot, its policy model and the
-// evaluator's resolution of it. One Input serves every node.
+// evaluator's resolution of it (each built from the one before when not
+// given: the agent gives the model, from its policy.Cache). One Input
+// serves every node.
 type Input struct {
 	Snapshot *cluster.Snapshot
 	Model    *policy.Model
@@ -150,7 +153,9 @@ func Prepare(snap *cluster.Snapshot) *Input {
 
 func (in *Input) prepare() {
 	if in.Resolved == nil {
-		in.Model = policy.Build(in.Snapshot)
+		if in.Model == nil {
+			in.Model = policy.Build(in.Snapshot)
+		}
 		in.Resolved = eval.New(in.Snapshot, in.Model).Resolved()
 	}
 }
@@ -252,6 +257,29 @@ func (p *Programmer) UpdatePolicy(ch compiler.Changes) PolicyResult {
 	t, err := p.live.Update(ch)
 	if err != nil {
 		r.Err = err
+		return r
+	}
+	r.Table = t
+	p.applyPolicy(&r, nil)
+	return r
+}
+
+// RebasePolicy programs the policy table for a new policy model and the
+// changes since the last sync, compiling only the node's own pods' classes
+// (compiler.Live.Rebase): for a change Update refuses. nodes are every
+// Node. A compiler.NeedsFullError means nothing was done.
+func (p *Programmer) RebasePolicy(ch compiler.Changes, model *policy.Model, nodes []*corev1.Node) PolicyResult {
+	r := PolicyResult{Ran: true, Incremental: true}
+	if p.live == nil {
+		r.Err = &compiler.NeedsFullError{Reason: "no full compile yet"}
+		return r
+	}
+	t, err := p.live.Rebase(ch, model, nodes)
+	if err != nil {
+		// The Live may hold the pod changes now: only a full compile
+		// starts again from a known state.
+		p.live = nil
+		r.Err = &compiler.NeedsFullError{Reason: err.Error()}
 		return r
 	}
 	r.Table = t

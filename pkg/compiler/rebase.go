@@ -1,0 +1,236 @@
+package compiler
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// This file is Live's answer to what Update refuses: a policy change
+// that applies to pods of the node, the labels of a namespace with pods
+// here, a pod of the node unlike any compiled. Only the node's classes
+// depend on those, so Rebase compiles the node's own pods alone (a few
+// hundred against the whole cluster) and takes every pod-dependent set
+// the old table already holds, kept current pod by pod: sets are named by
+// what defines them, and an allow-list is reused from an old class with
+// the same isolating policies (the same *policy.Policy values: the
+// policy.Cache keeps an unchanged object's). Only sets no old class had
+// are filled from every pod, and only from the pods their selectors can
+// match. The tests compare the result with a full compile.
+
+// Rebase applies ch (as Update, but without its limits), compiles the
+// node's classes for model again and returns the table. nodes are every
+// Node (node peers and the node itself). On a NeedsFullError nothing is
+// changed; after another error (none is known) only a full compile may
+// follow.
+func (l *Live) Rebase(ch Changes, model *policy.Model, nodes []*corev1.Node) (*nft.Table, error) {
+	if !slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return n.Name == l.node }) {
+		return nil, &NeedsFullError{Reason: "node " + l.node + " is not among the nodes"}
+	}
+	l.applyPods(ch)
+	c, err := compile(eval.New(l.localSnapshot(nodes), model).Resolved(), l.opts)
+	if err != nil {
+		return nil, err
+	}
+	old := l.table
+	t := c.t
+	moved := map[string]bool{} // sets taken over as they are, by name
+	take := func(name string) bool {
+		s := old.Sets[name]
+		if s == nil {
+			return false
+		}
+		t.Sets[name] = s
+		moved[name] = true
+		return true
+	}
+	fill := &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}}
+	for prefix, subjects := range c.live.podSets {
+		if !l.takeFamilies(prefix, take) {
+			fill.podSets[prefix] = subjects
+		}
+	}
+	for prefix, named := range c.live.namedSets {
+		if !l.takeFamilies(prefix, take) {
+			fill.namedSets[prefix] = named
+		}
+	}
+	oldTiers := map[string]*npTier{}
+	for _, tier := range l.recipe.npTiers {
+		oldTiers[tier.allowKey] = tier
+	}
+	for _, tier := range c.live.npTiers {
+		from := oldTiers[tier.allowKey]
+		if from == nil {
+			// An address's entry depends on every pod that holds it
+			// (the union of their ports is its profile): the entries of
+			// the node's pods are made again with the rest.
+			for _, name := range tierSetNames(tier, "pods") {
+				delete(t.Sets, name)
+			}
+			fill.npTiers = append(fill.npTiers, tier)
+			continue
+		}
+		// An old tier allowed the same: its allow-list's sets (of the
+		// same names), which Live kept current, replace the ones compiled
+		// from the node's pods.
+		maps.Copy(tier.profiles, from.profiles)
+		for _, name := range tierSetNames(from, "pods", "nets") {
+			if !take(name) {
+				delete(t.Sets, name)
+			}
+		}
+	}
+	l.fillSets(t, fill)
+	l.recipe, l.table = c.live, t
+	for _, tier := range l.recipe.npTiers {
+		tier.rebuildChain(t)
+	}
+	l.dropUnusedPortSets(t)
+	for name, s := range t.Sets {
+		if !moved[name] {
+			s.Revision, s.Changes = revisions.Add(1), nil
+		}
+	}
+	for name := range l.pos {
+		if !moved[name] || t.Sets[name] == nil {
+			delete(l.pos, name)
+		}
+	}
+	l.classUsers = map[string]int{}
+	for ns, n := range l.local {
+		for _, p := range l.byNamespace[ns] {
+			if n > 0 && l.dispatched(p) {
+				l.countUsers(l.classUsers, p, +1)
+			}
+		}
+	}
+	return t, nil
+}
+
+// takeFamilies takes a set prefix's sets of every family from the old
+// table, when it holds them all.
+func (l *Live) takeFamilies(prefix string, take func(string) bool) bool {
+	for _, f := range nft.Families {
+		if l.table.Sets[prefix+f.Suffix] == nil {
+			return false
+		}
+	}
+	for _, f := range nft.Families {
+		take(prefix + f.Suffix)
+	}
+	return true
+}
+
+// tierSetNames are the names a tier's allow-list sets of kinds may have.
+func tierSetNames(tier *npTier, kinds ...string) []string {
+	var out []string
+	for id := range tier.profiles {
+		for _, kind := range kinds {
+			for _, f := range nft.Families {
+				out = append(out, allowSetName(tier.list, kind, id, f))
+			}
+		}
+	}
+	return out
+}
+
+// localSnapshot is the node's pod-network pods, their namespaces and
+// nodes: all a compile of the node's classes reads besides the policies.
+func (l *Live) localSnapshot(nodes []*corev1.Node) *cluster.Snapshot {
+	snap := cluster.New()
+	snap.Nodes = nodes
+	for _, ns := range slices.Sorted(maps.Keys(l.local)) {
+		if l.local[ns] == 0 {
+			continue
+		}
+		snap.Namespaces = append(snap.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: l.nsLabels[ns]}})
+		for _, p := range l.byNamespace[ns] {
+			if !l.isLocal(p) {
+				continue
+			}
+			_, name, _ := strings.Cut(p.Key, "/")
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: name, Labels: p.Labels},
+				Spec:   corev1.PodSpec{NodeName: p.Node, Containers: []corev1.Container{{Ports: p.Ports}}},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+			for _, a := range p.Addrs {
+				pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: a.String()})
+			}
+			snap.Pods = append(snap.Pods, pod)
+		}
+	}
+	return snap
+}
+
+// fillSets adds to t the elements every pod gives the sets of rec, which
+// the compile of the node's pods made (or left out, empty) with theirs.
+// Only pods that a selector of rec can match are visited: a namespace is
+// skipped when no subject selects it.
+func (l *Live) fillSets(t *nft.Table, rec *recipe) {
+	if len(rec.podSets) == 0 && len(rec.namedSets) == 0 && len(rec.npTiers) == 0 {
+		return
+	}
+	var subjects []policy.Subject
+	everyPodWithPorts := len(rec.namedSets) > 0
+	for _, s := range rec.podSets {
+		subjects = append(subjects, s...)
+	}
+	for _, tier := range rec.npTiers {
+		for _, r := range tier.allow {
+			subjects = append(subjects, r.subjects...)
+			if len(r.named) > 0 {
+				// Egress named ports resolve on any destination the
+				// rule's networks hold.
+				everyPodWithPorts = true
+			}
+		}
+	}
+	addrs := map[netip.Addr]bool{}
+	for ns, pods := range l.byNamespace {
+		nsLabels := l.nsLabels[ns]
+		var here []policy.Subject
+		for _, s := range subjects {
+			if (s.Namespace == "" || s.Namespace == ns) && s.Namespaces.Matches(nsLabels) {
+				here = append(here, s)
+			}
+		}
+		if len(here) == 0 && !everyPodWithPorts {
+			continue
+		}
+		for _, p := range pods {
+			if (everyPodWithPorts && len(p.Ports) > 0) || (!p.HostNetwork && selectsAny(here, p, nsLabels)) {
+				for _, a := range p.Addrs {
+					addrs[a] = true
+				}
+			}
+		}
+	}
+	present := map[string]map[string]bool{}
+	for e := range l.recipeElements(rec, addrs, false) {
+		s := t.Sets[e.set]
+		if s == nil {
+			s = t.AddSet(&nft.Set{Name: e.set, Fields: []nft.FieldType{e.f.Field}})
+		}
+		keys := present[e.set]
+		if keys == nil {
+			keys = make(map[string]bool, len(s.Elements))
+			for _, el := range s.Elements {
+				keys[string(el.Key)] = true
+			}
+			present[e.set] = keys
+		}
+		if !keys[e.key] {
+			keys[e.key] = true
+			s.Elements = append(s.Elements, e.element())
+		}
+	}
+}
