@@ -1,8 +1,12 @@
 package compiler_test
 
 import (
+	"fmt"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/netpol/netpol/internal/benchstat"
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
@@ -26,5 +30,56 @@ func BenchmarkCompile(b *testing.B) {
 		b.ReportMetric(float64(n.Elements), "elements")
 		b.ReportMetric(float64(n.Chains), "chains")
 		b.ReportMetric(float64(n.Sets), "sets")
+	}
+}
+
+// BenchmarkNodeTable is the agent's full policy compile of one node, the
+// model given (the agent's policy.Cache keeps it): resolved (the
+// evaluator's index of every pod, then Compile's Live: what the agent
+// does) against from-pods (NewLiveFromPods, a test helper: the node's
+// pods compiled alone and every set filled from the pods as Rebase fills
+// a new one; measured as a candidate for the first sync, and slower while
+// it matches selectors pod by pod). The cluster is the agent scale harness's at
+// NETPOL_BENCH_PODS pods (default 10,000): one namespace and one node per
+// 100 pods, a NetworkPolicy per 10, an admin policy per 100.
+func BenchmarkNodeTable(b *testing.B) {
+	sizes, err := benchstat.EnvInts("NETPOL_BENCH_PODS", []int{10000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range sizes {
+		spec := synth.Spec{Namespaces: n / 100, Pods: n, Nodes: n / 100, NetworkPolicies: n / 10, AdminPolicies: n / 100, Seed: 1}
+		snap, err := synth.Snapshot(spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		model := policy.Build(snap)
+		opts := compiler.Options{Node: "node-1"}
+		nsLabels := map[string]labels.Set{}
+		for _, ns := range snap.Namespaces {
+			nsLabels[ns.Name] = compiler.NamespaceLabelsOf(ns.Name, ns)
+		}
+		b.Run(fmt.Sprintf("pods=%d/resolved", n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := compiler.NewLive(eval.New(snap, model).Resolved(), opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("pods=%d/from-pods", n), func(b *testing.B) {
+			for b.Loop() {
+				pods := make([]*compiler.PodState, 0, len(snap.Pods))
+				for _, p := range snap.Pods {
+					if st := compiler.PodStateOf(p); st != nil {
+						pods = append(pods, st)
+					}
+				}
+				l, err := compiler.NewLiveFromPods(pods, func(ns string) labels.Set { return nsLabels[ns] }, snap.Nodes, model, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(l.Table().Count().Elements), "elements")
+			}
+		})
 	}
 }

@@ -68,8 +68,8 @@ func TestLiveMatchesCompile(t *testing.T) {
 			})
 		}
 	}
-	t.Logf("%d incremental updates compared with a full compile, %d of them to pods of the node, %d rebased (%d sets kept)",
-		stats.compared, stats.localIncremental, stats.rebased, stats.kept)
+	t.Logf("%d incremental updates compared with a full compile, %d of them to pods of the node, %d rebased (%d sets kept); %d tables built from pods",
+		stats.compared, stats.localIncremental, stats.rebased, stats.kept, stats.fromPods)
 	if stats.compared < 1000 || stats.localIncremental < 50 || stats.rebased < 300 || stats.kept < 1000 {
 		t.Fatalf("only %d incremental updates (%d to pods of the node, %d rebased keeping %d sets) compared with a full compile, want at least 1,000 (50, 300, 1,000)",
 			stats.compared, stats.localIncremental, stats.rebased, stats.kept)
@@ -80,8 +80,8 @@ func TestLiveMatchesCompile(t *testing.T) {
 type liveStats struct {
 	compared, localIncremental int
 	// rebased counts Rebase results compared, kept the sets they took
-	// over from the old table.
-	rebased, kept int
+	// over from the old table; fromPods the tables NewLiveFromPods built.
+	rebased, kept, fromPods int
 }
 
 // liveAgrees runs 30 random changes against one node's Live and counts
@@ -112,7 +112,27 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 		}
 		return compiler.NamespaceLabelsOf(ns, nil)
 	}
+	fromPods := func(what string) *compiler.Live {
+		var pods []*compiler.PodState
+		for _, p := range snap.Pods {
+			if st := compiler.PodStateOf(p); st != nil {
+				pods = append(pods, st)
+			}
+		}
+		l, err := compiler.NewLiveFromPods(pods, nsLabels, snap.Nodes, model(), compiler.Options{Node: node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		compare(t, l, &snap, node, what+": built from pods")
+		stats.fromPods++
+		return l
+	}
+	fromPods("start")
 	for step := range 30 {
+		if step == 15 {
+			// Go on from a table built from pods.
+			live = fromPods(fmt.Sprintf("step %d", step))
+		}
 		ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
 		var what string
 		var local, policyChange bool
@@ -162,6 +182,7 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 		}
 		stats.compared++
 	}
+	fromPods("end")
 }
 
 // compare checks Live against a full compile: its snapshot must render

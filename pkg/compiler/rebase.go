@@ -171,29 +171,61 @@ func (l *Live) localSnapshot(nodes []*corev1.Node) *cluster.Snapshot {
 	return snap
 }
 
-// fillSets adds to t the elements every pod gives the sets of rec, which
-// the compile of the node's pods made (or left out, empty) with theirs.
-// Only pods that a selector of rec can match are visited: a namespace is
-// skipped when no subject selects it.
+// fillSets adds to t the elements every pod gives the sets of rec,
+// which the compile of the node's pods made (or left out, empty) with
+// theirs. Each set is filled from the pods its own selectors can match (a
+// namespace is skipped when no subject selects it), by the code Update
+// patches elements with.
 func (l *Live) fillSets(t *nft.Table, rec *recipe) {
-	if len(rec.podSets) == 0 && len(rec.namedSets) == 0 && len(rec.npTiers) == 0 {
-		return
-	}
-	var subjects []policy.Subject
-	everyPodWithPorts := len(rec.namedSets) > 0
-	for _, s := range rec.podSets {
-		subjects = append(subjects, s...)
-	}
-	for _, tier := range rec.npTiers {
-		for _, r := range tier.allow {
-			subjects = append(subjects, r.subjects...)
-			if len(r.named) > 0 {
-				// Egress named ports resolve on any destination the
-				// rule's networks hold.
-				everyPodWithPorts = true
+	present := map[string]map[string]bool{}
+	put := func(elems map[elementRef]bool) {
+		for e := range elems {
+			s := t.Sets[e.set]
+			if s == nil {
+				s = t.AddSet(&nft.Set{Name: e.set, Fields: []nft.FieldType{e.f.Field}})
+			}
+			keys := present[e.set]
+			if keys == nil {
+				keys = make(map[string]bool, len(s.Elements))
+				for _, el := range s.Elements {
+					keys[string(el.Key)] = true
+				}
+				present[e.set] = keys
+			}
+			if !keys[e.key] {
+				keys[e.key] = true
+				s.Elements = append(s.Elements, e.element())
 			}
 		}
 	}
+	for prefix, subjects := range rec.podSets {
+		one := &recipe{podSets: map[string][]policy.Subject{prefix: subjects}}
+		put(l.recipeElements(one, l.selectedAddrs(subjects, false), false))
+	}
+	if len(rec.namedSets) > 0 {
+		put(l.recipeElements(&recipe{namedSets: rec.namedSets}, l.selectedAddrs(nil, true), false))
+	}
+	lists := map[string]bool{}
+	for _, tier := range rec.npTiers {
+		if lists[tier.list] {
+			continue
+		}
+		lists[tier.list] = true
+		var subjects []policy.Subject
+		named := false
+		for _, r := range tier.allow {
+			subjects = append(subjects, r.subjects...)
+			// Egress named ports resolve on any destination the rule's
+			// networks hold.
+			named = named || len(r.named) > 0
+		}
+		put(l.recipeElements(&recipe{npTiers: []*npTier{tier}}, l.selectedAddrs(subjects, named), false))
+	}
+}
+
+// selectedAddrs are the addresses of the pod-network pods subjects
+// select, and with withPorts of every pod that has container ports.
+func (l *Live) selectedAddrs(subjects []policy.Subject, withPorts bool) map[netip.Addr]bool {
 	addrs := map[netip.Addr]bool{}
 	for ns, pods := range l.byNamespace {
 		nsLabels := l.nsLabels[ns]
@@ -203,34 +235,16 @@ func (l *Live) fillSets(t *nft.Table, rec *recipe) {
 				here = append(here, s)
 			}
 		}
-		if len(here) == 0 && !everyPodWithPorts {
+		if len(here) == 0 && !withPorts {
 			continue
 		}
 		for _, p := range pods {
-			if (everyPodWithPorts && len(p.Ports) > 0) || (!p.HostNetwork && selectsAny(here, p, nsLabels)) {
+			if (withPorts && len(p.Ports) > 0) || (!p.HostNetwork && selectsAny(here, p, nsLabels)) {
 				for _, a := range p.Addrs {
 					addrs[a] = true
 				}
 			}
 		}
 	}
-	present := map[string]map[string]bool{}
-	for e := range l.recipeElements(rec, addrs, false) {
-		s := t.Sets[e.set]
-		if s == nil {
-			s = t.AddSet(&nft.Set{Name: e.set, Fields: []nft.FieldType{e.f.Field}})
-		}
-		keys := present[e.set]
-		if keys == nil {
-			keys = make(map[string]bool, len(s.Elements))
-			for _, el := range s.Elements {
-				keys[string(el.Key)] = true
-			}
-			present[e.set] = keys
-		}
-		if !keys[e.key] {
-			keys[e.key] = true
-			s.Elements = append(s.Elements, e.element())
-		}
-	}
+	return addrs
 }
