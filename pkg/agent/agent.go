@@ -534,7 +534,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 	}
 	if due != 0 {
 		snap, err := a.src.snapshot(due&node.Policy != 0)
-		var sources []policy.Source
+		var sources []any
 		if err == nil && due&node.Policy != 0 {
 			sources, policies, err = a.src.policySources()
 		}
@@ -551,7 +551,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		in := &node.Input{Snapshot: snap, CheckLive: checkLive}
 		var problems []error
 		if due&node.Policy != 0 {
-			in.Model, problems = a.policyModels.Build(sources)
+			in.Model, problems = a.policyModels.Build(sources, loadPolicy)
 		}
 		full := a.prog.Sync(in, due)
 		if full.Policy.Ran {

@@ -135,7 +135,7 @@ func (a *Agent) syncPolicyIncremental(d delta) (node.PolicyResult, string) {
 	if err != nil {
 		return node.PolicyResult{}, ""
 	}
-	model, problems := a.policyModels.Build(sources)
+	model, problems := a.policyModels.Build(sources, loadPolicy)
 	r := a.prog.RebasePolicy(ch, model, nodes)
 	if errors.As(r.Err, &full) {
 		a.log.Debug("full policy sync", "reason", full.Reason)

@@ -365,7 +365,7 @@ func (sb *scaleBench) checkKernel(b *testing.B) {
 		b.Fatal(err)
 	}
 	var fresh policy.Cache // nothing shared with the agent's
-	model, _ := fresh.Build(sources)
+	model, _ := fresh.Build(sources, loadPolicy)
 	want, err := compiler.Compile(eval.New(snap, model).Resolved(), compiler.Options{Node: sb.h.agent.opts.NodeName})
 	if err != nil {
 		b.Fatal(err)

@@ -25,7 +25,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netpol/netpol/pkg/cluster"
-	"github.com/netpol/netpol/pkg/policy"
 )
 
 // gvrCRD is watched to notice policy CRDs appearing or going.
@@ -310,19 +309,14 @@ func (s *sources) nodes() ([]*corev1.Node, error) {
 // identified by the cache's pointer (an update replaces it), and the
 // admin and cluster policies as the API server holds them (for their
 // status).
-func (s *sources) policySources() ([]policy.Source, map[cluster.ObjectKey]policyObject, error) {
-	var out []policy.Source
-	nps, err := s.listers.networkPolicies.List(labels.Everything())
+func (s *sources) policySources() ([]any, map[cluster.ObjectKey]policyObject, error) {
+	ids, err := s.listers.networkPolicies.List(labels.Everything())
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, o := range nps {
-		np := o.(*networkingv1.NetworkPolicy)
-		out = append(out, policy.Source{ID: np, Load: func() (*cluster.Snapshot, []error) {
-			snap := cluster.New()
-			snap.NetworkPolicies = append(snap.NetworkPolicies, np)
-			return snap, nil
-		}})
+	out := make([]any, len(ids))
+	for i, o := range ids {
+		out[i] = o
 	}
 	policies := map[cluster.ObjectKey]policyObject{}
 	s.policyMu.RLock()
@@ -337,18 +331,28 @@ func (s *sources) policySources() ([]policy.Source, map[cluster.ObjectKey]policy
 		}
 		for _, o := range objs {
 			u := o.(*unstructured.Unstructured)
-			out = append(out, policy.Source{ID: u, Load: func() (*cluster.Snapshot, []error) {
-				snap := cluster.New()
-				data, err := u.MarshalJSON()
-				if err != nil {
-					return snap, []error{fmt.Errorf("%s %s: %w", policyKinds[gvr.Resource], u.GetName(), err)}
-				}
-				return snap, snap.AddAPIObject(data).Errors
-			}})
+			out = append(out, u)
 			policies[cluster.ObjectKey{Kind: policyKinds[gvr.Resource], Name: u.GetName()}] = policyObject{gvr: gvr, obj: u}
 		}
 	}
 	return out, policies, nil
+}
+
+// loadPolicy is a snapshot holding one policy object of policySources
+// alone (for policy.Cache), and the problems met converting it.
+func loadPolicy(obj any) (*cluster.Snapshot, []error) {
+	snap := cluster.New()
+	switch o := obj.(type) {
+	case *networkingv1.NetworkPolicy:
+		snap.NetworkPolicies = append(snap.NetworkPolicies, o)
+	case *unstructured.Unstructured:
+		data, err := o.MarshalJSON()
+		if err != nil {
+			return snap, []error{fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)}
+		}
+		return snap, snap.AddAPIObject(data).Errors
+	}
+	return snap, nil
 }
 
 // pod returns the cached pod namespace/name, nil when there is none.

@@ -68,7 +68,12 @@ func Compile(r *eval.Resolved, opts Options) (*nft.Table, error) {
 	return c.t, nil
 }
 
-func compile(r *eval.Resolved, opts Options) (*compiler, error) {
+func compile(r *eval.Resolved, opts Options) (*compiler, error) { return compileWith(r, opts, false) }
+
+// compileWith is compile; with podsLater the sets of pod addresses
+// (peers, named ports, allow-lists) are left without elements: Rebase
+// takes them from the old table or fills them from every pod.
+func compileWith(r *eval.Resolved, opts Options, podsLater bool) (*compiler, error) {
 	if opts.Table == "" {
 		opts.Table = DefaultTable
 	}
@@ -76,8 +81,8 @@ func compile(r *eval.Resolved, opts Options) (*compiler, error) {
 	if node < 0 {
 		return nil, fmt.Errorf("node %q is not in the snapshot", opts.Node)
 	}
-	c := &compiler{r: r, pols: r.Policies(), node: node, t: nft.NewTable(opts.Table),
-		classes: map[string]string{}, lists: map[string]*npTier{}, peerCache: map[peerKey][]addrRange{}, self: map[string]bool{},
+	c := &compiler{r: r, pols: r.Policies(), node: node, t: nft.NewTable(opts.Table), podsLater: podsLater,
+		classes: map[string]string{}, lists: map[string]*npTier{}, peerCache: map[peerKey][]addrRange{}, ruleSets: map[peerKey]ruleSetNames{}, self: map[string]bool{},
 		live: &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}, classes: map[string][2]string{}}}
 	c.baseChains()
 	if !opts.AgentPorts.Empty() {
@@ -142,8 +147,11 @@ type compiler struct {
 	// differ only in their Admin or Baseline tiers share one.
 	lists map[string]*npTier
 	self  map[string]bool // self-pods keys added
-	// peerCache memoizes peerRanges: classes share policies.
+	// peerCache memoizes peerRanges, ruleSets ruleSetsFor (by rule: the
+	// family is not set): classes share policies.
 	peerCache map[peerKey][]addrRange
+	ruleSets  map[peerKey]ruleSetNames
+	podsLater bool // compileWith
 	// live is what Live needs to keep the table up to date pod by pod.
 	live *recipe
 }
@@ -392,6 +400,16 @@ type ruleSetNames struct{ pods, nets, ports, named string }
 // (the peers, the ports), so rules with the same peers share one set: a
 // pod that comes or goes changes it once.
 func (c *compiler) ruleSetsFor(pi int, d policy.Direction, ri int) ruleSetNames {
+	key := peerKey{pi: pi, d: d, ri: ri}
+	if names, ok := c.ruleSets[key]; ok {
+		return names // classes share policies: the sets are there
+	}
+	names := c.makeRuleSets(pi, d, ri)
+	c.ruleSets[key] = names
+	return names
+}
+
+func (c *compiler) makeRuleSets(pi int, d policy.Direction, ri int) ruleSetNames {
 	r := &c.pols[pi].Rules[d][ri]
 	numbered, named := splitPorts(r.Ports)
 	var names ruleSetNames
@@ -418,7 +436,12 @@ func (c *compiler) ruleSetsFor(pi int, d policy.Direction, ri int) ruleSetNames 
 	for _, f := range nft.Families {
 		if names.pods != "" {
 			c.addSharedSet(&nft.Set{Name: names.pods + f.Suffix, Fields: []nft.FieldType{f.Field}},
-				func() []nft.Element { return addrElements(c.podAddrs(pi, d, ri, f), f) })
+				func() []nft.Element {
+					if c.podsLater {
+						return nil
+					}
+					return addrElements(c.podAddrs(pi, d, ri, f), f)
+				})
 		}
 		if names.nets != "" {
 			c.addSharedSet(&nft.Set{Name: names.nets + f.Suffix, Fields: []nft.FieldType{f.Field}, Interval: true},
@@ -426,7 +449,12 @@ func (c *compiler) ruleSetsFor(pi int, d policy.Direction, ri int) ruleSetNames 
 		}
 		if names.named != "" {
 			c.addSharedSet(&nft.Set{Name: names.named + f.Suffix, Fields: []nft.FieldType{f.Field, nft.FieldProto, nft.FieldPort}},
-				func() []nft.Element { return c.namedPortElements(named, f) })
+				func() []nft.Element {
+					if c.podsLater {
+						return nil
+					}
+					return c.namedPortElements(named, f)
+				})
 		}
 	}
 	return names
@@ -662,7 +690,9 @@ func (c *compiler) allowItems(plan *eval.Plan, pod int, f *nft.Family) []allowIt
 		if r.AllPeers {
 			nets = []addrRange{fullRange(f)}
 		} else {
-			pods = c.podAddrs(pi, d, ri, f)
+			if !c.podsLater {
+				pods = c.podAddrs(pi, d, ri, f)
+			}
 			nets = c.peerRanges(pi, d, ri, f)
 		}
 		add := func(ports []portBox) {
@@ -692,7 +722,7 @@ func (c *compiler) allowItems(plan *eval.Plan, pod int, f *nft.Family) []allowIt
 		}
 		// Egress: each destination pod the peers match resolves the
 		// names on its own ports.
-		for j := 0; j < c.r.NumPods(); j++ {
+		for j := 0; j < c.r.NumPods() && !c.podsLater; j++ {
 			dst := c.r.Pod(j)
 			boxes := namedMatches(named, dst.Ports)
 			if len(boxes) == 0 {

@@ -12,7 +12,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
@@ -311,31 +314,37 @@ func mutate(snap *cluster.Snapshot, node string, r *rand.Rand, step int, ch *com
 	return what, isLocal(old) || isLocal(p)
 }
 
-// policySources are snap's policy objects for a policy.Cache, each by
-// its pointer (mutatePolicy replaces an object it changes).
-func policySources(snap *cluster.Snapshot) []policy.Source {
-	var out []policy.Source
-	add := func(id any, put func(*cluster.Snapshot)) {
-		out = append(out, policy.Source{ID: id, Load: func() (*cluster.Snapshot, []error) {
-			one := cluster.New()
-			one.UnknownFields = snap.UnknownFields
-			put(one)
-			return one, nil
-		}})
-	}
+// policySources are snap's policy objects for a policy.Cache, by pointer
+// (mutatePolicy replaces an object it changes), and how to load one alone.
+func policySources(snap *cluster.Snapshot) ([]any, func(any) (*cluster.Snapshot, []error)) {
+	var ids []any
 	for _, p := range snap.NetworkPolicies {
-		add(p, func(s *cluster.Snapshot) { s.NetworkPolicies = append(s.NetworkPolicies, p) })
+		ids = append(ids, p)
 	}
 	for _, p := range snap.AdminPolicies {
-		add(p, func(s *cluster.Snapshot) { s.AdminPolicies = append(s.AdminPolicies, p) })
+		ids = append(ids, p)
 	}
 	for _, p := range snap.BaselinePolicies {
-		add(p, func(s *cluster.Snapshot) { s.BaselinePolicies = append(s.BaselinePolicies, p) })
+		ids = append(ids, p)
 	}
 	for _, p := range snap.ClusterPolicies {
-		add(p, func(s *cluster.Snapshot) { s.ClusterPolicies = append(s.ClusterPolicies, p) })
+		ids = append(ids, p)
 	}
-	return out
+	return ids, func(id any) (*cluster.Snapshot, []error) {
+		one := cluster.New()
+		one.UnknownFields = snap.UnknownFields
+		switch p := id.(type) {
+		case *networkingv1.NetworkPolicy:
+			one.NetworkPolicies = append(one.NetworkPolicies, p)
+		case *anpv1alpha1.AdminNetworkPolicy:
+			one.AdminPolicies = append(one.AdminPolicies, p)
+		case *anpv1alpha1.BaselineAdminNetworkPolicy:
+			one.BaselinePolicies = append(one.BaselinePolicies, p)
+		case *cnpv1beta1.ClusterNetworkPolicy:
+			one.ClusterPolicies = append(one.ClusterPolicies, p)
+		}
+		return one, nil
+	}
 }
 
 // mutatePolicy makes one random change to snap's policies: one deleted,

@@ -37,7 +37,7 @@ func (l *Live) Rebase(ch Changes, model *policy.Model, nodes []*corev1.Node) (*n
 		return nil, &NeedsFullError{Reason: "node " + l.node + " is not among the nodes"}
 	}
 	l.applyPods(ch)
-	c, err := compile(eval.New(l.localSnapshot(nodes), model).Resolved(), l.opts)
+	c, err := compileWith(eval.New(l.localSnapshot(nodes), model).Resolved(), l.opts, true)
 	if err != nil {
 		return nil, err
 	}

@@ -298,15 +298,6 @@ func (cp *compiledPolicy) compileRules() {
 	}
 }
 
-// selectorKey names what a selector selects: its canonical text, which
-// labels.Nothing shares with labels.Everything ("") unless told apart.
-func selectorKey(sel labels.Selector) string {
-	if _, selectable := sel.Requirements(); !selectable {
-		return "\x01nothing"
-	}
-	return sel.String()
-}
-
 // union is the union of sets: the one set itself when there is one (shared,
 // read-only), else a new one.
 func union(sets []bitset, n int) bitset {
@@ -361,7 +352,7 @@ func (ix *index) selectionLocked(s policy.Subject) *selection {
 		}
 		return ix.none
 	}
-	key := s.Namespace + "\x00" + selectorKey(s.Namespaces) + "\x00" + selectorKey(s.Pods)
+	key := s.Key()
 	if out, ok := ix.selected[key]; ok {
 		return out
 	}

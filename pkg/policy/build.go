@@ -124,6 +124,9 @@ func (b *builder) finish(p *Policy, o *objectErrors) *Policy {
 	if o.reject {
 		return nil
 	}
+	if p != nil {
+		p.Subject.key = p.Subject.Key()
+	}
 	return p
 }
 

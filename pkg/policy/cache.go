@@ -26,51 +26,55 @@ type share struct {
 	gen      uint64 // the last Build that was given the object
 }
 
-// Source is one policy object. ID identifies its current version: the
-// caller gives a new ID when the object changes (the informer's pointer:
-// an update replaces it). Load returns a snapshot holding the object
-// alone, and the problems met reading it.
-type Source struct {
-	ID   any
-	Load func() (*cluster.Snapshot, []error)
-}
-
-// Build is Build over the objects of sources, from the shares of the last
-// call where their IDs are the same (shares of objects no longer given are
-// dropped), and the problems Load met.
-func (c *Cache) Build(sources []Source) (*Model, []error) {
+// Build is Build over the objects ids name, from the shares of the last
+// call where the ids are the same, and the problems met reading them. An
+// id identifies an object's current version: the caller gives a new one
+// when the object changes (the informer's pointer: an update replaces
+// it). load returns a snapshot holding the object alone, and the problems
+// met reading it; it is called for ids the last call was not given.
+// Shares of objects no longer given are dropped.
+func (c *Cache) Build(ids []any, load func(id any) (*cluster.Snapshot, []error)) (*Model, []error) {
 	if c.shares == nil {
-		c.shares = make(map[any]*share, len(sources))
+		c.shares = make(map[any]*share, len(ids))
 	}
 	c.gen++
 	var added []*Policy
-	for _, s := range sources {
-		sh, ok := c.shares[s.ID]
+	seen := 0 // distinct shares given
+	given := make([]*share, len(ids))
+	for i, id := range ids {
+		sh, ok := c.shares[id]
 		if !ok {
-			snap, problems := s.Load()
+			snap, problems := load(id)
 			sh = &share{model: Build(snap), problems: problems}
-			c.shares[s.ID] = sh
+			c.shares[id] = sh
 			added = append(added, sh.model.Policies...)
 		}
+		if sh.gen != c.gen {
+			seen++
+		}
 		sh.gen = c.gen
+		given[i] = sh
 	}
 	removed := map[*Policy]bool{}
-	for id, sh := range c.shares {
-		if sh.gen != c.gen {
-			for _, p := range sh.model.Policies {
-				removed[p] = true
+	if seen < len(c.shares) { // some were not given: drop them
+		for id, sh := range c.shares {
+			if sh.gen != c.gen {
+				for _, p := range sh.model.Policies {
+					removed[p] = true
+				}
+				delete(c.shares, id)
 			}
-			delete(c.shares, id)
 		}
 	}
 	c.sorted = merge(c.sorted, removed, added)
 	out := &Model{Policies: c.sorted, ObjectWarnings: map[cluster.ObjectKey][]string{}}
 	var problems []error
-	for _, s := range sources {
-		sh := c.shares[s.ID]
+	for _, sh := range given {
 		out.Errors = append(out.Errors, sh.model.Errors...)
 		out.Warnings = append(out.Warnings, sh.model.Warnings...)
-		maps.Copy(out.ObjectWarnings, sh.model.ObjectWarnings)
+		if len(sh.model.ObjectWarnings) > 0 {
+			maps.Copy(out.ObjectWarnings, sh.model.ObjectWarnings)
+		}
 		problems = append(problems, sh.problems...)
 	}
 	return out, problems
@@ -78,20 +82,28 @@ func (c *Cache) Build(sources []Source) (*Model, []error) {
 
 // merge is sorted (in evaluation order) without removed and with added,
 // in a new slice (a model's Policies are never changed once given out).
+// Each added policy is placed by binary search: a change is a few.
 func merge(sorted []*Policy, removed map[*Policy]bool, added []*Policy) []*Policy {
-	slices.SortFunc(added, compare)
 	out := make([]*Policy, 0, len(sorted)-len(removed)+len(added))
-	for _, p := range sorted {
-		if removed[p] {
-			continue
+	if len(removed) == 0 {
+		out = append(out, sorted...)
+	} else {
+		for _, p := range sorted {
+			if !removed[p] {
+				out = append(out, p)
+			}
 		}
-		for len(added) > 0 && Less(added[0], p) {
-			out = append(out, added[0])
-			added = added[1:]
-		}
-		out = append(out, p)
 	}
-	return append(out, added...)
+	if len(added) > len(out) {
+		out = append(out, added...)
+		slices.SortFunc(out, compare)
+		return out
+	}
+	for _, p := range added {
+		i, _ := slices.BinarySearchFunc(out, p, compare)
+		out = slices.Insert(out, i, p)
+	}
+	return out
 }
 
 // compare is Less as a three-way comparison.

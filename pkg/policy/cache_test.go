@@ -7,6 +7,10 @@ import (
 	"sort"
 	"testing"
 
+	networkingv1 "k8s.io/api/networking/v1"
+	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -59,30 +63,37 @@ func TestCache(t *testing.T) {
 	}
 }
 
-// sources are snap's policy objects, each alone, by pointer.
-func sources(snap *cluster.Snapshot) []policy.Source {
-	var out []policy.Source
-	add := func(id any, put func(*cluster.Snapshot)) {
-		out = append(out, policy.Source{ID: id, Load: func() (*cluster.Snapshot, []error) {
-			one := cluster.New()
-			one.UnknownFields = snap.UnknownFields
-			put(one)
-			return one, nil
-		}})
-	}
+// sources are snap's policy objects, by pointer, and how to load one
+// alone.
+func sources(snap *cluster.Snapshot) ([]any, func(any) (*cluster.Snapshot, []error)) {
+	var ids []any
 	for _, p := range snap.NetworkPolicies {
-		add(p, func(s *cluster.Snapshot) { s.NetworkPolicies = append(s.NetworkPolicies, p) })
+		ids = append(ids, p)
 	}
 	for _, p := range snap.AdminPolicies {
-		add(p, func(s *cluster.Snapshot) { s.AdminPolicies = append(s.AdminPolicies, p) })
+		ids = append(ids, p)
 	}
 	for _, p := range snap.BaselinePolicies {
-		add(p, func(s *cluster.Snapshot) { s.BaselinePolicies = append(s.BaselinePolicies, p) })
+		ids = append(ids, p)
 	}
 	for _, p := range snap.ClusterPolicies {
-		add(p, func(s *cluster.Snapshot) { s.ClusterPolicies = append(s.ClusterPolicies, p) })
+		ids = append(ids, p)
 	}
-	return out
+	return ids, func(id any) (*cluster.Snapshot, []error) {
+		one := cluster.New()
+		one.UnknownFields = snap.UnknownFields
+		switch p := id.(type) {
+		case *networkingv1.NetworkPolicy:
+			one.NetworkPolicies = append(one.NetworkPolicies, p)
+		case *anpv1alpha1.AdminNetworkPolicy:
+			one.AdminPolicies = append(one.AdminPolicies, p)
+		case *anpv1alpha1.BaselineAdminNetworkPolicy:
+			one.BaselinePolicies = append(one.BaselinePolicies, p)
+		case *cnpv1beta1.ClusterNetworkPolicy:
+			one.ClusterPolicies = append(one.ClusterPolicies, p)
+		}
+		return one, nil
+	}
 }
 
 // mutateObjects drops, copies (under a new name and priority) or

@@ -111,6 +111,27 @@ type Subject struct {
 	Namespace  string
 	Namespaces labels.Selector
 	Pods       labels.Selector
+	// key is Key, made once by Build for a policy's subject (the
+	// evaluator asks for it on every resolution).
+	key string
+}
+
+// Key is a canonical form of what the subject selects: subjects with
+// equal keys select the same pods.
+func (s Subject) Key() string {
+	if s.key != "" {
+		return s.key
+	}
+	return s.Namespace + "\x00" + selectorKey(s.Namespaces) + "\x00" + selectorKey(s.Pods)
+}
+
+// selectorKey names what a selector selects: its canonical text, which
+// labels.Nothing shares with labels.Everything ("") unless told apart.
+func selectorKey(sel labels.Selector) string {
+	if _, selectable := sel.Requirements(); !selectable {
+		return "\x01nothing"
+	}
+	return sel.String()
 }
 
 // Selects reports whether the subject selects a pod-network pod of
