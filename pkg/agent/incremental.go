@@ -2,14 +2,10 @@ package agent
 
 import (
 	"errors"
-	"fmt"
 
-	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/policy"
@@ -156,22 +152,14 @@ func (a *Agent) namespaceLabels(name string) labels.Set {
 
 // policyModels builds the model policies of policy objects (typed
 // NetworkPolicies, unstructured admin and cluster policies), each alone
-// (an object's old and new versions share a name).
+// (an object's old and new versions share a name). An object with a
+// problem is an error: the full path reports it.
 func policyModels(objs []any) ([]*policy.Policy, error) {
 	var out []*policy.Policy
 	for _, obj := range objs {
-		snap := cluster.New()
-		switch o := obj.(type) {
-		case *networkingv1.NetworkPolicy:
-			snap.NetworkPolicies = append(snap.NetworkPolicies, o)
-		case *unstructured.Unstructured:
-			data, err := o.MarshalJSON()
-			if err != nil {
-				return nil, err
-			}
-			snap.AddAPIObject(data)
-		default:
-			return nil, fmt.Errorf("unexpected policy object %T", obj)
+		snap, problems := loadPolicy(obj)
+		if len(problems) > 0 {
+			return nil, errors.Join(problems...)
 		}
 		out = append(out, policy.Build(snap).Policies...)
 	}

@@ -351,6 +351,8 @@ func loadPolicy(obj any) (*cluster.Snapshot, []error) {
 			return snap, []error{fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)}
 		}
 		return snap, snap.AddAPIObject(data).Errors
+	default:
+		return snap, []error{fmt.Errorf("unexpected policy object %T", obj)}
 	}
 	return snap, nil
 }

@@ -85,6 +85,42 @@ func New() *Snapshot {
 	return &Snapshot{Origin: map[ObjectKey]Source{}, UnknownFields: map[ObjectKey][]string{}}
 }
 
+// PolicyObjects lists the snapshot's policy objects: NetworkPolicies,
+// then admin, baseline and cluster policies (the pointers it holds).
+func (s *Snapshot) PolicyObjects() []any {
+	out := make([]any, 0, len(s.NetworkPolicies)+len(s.AdminPolicies)+len(s.BaselinePolicies)+len(s.ClusterPolicies))
+	for _, p := range s.NetworkPolicies {
+		out = append(out, p)
+	}
+	for _, p := range s.AdminPolicies {
+		out = append(out, p)
+	}
+	for _, p := range s.BaselinePolicies {
+		out = append(out, p)
+	}
+	for _, p := range s.ClusterPolicies {
+		out = append(out, p)
+	}
+	return out
+}
+
+// PolicyAlone is a snapshot of obj, one of PolicyObjects, alone, with the
+// unknown fields s records (what building one object's model reads).
+func (s *Snapshot) PolicyAlone(obj any) *Snapshot {
+	one := &Snapshot{Origin: map[ObjectKey]Source{}, UnknownFields: s.UnknownFields}
+	switch o := obj.(type) {
+	case *networkingv1.NetworkPolicy:
+		one.NetworkPolicies = []*networkingv1.NetworkPolicy{o}
+	case *anpv1alpha1.AdminNetworkPolicy:
+		one.AdminPolicies = []*anpv1alpha1.AdminNetworkPolicy{o}
+	case *anpv1alpha1.BaselineAdminNetworkPolicy:
+		one.BaselinePolicies = []*anpv1alpha1.BaselineAdminNetworkPolicy{o}
+	case *cnpv1beta1.ClusterNetworkPolicy:
+		one.ClusterPolicies = []*cnpv1beta1.ClusterNetworkPolicy{o}
+	}
+	return one
+}
+
 // Namespace returns the namespace called name, or nil.
 func (s *Snapshot) Namespace(name string) *corev1.Namespace {
 	for _, ns := range s.Namespaces {

@@ -12,10 +12,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
-	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
@@ -101,7 +98,10 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 	// The agent's models come from a policy.Cache: an unchanged object
 	// keeps its policies, whose allow-lists Rebase reuses.
 	var models policy.Cache
-	model := func() *policy.Model { m, _ := models.Build(policySources(&snap)); return m }
+	model := func() *policy.Model {
+		m, _ := models.Build(snap.PolicyObjects(), func(id any) (*cluster.Snapshot, []error) { return snap.PolicyAlone(id), nil })
+		return m
+	}
 	live, err := compiler.NewLive(eval.New(&snap, model()).Resolved(), compiler.Options{Node: node})
 	if err != nil {
 		t.Fatal(err)
@@ -312,39 +312,6 @@ func mutate(snap *cluster.Snapshot, node string, r *rand.Rand, step int, ch *com
 	snap.Pods[i] = p
 	record(p)
 	return what, isLocal(old) || isLocal(p)
-}
-
-// policySources are snap's policy objects for a policy.Cache, by pointer
-// (mutatePolicy replaces an object it changes), and how to load one alone.
-func policySources(snap *cluster.Snapshot) ([]any, func(any) (*cluster.Snapshot, []error)) {
-	var ids []any
-	for _, p := range snap.NetworkPolicies {
-		ids = append(ids, p)
-	}
-	for _, p := range snap.AdminPolicies {
-		ids = append(ids, p)
-	}
-	for _, p := range snap.BaselinePolicies {
-		ids = append(ids, p)
-	}
-	for _, p := range snap.ClusterPolicies {
-		ids = append(ids, p)
-	}
-	return ids, func(id any) (*cluster.Snapshot, []error) {
-		one := cluster.New()
-		one.UnknownFields = snap.UnknownFields
-		switch p := id.(type) {
-		case *networkingv1.NetworkPolicy:
-			one.NetworkPolicies = append(one.NetworkPolicies, p)
-		case *anpv1alpha1.AdminNetworkPolicy:
-			one.AdminPolicies = append(one.AdminPolicies, p)
-		case *anpv1alpha1.BaselineAdminNetworkPolicy:
-			one.BaselinePolicies = append(one.BaselinePolicies, p)
-		case *cnpv1beta1.ClusterNetworkPolicy:
-			one.ClusterPolicies = append(one.ClusterPolicies, p)
-		}
-		return one, nil
-	}
 }
 
 // mutatePolicy makes one random change to snap's policies: one deleted,

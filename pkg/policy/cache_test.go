@@ -7,10 +7,6 @@ import (
 	"sort"
 	"testing"
 
-	networkingv1 "k8s.io/api/networking/v1"
-	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
-	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
-
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -37,7 +33,7 @@ func TestCache(t *testing.T) {
 			if step > 0 {
 				kept = mutateObjects(&snap, rnd, step)
 			}
-			got, problems := c.Build(sources(&snap))
+			got, problems := c.Build(snap.PolicyObjects(), func(id any) (*cluster.Snapshot, []error) { return snap.PolicyAlone(id), nil })
 			want := policy.Build(&snap)
 			if len(problems) != 0 {
 				t.Fatalf("seed %d step %d: problems %v", seed, step, problems)
@@ -60,39 +56,6 @@ func TestCache(t *testing.T) {
 			}
 			last = got
 		}
-	}
-}
-
-// sources are snap's policy objects, by pointer, and how to load one
-// alone.
-func sources(snap *cluster.Snapshot) ([]any, func(any) (*cluster.Snapshot, []error)) {
-	var ids []any
-	for _, p := range snap.NetworkPolicies {
-		ids = append(ids, p)
-	}
-	for _, p := range snap.AdminPolicies {
-		ids = append(ids, p)
-	}
-	for _, p := range snap.BaselinePolicies {
-		ids = append(ids, p)
-	}
-	for _, p := range snap.ClusterPolicies {
-		ids = append(ids, p)
-	}
-	return ids, func(id any) (*cluster.Snapshot, []error) {
-		one := cluster.New()
-		one.UnknownFields = snap.UnknownFields
-		switch p := id.(type) {
-		case *networkingv1.NetworkPolicy:
-			one.NetworkPolicies = append(one.NetworkPolicies, p)
-		case *anpv1alpha1.AdminNetworkPolicy:
-			one.AdminPolicies = append(one.AdminPolicies, p)
-		case *anpv1alpha1.BaselineAdminNetworkPolicy:
-			one.BaselinePolicies = append(one.BaselinePolicies, p)
-		case *cnpv1beta1.ClusterNetworkPolicy:
-			one.ClusterPolicies = append(one.ClusterPolicies, p)
-		}
-		return one, nil
 	}
 }
 
