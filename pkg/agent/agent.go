@@ -515,13 +515,15 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		}
 	}
 	if due&node.Policy != 0 {
-		// Changes to pods of other nodes, to namespaces without pods
-		// here and to policies that select none of them update the last
-		// table (compiler.Live): no snapshot, no compile. The periodic
+		// Changes to pods, namespaces and policies update the last table
+		// (compiler.Live): no snapshot; those that change this node's
+		// classes compile its own pods only (a rebase). The periodic
 		// resync applies them too, then compiles in full and checks that
 		// both agree.
-		if r, path := a.syncPolicyIncremental(a.takeDelta()); path != "" {
-			a.metrics.policySyncs.WithLabelValues(path).Inc()
+		if ps := a.syncPolicyIncremental(a.takeDelta()); ps.path != "" {
+			r := ps.PolicyResult
+			a.metrics.policySyncs.WithLabelValues(ps.path).Inc()
+			model, policies = ps.model, ps.objects
 			if r.Err != nil {
 				a.forceFull() // the retry compiles in full
 			}

@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/policy"
@@ -78,26 +79,33 @@ func (a *Agent) forceFull() {
 	a.mu.Unlock()
 }
 
+// policySync is what syncPolicyIncremental did.
+type policySync struct {
+	node.PolicyResult
+	// path is "incremental" (compiler.Live's Update: the elements of
+	// what changed), "rebase" (the classes of this node's pods compiled
+	// again) or "" when the delta needs the full path (nothing was done).
+	path string
+	// model and objects are the policy model and objects, when the sync
+	// built the model (a rebase, or a policy change on the status
+	// writer): the status is written from them.
+	model   *policy.Model
+	objects map[cluster.ObjectKey]policyObject
+}
+
 // syncPolicyIncremental programs the policy table from d without a
-// snapshot, when it can, and says how: "incremental" (compiler.Live's
-// Update: the elements of what changed), "rebase" (the classes of this
-// node's pods compiled again, for a policy that applies to them, the
-// labels of their namespace or a pod of the node unlike the others), or
-// "" when d needs the full path (nothing was done then).
-func (a *Agent) syncPolicyIncremental(d delta) (node.PolicyResult, string) {
+// snapshot, when it can: by Update, or by a rebase for a policy that
+// applies to this node's pods, the labels of their namespace or a pod of
+// the node unlike the others.
+func (a *Agent) syncPolicyIncremental(d delta) policySync {
 	if d.full {
-		return node.PolicyResult{}, ""
+		return policySync{}
 	}
 	rebase := false
 	if len(d.policies) > 0 {
-		// The leader writes the policies' status, which only the full
-		// path computes.
-		if a.status != nil && a.status.leader.Load() {
-			return node.PolicyResult{}, ""
-		}
 		pols, err := policyModels(d.policies)
 		if err != nil {
-			return node.PolicyResult{}, ""
+			return policySync{}
 		}
 		rebase = a.prog.SelectsLocal(pols)
 	}
@@ -105,7 +113,7 @@ func (a *Agent) syncPolicyIncremental(d delta) (node.PolicyResult, string) {
 	for key := range d.pods {
 		p, err := a.src.pod(key)
 		if err != nil {
-			return node.PolicyResult{}, ""
+			return policySync{}
 		}
 		ch.Pods[key] = nil
 		if p != nil {
@@ -119,26 +127,43 @@ func (a *Agent) syncPolicyIncremental(d delta) (node.PolicyResult, string) {
 	if !rebase {
 		r := a.prog.UpdatePolicy(ch)
 		if !errors.As(r.Err, &full) {
-			return r, "incremental"
+			out := policySync{PolicyResult: r, path: "incremental"}
+			if len(d.policies) > 0 && r.Err == nil && a.status != nil && a.status.leader.Load() {
+				// The status writer's model, after the kernel has
+				// the change.
+				out.model, out.objects, _ = a.buildModel()
+			}
+			return out
 		}
 		a.log.Debug("rebasing the policy table", "reason", full.Reason)
 	}
-	sources, _, err := a.src.policySources()
-	if err != nil {
-		return node.PolicyResult{}, ""
-	}
 	nodes, err := a.src.nodes()
 	if err != nil {
-		return node.PolicyResult{}, ""
+		return policySync{}
 	}
-	model, problems := a.policyModels.Build(sources, loadPolicy)
+	model, objects, err := a.buildModel()
+	if err != nil {
+		return policySync{}
+	}
 	r := a.prog.RebasePolicy(ch, model, nodes)
 	if errors.As(r.Err, &full) {
 		a.log.Debug("full policy sync", "reason", full.Reason)
-		return node.PolicyResult{}, ""
+		return policySync{}
 	}
+	return policySync{PolicyResult: r, path: "rebase", model: model, objects: objects}
+}
+
+// buildModel builds the policy model of the cached objects (from the
+// policy cache: only changed objects are built) and reports its
+// problems.
+func (a *Agent) buildModel() (*policy.Model, map[cluster.ObjectKey]policyObject, error) {
+	sources, objects, err := a.src.policySources()
+	if err != nil {
+		return nil, nil, err
+	}
+	model, problems := a.policyModels.Build(sources, loadPolicy)
 	a.reportProblems("policy", append(problems, model.Errors...), model.Warnings)
-	return r, "rebase"
+	return model, objects, nil
 }
 
 // namespaceLabels are a namespace's labels as the snapshot has them.

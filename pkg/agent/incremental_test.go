@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,9 +14,12 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/netpol/netpol/internal/synth"
+	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/node"
 )
 
@@ -254,5 +259,66 @@ func TestDeltaRecord(t *testing.T) {
 	}
 	if !d.full {
 		t.Errorf("a delta of %d objects is not full", d.size())
+	}
+}
+
+// TestLeaderStatusWithoutFullSync: on the status writer, an admin policy
+// that selects pods of node-1 takes the rebase path and one that selects
+// none the incremental path; the status of each (here: a rule that fails
+// closed) is written from the policy cache's model, with no full sync.
+func TestLeaderStatusWithoutFullSync(t *testing.T) {
+	snap := loadSnapshot(t, "e2e.yaml")
+	h := newHarness(t, snap, Options{ResyncPeriod: time.Hour, StatusNamespace: "netpol-system"})
+	var mu sync.Mutex
+	patched := map[string]string{}
+	h.dyn.PrependReactor("patch", cluster.GVRAdminPolicy.Resource, func(action k8stesting.Action) (bool, runtime.Object, error) {
+		p := action.(k8stesting.PatchAction)
+		mu.Lock()
+		patched[p.GetName()] = string(p.GetPatch())
+		mu.Unlock()
+		return false, nil, nil
+	})
+	h.run()
+	h.waitFor("first sync", 10*time.Second, func() bool { return holds(h.pol, desired(t, h.snap)) })
+	h.waitFor("leadership", 20*time.Second, func() bool { return h.agent.status.leader.Load() })
+	count := func(path string) float64 {
+		var m dto.Metric
+		h.agent.metrics.policySyncs.WithLabelValues(path).Write(&m)
+		return m.GetCounter().GetValue()
+	}
+	local := ""
+	for _, ns := range h.snap.Namespaces {
+		if h.hasLocalPods(ns.Name) {
+			local = ns.Name
+		}
+	}
+	for _, tt := range []struct{ name, namespace, path string }{
+		{"local-fails-closed", local, "rebase"},
+		{"remote-fails-closed", "no-such-namespace", "incremental"},
+	} {
+		full, want := count("full"), count(tt.path)
+		obj := policyObjects(t, fmt.Sprintf(`
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: %s}
+spec:
+  priority: 20
+  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: %q}}}
+  ingress:
+  - name: bogus
+    action: Deny
+    from: [{namespaces: {matchExpressions: [{key: team, operator: Bogus, values: [x]}]}}]
+`, tt.name, tt.namespace))[0].(*unstructured.Unstructured)
+		if _, err := h.dyn.Resource(cluster.GVRAdminPolicy).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		h.waitFor(tt.name+"'s status", 10*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return strings.Contains(patched[tt.name], "RulesFailClosed")
+		})
+		if count("full") != full || count(tt.path) <= want {
+			t.Fatalf("%s: syncs full %v -> %v, %s %v -> %v; want no full sync and a %s one", tt.name, full, count("full"), tt.path, want, count(tt.path), tt.path)
+		}
 	}
 }
