@@ -251,8 +251,8 @@ func newAgent(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, pr
 	if !opts.NoStatus {
 		a.status = newStatusWriter(kube, dyn, opts.StatusNamespace, opts.NodeName,
 			func(msg string, args ...any) { a.log.Info(msg, args...) }, func() {
-				// A new leader writes status at the next sync, a full
-				// one (only it builds the policy model).
+				// A new leader writes the status of every policy at the
+				// next sync, a full one.
 				a.forceFull()
 				a.markPending(time.Now(), node.Policy)
 				a.trigger()

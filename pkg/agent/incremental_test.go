@@ -281,6 +281,24 @@ func TestLeaderStatusWithoutFullSync(t *testing.T) {
 	h.run()
 	h.waitFor("first sync", 10*time.Second, func() bool { return holds(h.pol, desired(t, h.snap)) })
 	h.waitFor("leadership", 20*time.Second, func() bool { return h.agent.status.leader.Load() })
+	// A new leader syncs in full once (to write every policy's status):
+	// wait until that sync is done and nothing is pending.
+	drain := func() { h.agent.tableMu.Lock(); h.agent.tableMu.Unlock() } // an in-flight sync ends
+	h.waitFor("the new leader's full sync", 10*time.Second, func() bool {
+		drain()
+		h.agent.mu.Lock()
+		defer h.agent.mu.Unlock()
+		if h.agent.delta.full {
+			return false
+		}
+		for _, ts := range h.agent.tables {
+			if !ts.pending.IsZero() {
+				return false
+			}
+		}
+		return true
+	})
+	drain()
 	count := func(path string) float64 {
 		var m dto.Metric
 		h.agent.metrics.policySyncs.WithLabelValues(path).Write(&m)
