@@ -228,22 +228,28 @@ func (c *compiler) class(pod int, d policy.Direction) string {
 	if plan == nil || plan.Empty() {
 		return ""
 	}
-	id := plan.Key
+	named := ""
 	if d == policy.Ingress {
-		id += c.resolveNamedPorts(plan.Allow, pod)
+		named = c.resolveNamedPorts(plan.Allow, pod)
 	}
+	id := plan.Key + named
 	if chain, ok := c.classes[id]; ok {
 		return chain
 	}
 	sum := sha256.Sum256([]byte(id))
-	prefix := "eg"
-	if d == policy.Ingress {
-		prefix = "in"
-	}
-	name := prefix + "." + hex.EncodeToString(sum[:6])
+	name := directionPrefix(d) + "." + hex.EncodeToString(sum[:6])
 	c.classes[id] = name
-	c.buildClass(name, plan, pod)
+	c.buildClass(name, plan, pod, named)
 	return name
+}
+
+// directionPrefix starts the names of a direction's classes and
+// allow-lists.
+func directionPrefix(d policy.Direction) string {
+	if d == policy.Ingress {
+		return "in"
+	}
+	return "eg"
 }
 
 // resolveNamedPorts renders how pod resolves the port names its ingress
@@ -278,7 +284,7 @@ func (c *compiler) rule(pr eval.PlanRule, d policy.Direction) *policy.Rule {
 // buildClass writes the class chain(s) of a plan: name holds the Admin
 // tier and continues in name+".next" with the NetworkPolicy or Baseline
 // tier.
-func (c *compiler) buildClass(name string, plan *eval.Plan, pod int) {
+func (c *compiler) buildClass(name string, plan *eval.Plan, pod int, named string) {
 	d := plan.Direction
 	entry := c.t.AddChain(&nft.Chain{Name: name})
 	rest := entry
@@ -295,7 +301,7 @@ func (c *compiler) buildClass(name string, plan *eval.Plan, pod int) {
 		entry.Rules = append(entry.Rules, next)
 	}
 	if len(plan.Isolating) > 0 {
-		tier := c.networkPolicyRules(plan, pod)
+		tier := c.networkPolicyRules(plan, pod, named)
 		tier.chain, tier.prefix = rest.Name, len(rest.Rules)
 		rest.Rules = append(rest.Rules, tier.rules(c.t)...)
 		c.live.npTiers = append(c.live.npTiers, tier)
@@ -623,27 +629,19 @@ func (c *compiler) namedPortElements(named []policy.Port, f *nft.Family) []nft.E
 // jump/goto element cost ~6 ms in the kernel against ~1 ms for a hash set
 // element: docs/nft-notes.md section 7.) The tier is recorded for Live,
 // which keeps its pod sets and rules up to date pod by pod.
-func (c *compiler) networkPolicyRules(plan *eval.Plan, pod int) *npTier {
+func (c *compiler) networkPolicyRules(plan *eval.Plan, pod int, named string) *npTier {
 	d := plan.Direction
 	refs := make([]string, len(plan.Isolating))
 	for i, pi := range plan.Isolating {
 		refs[i] = c.pols[pi].Ref()
 	}
 	// The allow-list depends on the isolating policies, the direction
-	// and, for ingress, how the pod resolves named ports: not on the
-	// Admin and Baseline tiers, so classes that differ only there share
-	// it (and an admin policy that changes a class leaves it alone).
-	named := ""
-	if d == policy.Ingress {
-		named = c.resolveNamedPorts(plan.Allow, pod)
-	}
-	prefix := "eg"
-	if d == policy.Ingress {
-		prefix = "in"
-	}
-	tier := &npTier{list: prefix + ".np." + contentID(strings.Join(refs, "\x00")+"\x00"+named), direction: d, ownNode: plan.OwnNodeAllowed,
+	// and, for ingress, how the pod resolves named ports (named): not on
+	// the Admin and Baseline tiers, so classes that differ only there
+	// share it (and an admin policy that changes a class leaves it alone).
+	tier := &npTier{list: directionPrefix(d) + ".np." + contentID(strings.Join(refs, "\x00")+"\x00"+named), direction: d, ownNode: plan.OwnNodeAllowed,
 		comment: "NetworkPolicy tier: every rule of " + strings.Join(refs, ", ") + ", by port profile"}
-	tier.allowKey = tier.list + "|" + named
+	tier.allowKey = tier.list
 	for _, pi := range plan.Isolating {
 		tier.isolating = append(tier.isolating, c.pols[pi])
 		tier.allowKey += fmt.Sprintf("|%p", c.pols[pi])

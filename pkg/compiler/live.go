@@ -67,8 +67,9 @@ type npTier struct {
 	allow     []allowRule
 	// profiles holds every port profile the allow-list has used, by id.
 	profiles map[string][]portBox
-	// allowKey identifies what the allow-list holds (the isolating
-	// policies by address: Rebase reuses the sets of an equal one).
+	// allowKey identifies what the allow-list holds: list, and the
+	// isolating policies by address (Rebase reuses the sets of an equal
+	// one: a policy changed under the same name has another address).
 	// isolating holds those policies, so that no address in a key is
 	// reused by another policy while the tier lives.
 	allowKey  string
@@ -397,11 +398,11 @@ func (l *Live) Update(ch Changes) (*nft.Table, error) {
 			return nil, &NeedsFullError{Reason: "namespace " + ns + " has pods on this node"}
 		}
 	}
-	l.newNamespaceLabels(ch)
+	newLabels := l.newNamespaceLabels(ch)
 	if err := l.localChangesKnown(ch); err != nil {
 		return nil, err
 	}
-	l.applyPods(ch)
+	l.applyPods(ch, newLabels)
 	return l.table, nil
 }
 
@@ -426,12 +427,12 @@ func (l *Live) newNamespaceLabels(ch Changes) map[string]labels.Set {
 	return out
 }
 
-// applyPods takes ch into the pod state and patches the pod-dependent
-// elements of the changed addresses as the recipe defines them. A pod of
-// the node with a signature the recipe lacks gets no dispatch entry: only
-// Rebase, which compiles the node's classes afterwards, may give it one.
-func (l *Live) applyPods(ch Changes) {
-	newLabels := l.newNamespaceLabels(ch)
+// applyPods takes ch, and the namespaces' new labels (newNamespaceLabels),
+// into the pod state and patches the pod-dependent elements of the
+// changed addresses as the recipe defines them. A pod of the node with a
+// signature the recipe lacks gets no dispatch entry: only Rebase, which
+// compiles the node's classes afterwards, may give it one.
+func (l *Live) applyPods(ch Changes, newLabels map[string]labels.Set) {
 	addrs := map[netip.Addr]bool{}
 	for key, p := range ch.Pods {
 		if old := l.pods[key]; old != nil {

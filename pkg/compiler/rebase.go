@@ -36,7 +36,7 @@ func (l *Live) Rebase(ch Changes, model *policy.Model, nodes []*corev1.Node) (*n
 	if !slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return n.Name == l.node }) {
 		return nil, &NeedsFullError{Reason: "node " + l.node + " is not among the nodes"}
 	}
-	l.applyPods(ch)
+	l.applyPods(ch, l.newNamespaceLabels(ch))
 	c, err := compileWith(eval.New(l.localSnapshot(nodes), model).Resolved(), l.opts, true)
 	if err != nil {
 		return nil, err
@@ -231,7 +231,7 @@ func (l *Live) selectedAddrs(subjects []policy.Subject, withPorts bool) map[neti
 		nsLabels := l.nsLabels[ns]
 		var here []policy.Subject
 		for _, s := range subjects {
-			if (s.Namespace == "" || s.Namespace == ns) && s.Namespaces.Matches(nsLabels) {
+			if s.SelectsNamespace(ns, nsLabels) {
 				here = append(here, s)
 			}
 		}

@@ -139,8 +139,14 @@ func selectorKey(sel labels.Selector) string {
 // statement of selection: the evaluator matches identities with it, the
 // incremental compiler single pods.
 func (s Subject) Selects(ns string, nsLabels, podLabels labels.Set) bool {
-	return (s.Namespace == "" || s.Namespace == ns) && s.Namespaces.Matches(nsLabels) &&
-		(s.Pods.Empty() || s.Pods.Matches(podLabels))
+	return s.SelectsNamespace(ns, nsLabels) && (s.Pods.Empty() || s.Pods.Matches(podLabels))
+}
+
+// SelectsNamespace reports whether the subject may select pods of
+// namespace ns (whose labels are nsLabels): Selects' namespace half, for
+// walking a namespace's pods only when it holds.
+func (s Subject) SelectsNamespace(ns string, nsLabels labels.Set) bool {
+	return (s.Namespace == "" || s.Namespace == ns) && s.Namespaces.Matches(nsLabels)
 }
 
 // PodSubject is what a pods peer selects, as a Subject (zero for other
