@@ -281,14 +281,24 @@ func TestLeaderStatusWithoutFullSync(t *testing.T) {
 	h.run()
 	h.waitFor("first sync", 10*time.Second, func() bool { return holds(h.pol, desired(t, h.snap)) })
 	h.waitFor("leadership", 20*time.Second, func() bool { return h.agent.status.leader.Load() })
-	// A new leader syncs in full once (to write every policy's status):
-	// wait until that sync is done and nothing is pending.
+	count := func(path string) float64 {
+		var m dto.Metric
+		h.agent.metrics.policySyncs.WithLabelValues(path).Write(&m)
+		return m.GetCounter().GetValue()
+	}
+	// A new leader syncs in full once (to write every policy's status),
+	// and so does the agent once the policy APIs are discovered: wait
+	// until both are done, nothing is pending and the count of full
+	// syncs stays put.
 	drain := func() { h.agent.tableMu.Lock(); h.agent.tableMu.Unlock() } // an in-flight sync ends
-	h.waitFor("the new leader's full sync", 10*time.Second, func() bool {
+	settled := func() bool {
+		h.agent.src.policyMu.RLock()
+		discovered := h.agent.src.policies != nil
+		h.agent.src.policyMu.RUnlock()
 		drain()
 		h.agent.mu.Lock()
 		defer h.agent.mu.Unlock()
-		if h.agent.delta.full {
+		if !discovered || h.agent.delta.full {
 			return false
 		}
 		for _, ts := range h.agent.tables {
@@ -297,13 +307,15 @@ func TestLeaderStatusWithoutFullSync(t *testing.T) {
 			}
 		}
 		return true
-	})
-	drain()
-	count := func(path string) float64 {
-		var m dto.Metric
-		h.agent.metrics.policySyncs.WithLabelValues(path).Write(&m)
-		return m.GetCounter().GetValue()
 	}
+	h.waitFor("the agent's own full syncs", 10*time.Second, func() bool {
+		if !settled() {
+			return false
+		}
+		before := count("full")
+		time.Sleep(100 * time.Millisecond)
+		return settled() && count("full") == before
+	})
 	local := ""
 	for _, ns := range h.snap.Namespaces {
 		if h.hasLocalPods(ns.Name) {
