@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/netpol/netpol/pkg/nft"
 )
@@ -95,7 +96,14 @@ func setSpec(name string) *nft.Set {
 	return s
 }
 
+// elementID identifies an element in its set: its key, and its key's end
+// for an interval. Without an end it is the key's own bytes, not a copy
+// of every key: element bytes are never written once made (the Applier
+// shares them too).
 func elementID(e nft.Element) string {
+	if len(e.KeyEnd) == 0 {
+		return unsafe.String(unsafe.SliceData(e.Key), len(e.Key))
+	}
 	return string(e.Key) + "|" + string(e.KeyEnd)
 }
 

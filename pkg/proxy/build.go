@@ -161,7 +161,7 @@ func (b *builder) parseSlices(all []*discoveryv1.EndpointSlice) {
 			b.errorf(obj, "metadata.labels["+discoveryv1.LabelServiceName+"]", "missing: the slice belongs to no Service")
 			continue
 		}
-		ps := &parsedSlice{name: es.Name}
+		ps := &parsedSlice{name: es.Name, endpoints: make([]Endpoint, 0, len(es.Endpoints))}
 		switch es.AddressType {
 		case discoveryv1.AddressTypeIPv4:
 			ps.family = corev1.IPv4Protocol
@@ -370,9 +370,8 @@ func (b *builder) service(svc *corev1.Service) {
 		trafficDist = *spec.TrafficDistribution
 	}
 
-	// Endpoints by family and port, de-duplicated across slices.
+	// Endpoints by family and port, sorted and de-duplicated across slices.
 	endpoints := map[corev1.IPFamily]map[portKey][]Endpoint{}
-	seen := map[corev1.IPFamily]map[portKey]map[epKey]int{}
 	for _, ps := range b.slices[svcKey{svc.Namespace, svc.Name}] {
 		byPort := endpoints[ps.family]
 		if byPort == nil {
@@ -380,29 +379,25 @@ func (b *builder) service(svc *corev1.Service) {
 			endpoints[ps.family] = byPort
 		}
 		for _, sp := range ps.ports {
-			list := byPort[sp.key]
-			index := seen[ps.family][sp.key]
-			if index == nil {
-				index = map[epKey]int{}
-				if seen[ps.family] == nil {
-					seen[ps.family] = map[portKey]map[epKey]int{}
+			if len(ps.ports) == 1 && byPort[sp.key] == nil {
+				// The usual case: the slice's own list (this build's).
+				for i := range ps.endpoints {
+					ps.endpoints[i].Port = sp.port
 				}
-				seen[ps.family][sp.key] = index
+				byPort[sp.key] = ps.endpoints
+				continue
 			}
+			list := slices.Grow(byPort[sp.key], len(ps.endpoints))
 			for _, ep := range ps.endpoints {
 				ep.Port = sp.port
-				i, dup := index[ep.key()]
-				switch {
-				case !dup:
-					index[ep.key()] = len(list)
-					list = append(list, ep)
-				case !ep.Terminating:
-					// kube-proxy prefers a non-terminating copy (an IP
-					// reused by a new pod while the old one terminates).
-					list[i] = ep
-				}
+				list = append(list, ep)
 			}
 			byPort[sp.key] = list
+		}
+	}
+	for _, byPort := range endpoints {
+		for k, list := range byPort {
+			byPort[k] = dedupSorted(list)
 		}
 	}
 
@@ -447,8 +442,9 @@ func (b *builder) service(svc *corev1.Service) {
 			if anySource[fam] {
 				sp.LoadBalancerSourceRanges = nil // a /0 allows every source
 			}
-			eps := slices.Clone(endpoints[fam][portKey{port.Name, proto}])
-			sortEndpoints(eps)
+			// Shared by the ports of one key (there is one, unless the
+			// object repeats a port), read only.
+			eps := endpoints[fam][portKey{port.Name, proto}]
 			for _, ep := range eps {
 				if ep.Local && ep.Ready {
 					localReady[ep.Address] = true
@@ -465,10 +461,37 @@ func (b *builder) service(svc *corev1.Service) {
 	}
 }
 
-func sortEndpoints(eps []Endpoint) {
-	slices.SortFunc(eps, func(x, y Endpoint) int {
-		return cmp.Or(x.Address.Compare(y.Address), cmp.Compare(x.Port, y.Port))
-	})
+// dedupSorted sorts eps (in place) and keeps one endpoint per address
+// and port: the last copy that is not terminating, else the first, as
+// kube-proxy prefers a non-terminating copy (an IP reused by a new pod
+// while the old one terminates).
+func dedupSorted(eps []Endpoint) []Endpoint {
+	slices.SortStableFunc(eps, compareEndpoints)
+	out := eps[:0]
+	for i := 0; i < len(eps); {
+		j, keep := i+1, eps[i]
+		for ; j < len(eps) && compareEndpoints(eps[i], eps[j]) == 0; j++ {
+			if !eps[j].Terminating {
+				keep = eps[j]
+			}
+		}
+		out = append(out, keep)
+		i = j
+	}
+	return slices.Clip(out)
+}
+
+// compareEndpoints orders endpoints by address, then port.
+func compareEndpoints(x, y Endpoint) int {
+	return cmp.Or(x.Address.Compare(y.Address), cmp.Compare(x.Port, y.Port))
+}
+
+// equalEndpoint reports whether two endpoints are the same in every field.
+func equalEndpoint(x, y Endpoint) bool {
+	return x.Address == y.Address && x.Port == y.Port && x.PodNamespace == y.PodNamespace &&
+		x.PodName == y.PodName && x.NodeName == y.NodeName && x.Zone == y.Zone && x.Local == y.Local &&
+		x.Ready == y.Ready && x.Serving == y.Serving && x.Terminating == y.Terminating &&
+		slices.Equal(x.ZoneHints, y.ZoneHints) && slices.Equal(x.NodeHints, y.NodeHints)
 }
 
 // categorize fills the ServicePort's cluster and local endpoints from all of

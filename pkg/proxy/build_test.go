@@ -722,6 +722,61 @@ func TestSortedAndDeterministic(t *testing.T) {
 	}
 }
 
+// TestEndpointLists covers the list helpers the builder and the compiler
+// share: de-duplication (which copy of an address and port is kept) and
+// the union of cluster and local endpoints (which may be one of them).
+func TestEndpointLists(t *testing.T) {
+	mk := func(pod, addr string, port int32, terminating bool) Endpoint {
+		return Endpoint{Address: netip.MustParseAddr(addr), Port: port, PodName: pod, Ready: !terminating,
+			Serving: true, Terminating: terminating}
+	}
+	a, b, c := mk("a", "10.0.0.1", 80, false), mk("b", "10.0.0.2", 80, false), mk("c", "10.0.0.3", 80, false)
+	aOld, aNew, aOther := mk("a-old", "10.0.0.1", 80, true), mk("a-new", "10.0.0.1", 80, false), mk("a-other", "10.0.0.1", 80, false)
+	a8080 := mk("a", "10.0.0.1", 8080, false)
+	for _, tc := range []struct {
+		name string
+		in   []Endpoint
+		want string
+	}{
+		{"sorted by address, then port", []Endpoint{c, a8080, b, a}, "a@10.0.0.1:80 a@10.0.0.1:8080 b@10.0.0.2:80 c@10.0.0.3:80"},
+		{"terminating copies only: the first", []Endpoint{aOld, mk("a-older", "10.0.0.1", 80, true)}, "a-old@10.0.0.1:80~"},
+		{"a running copy wins over a terminating one before it", []Endpoint{aOld, aNew}, "a-new@10.0.0.1:80"},
+		{"a running copy wins over a terminating one after it", []Endpoint{aNew, aOld}, "a-new@10.0.0.1:80"},
+		{"of several running copies, the last", []Endpoint{aNew, aOld, aOther, b}, "a-other@10.0.0.1:80 b@10.0.0.2:80"},
+		{"empty", nil, ""},
+	} {
+		if got := names(dedupSorted(slices.Clone(tc.in))); got != tc.want {
+			t.Errorf("dedupSorted, %s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+
+	for _, tc := range []struct {
+		name           string
+		cluster, local []Endpoint
+		want           string
+		shares         string // "cluster" or "local": the result is that list itself
+	}{
+		{"local among the cluster's", []Endpoint{a, b, c}, []Endpoint{b}, "a@10.0.0.1:80 b@10.0.0.2:80 c@10.0.0.3:80", "cluster"},
+		{"no local endpoints", []Endpoint{a, b}, nil, "a@10.0.0.1:80 b@10.0.0.2:80", "cluster"},
+		{"no cluster endpoints", nil, []Endpoint{a}, "a@10.0.0.1:80", "local"},
+		{"cluster among the local ones", []Endpoint{b}, []Endpoint{a, b}, "a@10.0.0.1:80 b@10.0.0.2:80", "local"},
+		{"disjoint: merged and sorted", []Endpoint{c}, []Endpoint{a}, "a@10.0.0.1:80 c@10.0.0.3:80", ""},
+		{"same address and port, another copy: cluster's", []Endpoint{aNew, b}, []Endpoint{aOld}, "a-new@10.0.0.1:80 b@10.0.0.2:80", ""},
+		{"unsorted lists (not from the builder)", []Endpoint{c, a}, []Endpoint{b, a}, "a@10.0.0.1:80 b@10.0.0.2:80 c@10.0.0.3:80", ""},
+		{"neither", nil, nil, "", ""},
+	} {
+		p := &ServicePort{ClusterEndpoints: tc.cluster, LocalEndpoints: tc.local}
+		got := p.ReachableEndpoints()
+		if names(got) != tc.want {
+			t.Errorf("ReachableEndpoints, %s: %q, want %q", tc.name, names(got), tc.want)
+		}
+		shared := map[string][]Endpoint{"cluster": tc.cluster, "local": tc.local}[tc.shares]
+		if tc.shares != "" && (len(got) == 0 || &got[0] != &shared[0]) {
+			t.Errorf("ReachableEndpoints, %s: a copy, want the %s list itself", tc.name, tc.shares)
+		}
+	}
+}
+
 func TestReachableEndpoints(t *testing.T) {
 	m := Build(snapshot(
 		svc("web", withType(corev1.ServiceTypeNodePort, 30080), withETPLocal(0)),

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/netpol/netpol/pkg/nft"
@@ -130,9 +132,12 @@ func compilePort(p *ServicePort, nodePortAddresses []netip.Addr) (*fragment, err
 		return nil, fmt.Errorf("service port %s: invalid ClusterIP %s or port %d", p, p.ClusterIP, p.Port)
 	}
 	f := nft.FamilyOf(p.ClusterIP)
-	fr := &fragment{}
+	reachable := p.ReachableEndpoints()
+	// Room for a ClusterIP port's contributions: a hairpin pair and a
+	// backend per endpoint, and its frontend's few.
+	fr := &fragment{elems: make([]contribution, 0, 2*len(reachable)+4)}
 	add := func(set string, e nft.Element) { fr.add(f, set, e) }
-	for _, ep := range p.ReachableEndpoints() {
+	for _, ep := range reachable {
 		if nft.FamilyOf(ep.Address) != f || ep.Port < 1 || ep.Port > 65535 {
 			return nil, fmt.Errorf("service port %s: endpoint %s: not an %s address and port", p, ep, p.Family)
 		}
@@ -190,7 +195,44 @@ func (p *ServicePort) externalAddrPorts(nodePortAddresses []netip.Addr) []netip.
 
 // add contributes an element to the shared set base of family f.
 func (fr *fragment) add(f *nft.Family, base string, e nft.Element) {
-	fr.elems = append(fr.elems, contribution{base + "." + f.Suffix, e})
+	fr.addNamed(setName(f, base, 0), e)
+}
+
+func (fr *fragment) addNamed(set string, e nft.Element) {
+	fr.elems = append(fr.elems, contribution{set, e})
+}
+
+// setNames holds each shared set's name once: a sync makes about twenty
+// contributions per endpoint-backed port, and formatting the name for
+// each was a tenth of a first sync's garbage.
+var setNames struct {
+	sync.Mutex
+	m map[setNameKey]string
+}
+
+type setNameKey struct {
+	base   string
+	count  int // N of an n<N> set; 0 for the others
+	suffix string
+}
+
+// setName is "base.suffix", or "baseN.suffix" for a count set (count > 0).
+func setName(f *nft.Family, base string, count int) string {
+	k := setNameKey{base, count, f.Suffix}
+	setNames.Lock()
+	defer setNames.Unlock()
+	name, ok := setNames.m[k]
+	if !ok {
+		if setNames.m == nil {
+			setNames.m = map[setNameKey]string{}
+		}
+		name = base + "." + f.Suffix
+		if count > 0 {
+			name = base + strconv.Itoa(count) + "." + f.Suffix
+		}
+		setNames.m[k] = name
+	}
+	return name
 }
 
 // route sends a frontend to its endpoints in one scope.
@@ -220,7 +262,7 @@ func (fr *fragment) route(p *ServicePort, f *nft.Family, fe frontend, eps []Endp
 	if sc == clusterScope {
 		counts, backends = prefixClusterCnt, setClusterBackend
 	}
-	add(fmt.Sprintf("%s%d", counts, len(eps)), nft.Element{Key: key})
+	fr.addNamed(setName(f, counts, len(eps)), nft.Element{Key: key})
 	for i, ep := range eps {
 		add(backends, nft.Element{Key: nft.Key(key, nft.IntegerBytes(uint32(i))),
 			Data: nft.AddrPortBytes(f, ep.Address, uint16(ep.Port))})

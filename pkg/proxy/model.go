@@ -53,6 +53,7 @@ package proxy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -204,34 +205,60 @@ func (p *ServicePort) ExternalEndpoints() []Endpoint {
 
 // ReachableEndpoints is the union of ClusterEndpoints and LocalEndpoints,
 // sorted: every endpoint that this node may send the port's traffic to.
+// Read only: when one list holds the other (the usual case: the local
+// endpoints are among the cluster's), it is that list itself.
 func (p *ServicePort) ReachableEndpoints() []Endpoint {
-	seen := map[epKey]bool{}
-	var out []Endpoint
-	for _, list := range [][]Endpoint{p.ClusterEndpoints, p.LocalEndpoints} {
-		for _, ep := range list {
-			if k := ep.key(); !seen[k] {
-				seen[k] = true
-				out = append(out, ep)
-			}
+	all, other := p.ClusterEndpoints, p.LocalEndpoints
+	if len(all) < len(other) {
+		all, other = other, all
+	}
+	if strictlySorted(all) && holdsAll(all, other) {
+		return all
+	}
+	// Stable, so that an endpoint in both lists is ClusterEndpoints' copy.
+	out := append(slices.Clone(p.ClusterEndpoints), p.LocalEndpoints...)
+	slices.SortStableFunc(out, compareEndpoints)
+	return slices.CompactFunc(out, func(a, b Endpoint) bool { return compareEndpoints(a, b) == 0 })
+}
+
+// strictlySorted reports whether eps is sorted without repeated address and
+// port.
+func strictlySorted(eps []Endpoint) bool {
+	for i := 1; i < len(eps); i++ {
+		if compareEndpoints(eps[i-1], eps[i]) >= 0 {
+			return false
 		}
 	}
-	sortEndpoints(out)
-	return out
+	return true
+}
+
+// holdsAll reports whether sorted holds every endpoint of eps (the same
+// address and port, and the same endpoint).
+func holdsAll(sorted, eps []Endpoint) bool {
+	for _, ep := range eps {
+		i, found := slices.BinarySearchFunc(sorted, ep, compareEndpoints)
+		if !found || !equalEndpoint(sorted[i], ep) {
+			return false
+		}
+	}
+	return true
 }
 
 // Endpoint is one backend of a ServicePort.
 type Endpoint struct {
 	Address netip.Addr
 	Port    int32 // the resolved target port
+	// The conditions next to Port, where the struct has room: a model
+	// holds one Endpoint per endpoint and port (16 bytes less each).
+	Local       bool // NodeName is this node
+	Ready       bool
+	Serving     bool
+	Terminating bool
 	// PodNamespace and PodName come from the endpoint's targetRef (empty
 	// when there is none).
 	PodNamespace, PodName string
 	NodeName              string
 	Zone                  string
-	Local                 bool // NodeName is this node
-	Ready                 bool
-	Serving               bool
-	Terminating           bool
 	// ZoneHints and NodeHints are the endpoint's topology hints.
 	ZoneHints []string
 	NodeHints []string
@@ -241,13 +268,6 @@ type Endpoint struct {
 func (e Endpoint) String() string {
 	return netip.AddrPortFrom(e.Address, uint16(e.Port)).String()
 }
-
-type epKey struct {
-	addr netip.Addr
-	port int32
-}
-
-func (e Endpoint) key() epKey { return epKey{e.Address, e.Port} }
 
 // FieldError is a problem in one field of one input object.
 type FieldError struct {
