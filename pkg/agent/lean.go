@@ -4,8 +4,10 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"unique"
 	"weak"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,16 +49,21 @@ type leanPod struct {
 	HostNetwork bool
 	Phase       corev1.PodPhase
 	IPs         []string               // status.podIP, then the rest of status.podIPs
-	Ports       []corev1.ContainerPort // every container's, in order
-	// labels keeps the interned label map alive (internLabels).
+	Ports       []corev1.ContainerPort // every container's, in order (shared, read only)
+	// labels and ports keep the interned label map and port list alive.
 	labels *labelSet
+	ports  *portList
 }
 
 func newLeanPod(p *corev1.Pod) *leanPod {
-	out := &leanPod{ObjectMeta: leanMeta(p.ObjectMeta), NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork,
-		Phase: p.Status.Phase, Ports: cluster.ContainerPorts(p)}
+	// Strings that many pods repeat are shared, not one decoded copy each.
+	out := &leanPod{ObjectMeta: leanMeta(p.ObjectMeta), NodeName: unique.Make(p.Spec.NodeName).Value(),
+		HostNetwork: p.Spec.HostNetwork, Phase: unique.Make(p.Status.Phase).Value()}
+	out.Namespace = unique.Make(p.Namespace).Value()
 	out.labels = internLabels(p.Labels)
 	out.Labels = out.labels.m
+	out.ports = internPorts(cluster.ContainerPorts(p))
+	out.Ports = out.ports.p
 	for _, ip := range append([]corev1.PodIP{{IP: p.Status.PodIP}}, p.Status.PodIPs...) {
 		if ip.IP != "" && !slices.Contains(out.IPs, ip.IP) {
 			out.IPs = append(out.IPs, ip.IP)
@@ -110,7 +117,7 @@ func (p *leanPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectK
 func (p *leanPod) DeepCopyObject() k8sruntime.Object {
 	c := *p
 	p.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
-	c.IPs, c.Ports, c.labels = slices.Clone(p.IPs), slices.Clone(p.Ports), nil
+	c.IPs, c.Ports, c.labels, c.ports = slices.Clone(p.IPs), slices.Clone(p.Ports), nil, nil
 	return &c
 }
 
@@ -119,17 +126,41 @@ func (p *leanPod) sameAs(c *leanPod) bool {
 		p.Phase == c.Phase && slices.Equal(p.IPs, c.IPs) && slices.Equal(p.Ports, c.Ports)
 }
 
+// interner holds one shared value per distinct content (its id), for the
+// informers' records: a ReplicaSet's pods carry equal labels and ports, so
+// 100,000 pods share a few thousand of each. Entries are weak: a value no
+// record holds any more is collected, and its entry goes with it.
+type interner[T any] struct {
+	mu sync.Mutex
+	m  map[string]weak.Pointer[T]
+}
+
+// intern returns the shared value with this id, v when there is none yet.
+func (in *interner[T]) intern(id string, v *T) *T {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if shared := in.m[id].Value(); shared != nil {
+		return shared
+	}
+	if in.m == nil {
+		in.m = map[string]weak.Pointer[T]{}
+	}
+	wp := weak.Make(v)
+	in.m[id] = wp
+	runtime.AddCleanup(v, func(id string) {
+		in.mu.Lock()
+		if in.m[id] == wp {
+			delete(in.m, id)
+		}
+		in.mu.Unlock()
+	}, id)
+	return v
+}
+
 // labelSet is one interned label map.
 type labelSet struct{ m map[string]string }
 
-// interned holds the label maps of the pods in the store, one per
-// distinct content: a ReplicaSet's pods carry equal labels, so 100,000
-// pods share a few thousand maps. Entries are weak: a map no pod holds
-// any more is collected, and its entry goes with it.
-var interned = struct {
-	sync.Mutex
-	m map[string]weak.Pointer[labelSet]
-}{m: map[string]weak.Pointer[labelSet]{}}
+var internedLabels interner[labelSet]
 
 // internLabels returns the shared map with the content of m (read only).
 func internLabels(m map[string]string) *labelSet {
@@ -141,23 +172,37 @@ func internLabels(m map[string]string) *labelSet {
 		b.WriteString(m[k])
 		b.WriteByte(0)
 	}
-	id := b.String()
-	interned.Lock()
-	defer interned.Unlock()
-	if ls := interned.m[id].Value(); ls != nil {
-		return ls
+	return internedLabels.intern(b.String(), &labelSet{m: m})
+}
+
+// portList is one interned list of container ports.
+type portList struct{ p []corev1.ContainerPort }
+
+var (
+	internedPorts interner[portList]
+	noPorts       = &portList{}
+)
+
+// internPorts returns the shared list with the content of ports (read
+// only); nil for none.
+func internPorts(ports []corev1.ContainerPort) *portList {
+	if len(ports) == 0 {
+		return noPorts
 	}
-	ls := &labelSet{m: m}
-	wp := weak.Make(ls)
-	interned.m[id] = wp
-	runtime.AddCleanup(ls, func(id string) {
-		interned.Lock()
-		if interned.m[id] == wp {
-			delete(interned.m, id)
-		}
-		interned.Unlock()
-	}, id)
-	return ls
+	var b []byte
+	for _, p := range ports {
+		b = append(b, p.Name...)
+		b = append(b, 0)
+		b = strconv.AppendInt(b, int64(p.ContainerPort), 10)
+		b = append(b, 0)
+		b = append(b, p.Protocol...)
+		b = append(b, 0)
+		b = strconv.AppendInt(b, int64(p.HostPort), 10)
+		b = append(b, 0)
+		b = append(b, p.HostIP...)
+		b = append(b, 0)
+	}
+	return internedPorts.intern(string(b), &portList{p: slices.Clip(ports)})
 }
 
 func leanNode(n *corev1.Node) *corev1.Node {
@@ -203,17 +248,31 @@ var _ cache.TransformFunc = leanTransform
 func leanEndpoints(eps []discoveryv1.Endpoint) []discoveryv1.Endpoint {
 	out := make([]discoveryv1.Endpoint, len(eps))
 	for i, e := range eps {
-		out[i] = discoveryv1.Endpoint{Addresses: e.Addresses, NodeName: e.NodeName, Zone: e.Zone, Hints: e.Hints,
-			Conditions: discoveryv1.EndpointConditions{Ready: sharedBool(e.Conditions.Ready),
+		out[i] = discoveryv1.Endpoint{Addresses: e.Addresses, NodeName: sharedString(e.NodeName), Zone: sharedString(e.Zone),
+			Hints: e.Hints, Conditions: discoveryv1.EndpointConditions{Ready: sharedBool(e.Conditions.Ready),
 				Serving: sharedBool(e.Conditions.Serving), Terminating: sharedBool(e.Conditions.Terminating)}}
 		if r := e.TargetRef; r != nil {
-			out[i].TargetRef = &corev1.ObjectReference{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}
+			out[i].TargetRef = &corev1.ObjectReference{Kind: unique.Make(r.Kind).Value(),
+				Namespace: unique.Make(r.Namespace).Value(), Name: r.Name}
 		}
 	}
 	return out
 }
 
 var sharedTrue, sharedFalse = true, false
+
+var internedStrings interner[string]
+
+// sharedString is p's value as a pointer shared by every lean object that
+// holds the same value (node and zone names: one per node, not one per
+// endpoint), read only.
+func sharedString(p *string) *string {
+	if p == nil {
+		return nil
+	}
+	v := unique.Make(*p).Value()
+	return internedStrings.intern(v, &v)
+}
 
 // sharedBool is p's value as a pointer shared by every lean object (read
 // only, as every informer object is).

@@ -137,43 +137,64 @@ func TestSameLean(t *testing.T) {
 	}
 }
 
-// TestInternLabels: pods with equal labels share one map; a map no pod
-// holds any more leaves the table; a deep copy shares nothing.
-func TestInternLabels(t *testing.T) {
-	count := func() int {
-		interned.Lock()
-		defer interned.Unlock()
-		n := 0
-		for id := range interned.m {
-			if strings.Contains(id, "intern-test") {
-				n++
-			}
+// internedWith counts the interned values whose id contains marker.
+func internedWith[T any](in *interner[T], marker string) int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	n := 0
+	for id := range in.m {
+		if strings.Contains(id, marker) {
+			n++
 		}
-		return n
 	}
+	return n
+}
+
+// TestIntern: pods with equal labels share one map, and pods with equal
+// container ports one list; a value no pod holds any more leaves its
+// table; a deep copy shares nothing.
+func TestIntern(t *testing.T) {
+	const marker = "intern-test"
+	labels := func() int { return internedWith(&internedLabels, marker) }
+	ports := func() int { return internedWith(&internedPorts, marker) }
+	pod := func(name string, lbls map[string]string, ports ...corev1.ContainerPort) *leanPod {
+		return newLeanPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Ports: ports}}}})
+	}
+	http := corev1.ContainerPort{Name: marker, ContainerPort: 80, Protocol: corev1.ProtocolTCP}
 	func() { // the pods live only in here
-		a := newLeanPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"app": "intern-test", "tier": "x"}}})
-		b := newLeanPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "b", Labels: map[string]string{"tier": "x", "app": "intern-test"}}})
-		c := newLeanPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "c", Labels: map[string]string{"app": "intern-test"}}})
+		a := pod("a", map[string]string{"app": marker, "tier": "x"}, http)
+		b := pod("b", map[string]string{"tier": "x", "app": marker}, http)
+		c := pod("c", map[string]string{"app": marker}, corev1.ContainerPort{Name: marker, ContainerPort: 81, Protocol: corev1.ProtocolTCP})
 		if a.labels != b.labels || a.labels == c.labels {
 			t.Fatalf("equal labels share a set: %v, different ones do not: %v", a.labels == b.labels, a.labels != c.labels)
 		}
+		if a.ports != b.ports || a.ports == c.ports || &a.Ports[0] != &b.Ports[0] {
+			t.Fatalf("equal ports share a list: %v, different ones do not: %v", a.ports == b.ports, a.ports != c.ports)
+		}
 		copied := a.DeepCopyObject().(*leanPod)
 		copied.Labels["app"] = "changed"
-		if a.Labels["app"] != "intern-test" {
-			t.Error("a deep copy shares the interned labels")
+		copied.Ports[0].ContainerPort = 8080
+		if a.Labels["app"] != marker || b.Ports[0].ContainerPort != 80 {
+			t.Error("a deep copy shares the interned labels or ports")
 		}
-		if n := count(); n != 2 {
-			t.Fatalf("%d interned label sets, want 2", n)
+		node1, node1Again, node2 := marker+"-node-1", marker+"-node-1", marker+"-node-2"
+		eps := leanEndpoints([]discoveryv1.Endpoint{{NodeName: &node1}, {NodeName: &node1Again}, {NodeName: &node2}, {}})
+		if eps[0].NodeName != eps[1].NodeName || eps[0].NodeName == eps[2].NodeName || *eps[2].NodeName != node2 || eps[3].NodeName != nil {
+			t.Errorf("endpoints on one node share its name: %v, on another do not: %v", eps[0].NodeName == eps[1].NodeName,
+				eps[0].NodeName != eps[2].NodeName)
+		}
+		if n, m := labels(), ports(); n != 2 || m != 2 {
+			t.Fatalf("%d interned label sets and %d port lists, want 2 and 2", n, m)
 		}
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for count() != 0 && time.Now().Before(deadline) {
+	for labels()+ports() != 0 && time.Now().Before(deadline) {
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := count(); n != 0 {
-		t.Errorf("%d label sets stay interned after their pods went", n)
+	if n, m := labels(), ports(); n+m != 0 {
+		t.Errorf("%d label sets and %d port lists stay interned after their pods went", n, m)
 	}
 }
 
