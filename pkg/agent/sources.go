@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"sync"
 	"time"
@@ -254,11 +255,12 @@ var policyKinds = map[string]string{
 }
 
 // snapshot builds the cluster snapshot from the caches, without the
-// policies (policySources gives them). Objects are shared with the caches
-// and must not be changed. Pods (thin copies made for this snapshot) are
-// left out without withPods: the NAT table does not read them.
-func (s *sources) snapshot(withPods bool) (*cluster.Snapshot, error) {
-	snap := cluster.New()
+// policies (policySources gives them) and without pods: with withPods,
+// pods yields their thin copies in (namespace, name) order, each made as
+// it is read (node.Input.Pods); the NAT table reads none. Objects are
+// shared with the caches and must not be changed.
+func (s *sources) snapshot(withPods bool) (snap *cluster.Snapshot, pods iter.Seq[*corev1.Pod], err error) {
+	snap = cluster.New()
 	each := func(l cache.GenericLister, add func(any)) error {
 		objs, err := l.List(labels.Everything())
 		if err != nil {
@@ -269,7 +271,7 @@ func (s *sources) snapshot(withPods bool) (*cluster.Snapshot, error) {
 		}
 		return nil
 	}
-	err := errors.Join(
+	err = errors.Join(
 		each(s.listers.namespaces, func(o any) {
 			snap.Namespaces = append(snap.Namespaces, cluster.WithNamespaceNameLabel(o.(*corev1.Namespace)))
 		}),
@@ -280,19 +282,16 @@ func (s *sources) snapshot(withPods bool) (*cluster.Snapshot, error) {
 			}
 			var recs []*leanPod
 			err := each(s.listers.pods, func(o any) { recs = append(recs, o.(*leanPod)) })
-			pods := thinPods(recs)
-			for i := range pods {
-				snap.Pods = append(snap.Pods, &pods[i])
-			}
+			pods = thinPodsInOrder(recs)
 			return err
 		}(),
 		each(s.listers.services, func(o any) { snap.Services = append(snap.Services, o.(*corev1.Service)) }),
 		each(s.listers.endpointSlices, func(o any) { snap.EndpointSlices = append(snap.EndpointSlices, o.(*discoveryv1.EndpointSlice)) }),
 	)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return snap, nil
+	return snap, pods, nil
 }
 
 // nodes lists the cached Nodes.

@@ -2,6 +2,7 @@ package compiler_test
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,12 +32,16 @@ import (
 // must render exactly as a full compile of the changed snapshot. A change
 // to the node's own pods is either programmed the same way or refused
 // with a NeedsFullError (then a full compile starts again).
-func TestLiveMatchesCompile(t *testing.T) {
+// world is a snapshot the equivalence tests compile every node of.
+type world struct {
+	name string
+	snap *cluster.Snapshot
+}
+
+// corpusWorlds are the corpus cases' clusters (their bases with their
+// applied policies) and a synthetic 600-pod cluster.
+func corpusWorlds(t *testing.T) []world {
 	bases, cases := loadCorpus(t)
-	type world struct {
-		name string
-		snap *cluster.Snapshot
-	}
 	var worlds []world
 	for _, c := range cases {
 		docs := c.AppliedYAML()
@@ -59,7 +65,56 @@ func TestLiveMatchesCompile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	worlds = append(worlds, world{"synth", synthetic})
+	return append(worlds, world{"synth", synthetic})
+}
+
+// TestResolvedFromPodSequence: the resolution made from a sequence that
+// reuses one Pod for every pod (as the agent's full sync does,
+// eval.NewFromPods) compiles every node of every world to the table the
+// snapshot's own pods give. An index that kept a yielded pod would see
+// only the last one.
+func TestResolvedFromPodSequence(t *testing.T) {
+	compared := 0
+	for _, w := range corpusWorlds(t) {
+		model := policy.Build(w.snap)
+		sorted := slices.SortedFunc(slices.Values(w.snap.Pods), func(a, b *corev1.Pod) int {
+			return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+		})
+		reused := func(yield func(*corev1.Pod) bool) {
+			var pod corev1.Pod
+			for _, p := range sorted {
+				pod = *p
+				if !yield(&pod) {
+					return
+				}
+			}
+			pod = corev1.Pod{} // what an index kept would now be empty
+		}
+		noPods := *w.snap
+		noPods.Pods = nil
+		for _, n := range w.snap.Nodes {
+			opts := compiler.Options{Node: n.Name}
+			want, err := compiler.Compile(eval.New(w.snap, model).Resolved(), opts)
+			if err != nil {
+				t.Fatalf("%s/%s: %v", w.name, n.Name, err)
+			}
+			got, err := compiler.Compile(eval.NewFromPods(&noPods, model, reused).Resolved(), opts)
+			if err != nil {
+				t.Fatalf("%s/%s from the sequence: %v", w.name, n.Name, err)
+			}
+			if d := nft.Diff(want, got); !d.Empty() {
+				t.Errorf("%s/%s: the table from the pod sequence differs: %d operations, the first %v", w.name, n.Name, len(d.Ops), d.Ops[0])
+			}
+			compared++
+		}
+	}
+	if compared < 100 {
+		t.Fatalf("only %d node tables compared, want at least 100", compared)
+	}
+}
+
+func TestLiveMatchesCompile(t *testing.T) {
+	worlds := corpusWorlds(t)
 	var stats liveStats
 	for wi, w := range worlds {
 		for _, n := range w.snap.Nodes {

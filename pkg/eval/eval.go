@@ -5,6 +5,7 @@ package eval
 
 import (
 	"fmt"
+	"iter"
 	"net/netip"
 	"strings"
 
@@ -45,6 +46,15 @@ const guardPolicy = "netpol agent ports (--protect-agent-ports)"
 // New resolves every selector of the model against the snapshot once.
 func New(snap *cluster.Snapshot, model *policy.Model) *Evaluator {
 	return &Evaluator{ix: buildIndex(snap, model), model: model}
+}
+
+// NewFromPods is New with the pods given as a sequence, in (namespace,
+// name) order, instead of snap.Pods (not read). The evaluator keeps no
+// yielded pod, only strings, label maps and port lists they hold, so a
+// caller may make each pod for its step alone and reuse it: the agent
+// makes none of its 100,000 thin pods at once.
+func NewFromPods(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*corev1.Pod]) *Evaluator {
+	return &Evaluator{ix: buildIndexFrom(snap, model, pods), model: model}
 }
 
 // Verdict is the answer for one connection.

@@ -3,6 +3,7 @@ package eval
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"math/bits"
 	"net/netip"
 	"slices"
@@ -136,7 +137,36 @@ type selection struct {
 	pods   bitset
 }
 
+// buildIndex indexes the snapshot's pods, in (namespace, name) order.
 func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
+	// The names are copied next to each other first, so that the sort's
+	// comparisons do not visit the pods (100,000 of them: most of the
+	// sort's time).
+	type named struct {
+		ns, name string
+		pod      *corev1.Pod
+	}
+	pods := make([]named, len(snap.Pods))
+	for i, p := range snap.Pods {
+		pods[i] = named{p.Namespace, p.Name, p}
+	}
+	slices.SortFunc(pods, func(a, b named) int {
+		return cmp.Or(strings.Compare(a.ns, b.ns), strings.Compare(a.name, b.name))
+	})
+	return buildIndexFrom(snap, model, func(yield func(*corev1.Pod) bool) {
+		for _, n := range pods {
+			if !yield(n.pod) {
+				return
+			}
+		}
+	})
+}
+
+// buildIndexFrom indexes the pods of the sequence (snap's are not read),
+// which yields them in (namespace, name) order. A yielded pod is read
+// during its step only; the index keeps strings, label maps and port
+// lists it holds, never the pod.
+func buildIndexFrom(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*corev1.Pod]) *index {
 	ix := &index{podByKey: map[string]int{}, podByIP: map[netip.Addr]int{}, nodeByIP: map[netip.Addr]int{},
 		identsByNamespace: map[string][]int{}, selected: map[string]*selection{}}
 	identByKey := map[string]int{}
@@ -159,22 +189,7 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 	for _, ns := range snap.Namespaces {
 		nsLabels[ns.Name] = labels.Set(ns.Labels)
 	}
-	// Pods in (namespace, name) order; the names are copied next to
-	// each other first, so that the sort's comparisons do not visit the
-	// pods (100,000 of them: most of the sort's time).
-	type named struct {
-		ns, name string
-		pod      *corev1.Pod
-	}
-	pods := make([]named, len(snap.Pods))
-	for i, p := range snap.Pods {
-		pods[i] = named{p.Namespace, p.Name, p}
-	}
-	slices.SortFunc(pods, func(a, b named) int {
-		return cmp.Or(strings.Compare(a.ns, b.ns), strings.Compare(a.name, b.name))
-	})
-	for _, n := range pods {
-		p := n.pod
+	for p := range pods {
 		if cluster.PodFinished(p) {
 			continue // finished pods hold no address and are in no policy
 		}
