@@ -208,7 +208,7 @@ var (
 )
 
 // internPorts returns the shared list with the content of ports (read
-// only); nil for none.
+// only); an empty one for none.
 func internPorts(ports []corev1.ContainerPort) *portList {
 	if len(ports) == 0 {
 		return noPorts
