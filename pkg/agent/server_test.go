@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,14 +18,24 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 )
 
+// handedOut holds the addresses freeAddr gave: the kernel hands a port
+// just closed out again, and two listeners of a test must not get it.
+var handedOut sync.Map
+
+// freeAddr returns a loopback address with a free port, not given before.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if _, given := handedOut.LoadOrStore(addr, true); !given {
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func get(t *testing.T, url string) (int, string) {

@@ -214,20 +214,40 @@ type agentProc struct {
 	log     string
 }
 
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// handedOut holds the addresses freeAddrs gave: the kernel hands a port
+// just closed out again, and two listeners of the agents must not get the
+// same one (an agent's health and metrics addresses once did, in CI).
+var handedOut sync.Map
+
+// freeAddrs returns n loopback addresses with free ports, none given
+// before; the listeners that found them stay open until all are found.
+func freeAddrs(t testing.TB, n int) []string {
+	var out []string
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for len(out) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+		if _, given := handedOut.LoadOrStore(l.Addr().String(), true); !given {
+			out = append(out, l.Addr().String())
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return out
 }
 
 // startAgent starts (or restarts) the agent of a lab node and waits until
 // it is ready. The process runs in the host namespace, where the API
 // server listens on loopback, and programs the node's namespace (--netns).
 func (w *world) startAgent(n *lab.Node) *agentProc {
-	a := &agentProc{node: n, health: freeAddr(w.t), metrics: freeAddr(w.t), debug: freeAddr(w.t)}
+	addrs := freeAddrs(w.t, 3)
+	a := &agentProc{node: n, health: addrs[0], metrics: addrs[1], debug: addrs[2]}
 	if old := w.agent[n.Name]; old != nil {
 		a.health, a.metrics, a.debug = old.health, old.metrics, old.debug
 	}

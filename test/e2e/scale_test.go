@@ -127,7 +127,8 @@ func removeStaleScaleNamespaces(b *testing.B) {
 // runScaleAgent starts one agent binary on node-1, waits for it to be
 // ready, reports its figures and stops it.
 func runScaleAgent(b *testing.B, pods int, name, bin, kcfg, ns string) {
-	a := &agentProc{health: freeAddr(b), metrics: freeAddr(b), debug: freeAddr(b)}
+	addrs := freeAddrs(b, 3)
+	a := &agentProc{health: addrs[0], metrics: addrs[1], debug: addrs[2]}
 	logf, err := os.CreateTemp("", "netpol-agent-scale-*.log")
 	if err != nil {
 		b.Fatal(err)
