@@ -82,10 +82,7 @@ func agentScale(b *testing.B, pods int) {
 
 	removeStaleScaleNamespaces(b)
 	ns := fmt.Sprintf("%s%d", scaleNetNSPrefix, os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		b.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	b.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() })
+	b.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() }) // after a failed run
 	bins := []struct{ name, path string }{{"netpol", netpolBin}}
 	if v := os.Getenv("NETPOL_SCALE_BINS"); v != "" {
 		for _, f := range strings.Split(v, ",") {
@@ -98,7 +95,16 @@ func agentScale(b *testing.B, pods int) {
 	}
 	for b.Loop() {
 		for _, bin := range bins {
+			// A network namespace of its own for each binary: one that
+			// found the tables of the one before would adopt them (a
+			// restart's read-back and diff), not program them.
+			if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+				b.Fatalf("ip netns add: %v: %s", err, out)
+			}
 			runScaleAgent(b, pods, bin.name, bin.path, kcfg, ns)
+			if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
+				b.Fatalf("ip netns delete: %v: %s", err, out)
+			}
 		}
 	}
 }
