@@ -294,7 +294,7 @@ func sharedString(p *string) *string {
 	if p == nil {
 		return nil
 	}
-	v := unique.Make(*p).Value()
+	v := *p
 	return internedStrings.intern(v, &v)
 }
 

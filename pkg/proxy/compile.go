@@ -202,9 +202,9 @@ func (fr *fragment) addNamed(set string, e nft.Element) {
 	fr.elems = append(fr.elems, contribution{set, e})
 }
 
-// setNames holds each shared set's name once: a sync makes about twenty
-// contributions per endpoint-backed port, and formatting the name for
-// each was a tenth of a first sync's garbage.
+// setNames holds each shared set's name once: a sync makes two or more
+// contributions per endpoint of a port, and each formatted its set's name
+// again.
 var setNames struct {
 	sync.Mutex
 	m map[setNameKey]string
