@@ -213,7 +213,7 @@ func (a *Applier) plan(desired *Table) (*Plan, error) {
 		if cur != nil {
 			for _, s := range cur.Sets {
 				s.index = newSetIndex(s)
-				s.Elements = s.index.elems
+				s.Elements = nil // the index holds them
 			}
 			a.cache = cur
 		}
@@ -426,7 +426,7 @@ func queue(conn *nftables.Conn, table string, p *Plan) error {
 // from desired.
 func (a *Applier) commit(p *Plan, desired *Table) {
 	if a.cache == nil {
-		a.cache = snapshot(desired, a.table)
+		a.cache = snapshot(desired, a.table, p.indexes)
 		for name, s := range a.cache.Sets {
 			s.fingerprint, s.revision = p.fingerprints[name], p.revisions[name]
 		}
@@ -454,14 +454,13 @@ func (a *Applier) commit(p *Plan, desired *Table) {
 				buf = cs.index.remove(e, buf)
 			}
 		}
-		cs.Elements = cs.index.elems
 	}
 	next := NewTable(a.table)
 	for name, ds := range desired.Sets {
 		if cs := a.cache.Sets[name]; cs != nil && cs.index != nil && !fresh["set "+name] {
 			next.Sets[name] = cs
 		} else {
-			next.Sets[name] = snapshotSet(ds)
+			next.Sets[name] = snapshotSet(ds, p.indexes[name])
 		}
 		next.Sets[name].fingerprint, next.Sets[name].revision = p.fingerprints[name], p.revisions[name]
 	}
@@ -475,15 +474,16 @@ func (a *Applier) commit(p *Plan, desired *Table) {
 	a.cache = next
 }
 
-// snapshot copies the desired table as the cache: its own chains, sets and
-// element lists; element bytes are shared (newSetIndex).
-func snapshot(t *Table, name string) *Table {
+// snapshot copies the desired table as the cache: its own chains and sets,
+// each set's elements in its index only (Elements is nil).
+// indexes are those the plan made of its added sets.
+func snapshot(t *Table, name string, indexes map[string]*setIndex) *Table {
 	c := NewTable(name)
 	for n, ch := range t.Chains {
 		c.Chains[n] = snapshotChain(ch)
 	}
 	for n, s := range t.Sets {
-		c.Sets[n] = snapshotSet(s)
+		c.Sets[n] = snapshotSet(s, indexes[n])
 	}
 	return c
 }
@@ -502,11 +502,13 @@ func snapshotChain(ch *Chain) *Chain {
 }
 
 // snapshotSet copies the spec and indexes the elements in canonical form.
-func snapshotSet(s *Set) *Set {
+func snapshotSet(s *Set, idx *setIndex) *Set {
 	cs := &Set{Name: s.Name, Fields: slices.Clone(s.Fields), Interval: s.Interval, Verdict: s.Verdict,
 		Data: slices.Clone(s.Data), Timeout: s.Timeout, Dynamic: s.Dynamic}
-	cs.index = newSetIndex(s)
-	cs.Elements = cs.index.elems
+	if idx == nil {
+		idx = newSetIndex(s)
+	}
+	cs.index = idx
 	return cs
 }
 

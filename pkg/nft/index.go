@@ -2,19 +2,32 @@ package nft
 
 import (
 	"bytes"
+	"encoding/binary"
 	"hash/maphash"
 )
 
-// setIndex finds a set's elements by identity (key, key end, verdict,
-// data). The Applier's cache keeps one per set and updates it with each
-// applied plan, so that a diff costs one map lookup per desired element
-// and no allocation for unchanged ones. Positions are found by a 64-bit
-// hash of the identity, checked against the element there: the index
-// holds no key strings (at 300,000 elements those were about a third of
-// its memory). An identity whose hash another element already holds
-// (a collision, about one in 2^64/n) goes to spill, by its bytes.
+// setIndex holds a set's elements (canonical, distinct) and finds them by
+// identity (key, key end, verdict, data). The Applier's cache keeps one
+// per set and updates it with each applied plan, so that a diff costs one
+// map lookup per desired element and no allocation for unchanged ones.
+//
+// The elements are kept as their identities, packed back to back in one
+// byte arena (appendElementID: a few bytes of lengths, then the bytes):
+// an address element takes 7 bytes there and 4 in at, where an Element
+// value took 80 plus its key (at 100,000 pods the cache's Elements were
+// the agent's largest single holding). Element values are made from the
+// arena on demand and share its bytes, which are never written once
+// made: a removal only forgets a record, and compact copies the live
+// ones to a new arena.
+//
+// Positions are found by a 64-bit hash of the identity, checked against
+// the record there: the index holds no key strings. An identity whose
+// hash another element already holds (a collision, about one in 2^64/n)
+// goes to spill, by its bytes.
 type setIndex struct {
-	elems []Element // canonical, distinct
+	ids   []byte   // the arena: records, each uvarint(length) then the identity
+	at    []uint32 // at[i]: where element i's record starts in ids
+	dead  int      // bytes of ids that no element's record uses any more
 	pos   map[uint64]int32
 	spill map[string]int32
 }
@@ -25,13 +38,9 @@ var indexSeed = maphash.MakeSeed()
 // test).
 var elementHash = func(id []byte) uint64 { return maphash.Bytes(indexSeed, id) }
 
-// newSetIndex indexes the set's elements in canonical form. The index
-// shares their bytes: element bytes are never written once made (the
-// compiler, the proxy and the kernel read-back make new ones), so the
-// Applier's cache owns only the Element values and the index, not a third
-// copy of every key.
+// newSetIndex indexes the set's elements in canonical form.
 func newSetIndex(s *Set) *setIndex {
-	idx := &setIndex{elems: make([]Element, 0, len(s.Elements)), pos: make(map[uint64]int32, len(s.Elements))}
+	idx := &setIndex{at: make([]uint32, 0, len(s.Elements)), pos: make(map[uint64]int32, len(s.Elements))}
 	buf := make([]byte, 0, 256)
 	for _, e := range s.Elements {
 		buf = idx.insert(normalElement(s, e), buf)
@@ -47,13 +56,35 @@ func indexOf(s *Set) *setIndex {
 	return newSetIndex(s)
 }
 
+// len is the number of elements.
+func (idx *setIndex) len() int { return len(idx.at) }
+
+// identity is element i's identity (in the arena).
+func (idx *setIndex) identity(i int32) []byte {
+	rec := idx.ids[idx.at[i]:]
+	n, w := binary.Uvarint(rec)
+	return rec[w : w+int(n) : w+int(n)]
+}
+
+// element is element i, sharing the arena's bytes.
+func (idx *setIndex) element(i int32) Element { return decodeElementID(idx.identity(i)) }
+
+// elements are all the elements, in index order.
+func (idx *setIndex) elements() []Element {
+	out := make([]Element, idx.len())
+	for i := range out {
+		out[i] = idx.element(int32(i))
+	}
+	return out
+}
+
 // locate looks e (canonical) up: id is its identity (written into buf),
 // h its hash, i its position when ok, inPos whether pos (not spill) holds
 // it.
 func (idx *setIndex) locate(e Element, buf []byte) (id []byte, h uint64, i int32, inPos, ok bool) {
 	id = appendElementID(buf[:0], e)
 	h = elementHash(id)
-	if i, ok := idx.pos[h]; ok && sameIdentity(idx.elems[i], e) {
+	if i, ok := idx.pos[h]; ok && bytes.Equal(idx.identity(i), id) {
 		return id, h, i, true, true
 	}
 	i, ok = idx.spill[string(id)]
@@ -78,8 +109,10 @@ func (idx *setIndex) insert(e Element, buf []byte) []byte {
 	if ok {
 		return id
 	}
-	n := int32(len(idx.elems))
-	idx.elems = append(idx.elems, e)
+	n := int32(len(idx.at))
+	idx.at = append(idx.at, uint32(len(idx.ids)))
+	idx.ids = binary.AppendUvarint(idx.ids, uint64(len(id)))
+	idx.ids = append(idx.ids, id...)
 	if _, taken := idx.pos[h]; !taken {
 		idx.pos[h] = n
 		return id
@@ -91,7 +124,8 @@ func (idx *setIndex) insert(e Element, buf []byte) []byte {
 	return id
 }
 
-// remove drops an element (swap with the last); it returns buf for reuse.
+// remove drops an element (its position goes to the last one); it
+// returns buf for reuse.
 func (idx *setIndex) remove(e Element, buf []byte) []byte {
 	id, h, i, inPos, ok := idx.locate(e, buf)
 	if !ok {
@@ -102,22 +136,39 @@ func (idx *setIndex) remove(e Element, buf []byte) []byte {
 	} else {
 		delete(idx.spill, string(id))
 	}
-	last := int32(len(idx.elems) - 1)
+	idx.dead += recordLen(len(id))
+	last := int32(len(idx.at) - 1)
 	if i != last {
-		moved := idx.elems[last]
-		idx.elems[i] = moved
+		idx.at[i] = idx.at[last]
 		// The moved element's entry, in pos or in spill, points at last.
-		id = appendElementID(id[:0], moved)
-		if h := elementHash(id); idx.posIs(h, last) {
+		moved := idx.identity(i)
+		if h := elementHash(moved); idx.posIs(h, last) {
 			idx.pos[h] = i
 		} else {
-			idx.spill[string(id)] = i
+			idx.spill[string(moved)] = i
 		}
 	}
-	idx.elems[last] = Element{}
-	idx.elems = idx.elems[:last]
+	idx.at = idx.at[:last]
+	if idx.dead > 4096 && idx.dead > len(idx.ids)/2 {
+		idx.compact()
+	}
 	return id
 }
+
+// compact copies the live records to a new arena (the old one stays as
+// it is for the Elements made from it).
+func (idx *setIndex) compact() {
+	ids := make([]byte, 0, len(idx.ids)-idx.dead)
+	for i, at := range idx.at {
+		idx.at[i] = uint32(len(ids))
+		rec := idx.ids[at:]
+		n, w := binary.Uvarint(rec)
+		ids = append(ids, rec[:w+int(n)]...)
+	}
+	idx.ids, idx.dead = ids, 0
+}
+
+func recordLen(n int) int { return n + len(binary.AppendUvarint(nil, uint64(n))) }
 
 // posIs reports whether pos maps h to position i.
 func (idx *setIndex) posIs(h uint64, i int32) bool {
@@ -125,30 +176,73 @@ func (idx *setIndex) posIs(h uint64, i int32) bool {
 	return ok && j == i
 }
 
-// sameIdentity reports whether two canonical elements have one identity.
-func sameIdentity(a, b Element) bool {
-	if !bytes.Equal(a.Key, b.Key) || !bytes.Equal(a.KeyEnd, b.KeyEnd) || !bytes.Equal(a.Data, b.Data) ||
-		(a.Data == nil) != (b.Data == nil) || (a.Verdict == nil) != (b.Verdict == nil) {
-		return false
-	}
-	return a.Verdict == nil || (a.Verdict.Kind == b.Verdict.Kind && a.Verdict.Chain == b.Verdict.Chain)
-}
+// Identity flags: which optional parts follow the key.
+const (
+	idKeyEnd = 1 << iota
+	idVerdict
+	idData
+)
 
-// appendElementID appends the element's identity: key, key end, verdict.
-// Keys of one set have one length, so the lengths keep the parts apart.
+// appendElementID appends the element's identity, which
+// decodeElementID reads back: a flags byte, the key (length, bytes),
+// then the parts the flags name (key end; verdict kind and chain; data),
+// each with its length.
 func appendElementID(b []byte, e Element) []byte {
-	b = append(b, e.Key...)
-	b = append(b, '|')
-	b = append(b, e.KeyEnd...)
+	var flags byte
+	if e.KeyEnd != nil {
+		flags |= idKeyEnd
+	}
+	if e.Verdict != nil {
+		flags |= idVerdict
+	}
+	if e.Data != nil {
+		flags |= idData
+	}
+	b = append(b, flags)
+	b = appendPart(b, e.Key)
+	if e.KeyEnd != nil {
+		b = appendPart(b, e.KeyEnd)
+	}
 	if v := e.Verdict; v != nil {
-		b = append(b, '|', byte(v.Kind))
+		b = append(b, byte(v.Kind))
+		b = binary.AppendUvarint(b, uint64(len(v.Chain)))
 		b = append(b, v.Chain...)
 	}
 	if e.Data != nil {
-		b = append(b, '|')
-		b = append(b, e.Data...)
+		b = appendPart(b, e.Data)
 	}
 	return b
+}
+
+func appendPart(b, part []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(part)))
+	return append(b, part...)
+}
+
+// decodeElementID is the element whose identity id is (appendElementID);
+// its byte slices share id's bytes.
+func decodeElementID(id []byte) Element {
+	flags := id[0]
+	id = id[1:]
+	part := func() []byte {
+		n, w := binary.Uvarint(id)
+		p := id[w : w+int(n) : w+int(n)]
+		id = id[w+int(n):]
+		return p
+	}
+	e := Element{Key: part()}
+	if flags&idKeyEnd != 0 {
+		e.KeyEnd = part()
+	}
+	if flags&idVerdict != 0 {
+		kind := VerdictKind(id[0])
+		id = id[1:]
+		e.Verdict = &Verdict{Kind: kind, Chain: string(part())}
+	}
+	if flags&idData != 0 {
+		e.Data = part()
+	}
+	return e
 }
 
 func copyElement(e Element) Element {

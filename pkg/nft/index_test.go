@@ -1,8 +1,10 @@
 package nft
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 )
 
@@ -43,10 +45,10 @@ func TestSetIndexCollisions(t *testing.T) {
 					buf = idx.remove(e, buf)
 					delete(want, id)
 				}
-				if len(idx.elems) != len(want) {
-					t.Fatalf("step %d: %d elements, want %d", step, len(idx.elems), len(want))
+				if idx.len() != len(want) {
+					t.Fatalf("step %d: %d elements, want %d", step, idx.len(), len(want))
 				}
-				for i, e := range idx.elems {
+				for i, e := range idx.elements() {
 					if !want[string(appendElementID(nil, e))] {
 						t.Fatalf("step %d: %v is indexed but was removed", step, e)
 					}
@@ -64,5 +66,64 @@ func TestSetIndexCollisions(t *testing.T) {
 				t.Error("the colliding hash never used spill")
 			}
 		})
+	}
+}
+
+// TestElementIDRoundTrip: an identity decodes to the element it was made
+// of, nil and empty parts apart.
+func TestElementIDRoundTrip(t *testing.T) {
+	for _, e := range []Element{
+		{Key: []byte{10, 0, 0, 1}},
+		{Key: []byte{10, 0, 0, 0}, KeyEnd: []byte{10, 0, 0, 255}},
+		{Key: []byte{1, 2}, KeyEnd: []byte{}},
+		{Key: []byte{0, 80}, Verdict: &Verdict{Kind: Goto, Chain: "svc-abc"}},
+		{Key: []byte{0, 80}, Verdict: &Verdict{Kind: Accept}},
+		{Key: []byte{10, 0, 0, 1, 0, 0, 0, 80}, Data: []byte{10, 1, 1, 1, 0, 0, 31, 144}},
+		{Key: []byte{1}, Data: []byte{}},
+		{Key: []byte{}},
+	} {
+		id := appendElementID(nil, e)
+		got := decodeElementID(id)
+		if !reflect.DeepEqual(got, e) {
+			t.Errorf("%+v: decoded as %+v", e, got)
+		}
+		if again := appendElementID(nil, got); !bytes.Equal(again, id) {
+			t.Errorf("%+v: identity %x, then %x", e, id, again)
+		}
+	}
+}
+
+// TestSetIndexCompacts: removals leave dead bytes until the index copies
+// its live records to a new arena; Elements made before keep their
+// bytes, and every element is still found.
+func TestSetIndexCompacts(t *testing.T) {
+	elem := func(n int) Element {
+		return Element{Key: []byte{10, byte(n >> 16), byte(n >> 8), byte(n)}, Verdict: &Verdict{Kind: Jump, Chain: fmt.Sprint("chain-", n%3)}}
+	}
+	idx := newSetIndex(&Set{Fields: []FieldType{FieldIPv4}, Verdict: true})
+	buf := make([]byte, 0, 64)
+	for n := range 10000 {
+		buf = idx.insert(elem(n), buf)
+	}
+	before := idx.elements()
+	arena := len(idx.ids)
+	for n := range 9000 {
+		buf = idx.remove(elem(n), buf)
+	}
+	if idx.len() != 1000 {
+		t.Fatalf("%d elements, want 1000", idx.len())
+	}
+	if len(idx.ids) >= arena/2 || idx.dead > len(idx.ids) {
+		t.Errorf("arena %d bytes (%d dead) after removing 9/10 of %d bytes: not compacted", len(idx.ids), idx.dead, arena)
+	}
+	for n, e := range before {
+		if !reflect.DeepEqual(e, elem(n)) {
+			t.Fatalf("element %d made before the removals is now %+v", n, e)
+		}
+	}
+	for n := range 10000 {
+		if got := idx.has(elem(n), buf); got != (n >= 9000) {
+			t.Fatalf("has(%d) = %v", n, got)
+		}
 	}
 }

@@ -54,6 +54,8 @@ type Plan struct {
 	fingerprints map[string]uint64
 	// revisions of the desired sets, for the cache.
 	revisions map[string]uint64
+	// indexes of the added sets' elements, for the cache.
+	indexes map[string]*setIndex
 }
 
 // Empty reports whether the plan changes nothing.
