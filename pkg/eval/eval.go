@@ -290,7 +290,7 @@ func (e *Evaluator) decide(d policy.Direction, subject, peer Endpoint, probe Pro
 // over the plan's rules. decided is false when no rule matched or a Pass
 // rule matched (the caller goes on to the next tier).
 func (e *Evaluator) orderedTier(tier policy.Tier, rules []PlanRule, d policy.Direction, pod int, m matcher, tr *DirectionVerdict) (policy.Action, bool) {
-	sel := e.ix.selecting[tier][d][pod]
+	sel := e.ix.selecting(tier, d, pod)
 	if tr != nil {
 		for _, pi := range sel {
 			tr.SelectedBy[tier.String()] = append(tr.SelectedBy[tier.String()], e.ix.policies[pi].Ref())

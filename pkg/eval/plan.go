@@ -117,8 +117,8 @@ func (ix *index) planOf(pod int, d policy.Direction) *Plan {
 		return p
 	}
 	sig := []byte{byte(d)}
-	for t := range ix.selecting {
-		for _, pi := range ix.selecting[t][d][pod] {
+	for t := range ix.bySelecting {
+		for _, pi := range ix.selecting(policy.Tier(t), d, pod) {
 			sig = binary.LittleEndian.AppendUint32(sig, uint32(pi))
 		}
 		sig = append(sig, 0xff, 0xff, 0xff, 0xff) // tier boundary: no index is that
@@ -143,7 +143,7 @@ func (ix *index) plan(pod int, d policy.Direction) *Plan {
 	fmt.Fprintf(&key, "%s|", d)
 	ordered := func(tier policy.Tier) []PlanRule {
 		var out []PlanRule
-		for _, pi := range ix.selecting[tier][d][pod] {
+		for _, pi := range ix.selecting(tier, d, pod) {
 			cp := ix.policies[pi]
 			for ri := range cp.Rules[d] {
 				out = append(out, planRule(pi, ri, &cp.Rules[d][ri]))
@@ -156,7 +156,7 @@ func (ix *index) plan(pod int, d policy.Direction) *Plan {
 		return out
 	}
 	p.Admin = ordered(policy.TierAdmin)
-	p.Isolating = ix.selecting[policy.TierNetworkPolicy][d][pod]
+	p.Isolating = ix.selecting(policy.TierNetworkPolicy, d, pod)
 	for _, pi := range p.Isolating {
 		cp := ix.policies[pi]
 		for ri := range cp.Rules[d] {

@@ -79,7 +79,7 @@ func (r *Resolved) Policies() []*policy.Policy {
 // Selecting lists, in evaluation order, the policies of a tier that apply
 // to pod for direction d (NetworkPolicy tier: those that isolate it).
 func (r *Resolved) Selecting(tier policy.Tier, d policy.Direction, pod int) []int32 {
-	return r.ix.selecting[tier][d][pod]
+	return r.ix.selecting(tier, d, pod)
 }
 
 // PeerPods reports whether rule ri of policy pi (direction d) matches pod
