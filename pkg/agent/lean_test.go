@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
@@ -44,8 +45,14 @@ func kubeletPod(t testing.TB) *corev1.Pod {
 func TestLeanPodKeepsWhatPolicyReads(t *testing.T) {
 	full := kubeletPod(t)
 	rec := newLeanPod(full)
-	if len(rec.ManagedFields) > 0 || len(rec.Annotations) > 0 || len(rec.OwnerReferences) > 0 {
-		t.Errorf("the stored record keeps what nothing reads: %+v", rec.ObjectMeta)
+	// The record has no room for managed fields, annotations or owners;
+	// informer stores key it by its metadata.
+	if key, err := cache.MetaNamespaceKeyFunc(rec); err != nil || key != full.Namespace+"/"+full.Name {
+		t.Errorf("the record's store key is %q (%v), want %s/%s", key, err, full.Namespace, full.Name)
+	}
+	if m, err := meta.Accessor(rec); err != nil || m.GetUID() != full.UID || m.GetResourceVersion() != full.ResourceVersion ||
+		m.GetDeletionTimestamp() != nil || fmt.Sprint(m.GetLabels()) != fmt.Sprint(full.Labels) {
+		t.Errorf("the record's metadata through metav1.Object: %+v (%v)", m, err)
 	}
 	lean := rec.pod()
 	if lean.Name != full.Name || lean.Namespace != full.Namespace || lean.UID != full.UID || lean.ResourceVersion != full.ResourceVersion ||
@@ -303,11 +310,31 @@ func TestLeanEndpointSlice(t *testing.T) {
 	if e := lean.Endpoints[0]; e.Hostname != nil || e.DeprecatedTopology != nil || e.TargetRef.UID != "" || e.TargetRef.Name != "web-0" || len(lean.Annotations) > 0 {
 		t.Errorf("lean endpoint keeps what the proxy does not read: %+v", e)
 	}
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
-		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, Type: corev1.ServiceTypeClusterIP,
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}}}}
+	local, single := corev1.ServiceInternalTrafficPolicyLocal, corev1.IPFamilyPolicySingleStack
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Annotations: map[string]string{"a": "b"}},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, Type: corev1.ServiceTypeLoadBalancer,
+			Selector: map[string]string{"app": "web"}, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, IPFamilyPolicy: &single,
+			InternalTrafficPolicy: &local, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal, HealthCheckNodePort: 30001,
+			SessionAffinity: corev1.ServiceAffinityClientIP, LoadBalancerSourceRanges: []string{"192.0.2.0/24"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http"), NodePort: 30080}}},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "203.0.113.7"}}}}}
+	obj, err = leanTransform(svc.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leanSvc := obj.(*corev1.Service)
+	if leanSvc.Spec.Selector != nil || leanSvc.Annotations != nil {
+		t.Errorf("lean Service keeps what the proxy does not read: %+v", leanSvc)
+	}
+	if again, _ := leanTransform(svc.DeepCopy()); again.(*corev1.Service).Spec.InternalTrafficPolicy != leanSvc.Spec.InternalTrafficPolicy {
+		t.Error("two lean Services do not share their traffic policy value")
+	}
 	models := map[string]string{}
-	for name, es := range map[string]*discoveryv1.EndpointSlice{"full": full, "lean": lean} {
+	for name, pair := range map[string]struct {
+		svc *corev1.Service
+		es  *discoveryv1.EndpointSlice
+	}{"full": {svc, full}, "lean": {leanSvc, lean}} {
+		svc, es := pair.svc, pair.es
 		snap := cluster.New()
 		snap.Services = append(snap.Services, svc)
 		snap.EndpointSlices = append(snap.EndpointSlices, es)
@@ -322,7 +349,7 @@ func TestLeanEndpointSlice(t *testing.T) {
 		models[name] = string(data)
 	}
 	if models["full"] != models["lean"] {
-		t.Errorf("the lean slice builds another model:\nfull %s\nlean %s", models["full"], models["lean"])
+		t.Errorf("the lean Service and slice build another model:\nfull %s\nlean %s", models["full"], models["lean"])
 	}
 }
 
