@@ -484,8 +484,19 @@ func podSubjects(peers []policy.Peer) []policy.Subject {
 // a 100,000-pod first sync (heap profile).
 func (c *compiler) podElements(pi int, d policy.Direction, ri int, f *nft.Family) []nft.Element {
 	pods := c.r.PeerPodList(pi, d, ri)
-	seen := make(map[netip.Addr]struct{}, len(pods))
-	out := make([]nft.Element, 0, len(pods))
+	n := 0 // the family's addresses: the other family's set is often empty
+	for _, j := range pods {
+		for _, a := range c.r.Pod(j).Addrs {
+			if inFamily(a, f) {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	seen := make(map[netip.Addr]struct{}, n)
+	out := make([]nft.Element, 0, n)
 	for _, j := range pods {
 		for _, a := range c.r.Pod(j).Addrs {
 			if _, dup := seen[a]; inFamily(a, f) && !dup {
