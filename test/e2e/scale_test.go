@@ -54,6 +54,10 @@ import (
 // and once settled (after a collection: in-use, and allocated since the
 // start)
 // and its log (one line per garbage collection: the heap's size at each).
+// NETPOL_SCALE_RESTART=1 runs each binary a second time on the tables the
+// first one left (it is killed, as a crash or an upgrade stops it): the
+// restart reads the kernel's tables back and diffs against them; its
+// figures carry the name with "-restart".
 func BenchmarkAgentScale(b *testing.B) {
 	requireRoot(b)
 	sizes, err := benchstat.EnvInts("NETPOL_SCALE_PODS", []int{10000})
@@ -93,6 +97,7 @@ func agentScale(b *testing.B, pods int) {
 			bins = append(bins, struct{ name, path string }{name, path})
 		}
 	}
+	restart := os.Getenv("NETPOL_SCALE_RESTART") != ""
 	for b.Loop() {
 		for _, bin := range bins {
 			// A network namespace of its own for each binary: one that
@@ -102,6 +107,12 @@ func agentScale(b *testing.B, pods int) {
 				b.Fatalf("ip netns add: %v: %s", err, out)
 			}
 			runScaleAgent(b, pods, bin.name, bin.path, kcfg, ns)
+			if restart {
+				// The same binary again, on the tables the first left
+				// (it was killed): an upgrade's or a crash's restart,
+				// which reads the kernel's tables back and diffs.
+				runScaleAgent(b, pods, bin.name+"-restart", bin.path, kcfg, ns)
+			}
 			if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
 				b.Fatalf("ip netns delete: %v: %s", err, out)
 			}
