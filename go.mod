@@ -3,8 +3,10 @@ module github.com/netpol/netpol
 go 1.26.8
 
 require (
+	github.com/florianl/go-nfqueue/v2 v2.0.2
 	github.com/google/nftables v0.3.0
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42
+	github.com/miekg/dns v1.1.73
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/spf13/cobra v1.10.2

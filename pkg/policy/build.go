@@ -18,6 +18,7 @@ import (
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/domain"
 )
 
 // Limits of the admin APIs (their CRD validation).
@@ -537,7 +538,18 @@ func (ap adminPeer) convert(field string, o *objectErrors) (Peer, bool) {
 		}
 		return pe, valid
 	}
-	return Peer{Kind: PeerDomainNames, DomainNames: ap.domainNames}, true
+	pe := Peer{Kind: PeerDomainNames}
+	valid := true
+	for k, n := range ap.domainNames {
+		p, err := domain.ParsePattern(n)
+		if err != nil {
+			o.fieldf(fmt.Sprintf("%s.domainNames[%d]", field, k), "%v", err)
+			valid = false
+			continue
+		}
+		pe.DomainNames = append(pe.DomainNames, p.String())
+	}
+	return pe, valid
 }
 
 // parseAction reads an action; acceptWord is the API generation's spelling

@@ -524,6 +524,32 @@ spec:
 			},
 		},
 		{
+			name: "ANP domainNames: canonical, and an invalid one fails its rule closed",
+			ref:  "AdminNetworkPolicy anp",
+			yaml: `
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: anp}
+spec:
+  priority: 1
+  subject: {namespaces: {}}
+  egress:
+  - {action: Allow, to: [{domainNames: [Example.COM., "*.Example.org"]}]}
+  - {action: Allow, to: [{domainNames: [ok.example.com, "a.*.example.com"]}]}`,
+			want: want{errs: [][]string{
+				{"AdminNetworkPolicy anp", "spec.egress[1].to[0].domainNames[1]", "a.*.example.com", "only as the whole first label"},
+			}},
+			check: func(t *testing.T, p *policy.Policy) {
+				r := p.Rules[policy.Egress]
+				if r[0].FailClosed != "" || !slices.Equal(r[0].Peers[0].DomainNames, []string{"example.com", "*.example.org"}) {
+					t.Errorf("rule 0 = %+v", r[0])
+				}
+				if r[1].FailClosed == "" {
+					t.Errorf("rule 1 does not fail closed: %+v", r[1])
+				}
+			},
+		},
+		{
 			name: "ANP with CNP's Accept spelling",
 			ref:  "AdminNetworkPolicy anp",
 			yaml: `

@@ -1,0 +1,105 @@
+package nft
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/xt"
+)
+
+// QueueKind is how a rule hands packets to a userspace queue (NFQUEUE)
+// on a kernel: kernels differ in which of the two they have.
+type QueueKind int
+
+const (
+	// QueueUnavailable: the kernel takes neither.
+	QueueUnavailable QueueKind = iota
+	// QueueNative is the nftables queue statement (module nft_queue).
+	QueueNative
+	// QueueXtables is the xtables NFQUEUE target through nftables'
+	// compatibility layer (modules nft_compat and xt_NFQUEUE), for
+	// kernels built without nft_queue.
+	QueueXtables
+)
+
+func (k QueueKind) String() string {
+	switch k {
+	case QueueNative:
+		return "nftables queue statement"
+	case QueueXtables:
+		return "xtables NFQUEUE target (nft compat)"
+	}
+	return "no queue"
+}
+
+// QueueExprs are the expressions of a rule's queue statement: to queue
+// num, with bypass (when no program has the queue open, packets go on
+// as if the rule were not there, instead of being dropped). The
+// statement ends the packet's walk through the chain: the reader's
+// verdict decides what happens next (accept continues at the next hook).
+func QueueExprs(k QueueKind, num uint16) ([]expr.Any, error) {
+	switch k {
+	case QueueNative:
+		return []expr.Any{&expr.Queue{Num: num, Flag: expr.QueueFlagBypass}}, nil
+	case QueueXtables:
+		// struct xt_NFQ_info_v3 (host byte order): queuenum,
+		// queues_total, flags (NFQ_FLAG_BYPASS = 1).
+		info := make(xt.Unknown, 6)
+		binary.NativeEndian.PutUint16(info[0:], num)
+		binary.NativeEndian.PutUint16(info[2:], 1)
+		binary.NativeEndian.PutUint16(info[4:], 1)
+		return []expr.Any{&expr.Target{Name: "NFQUEUE", Rev: 3, Info: &info}}, nil
+	}
+	return nil, errors.New("nft: no queue statement on this kernel")
+}
+
+// QueueText is how the ruleset renders a queue statement of that kind
+// (nft lists the compatibility target as "xt target NFQUEUE").
+func QueueText(k QueueKind, num uint16) string {
+	if k == QueueXtables {
+		return "xt target NFQUEUE"
+	}
+	return "queue flags bypass to " + strconv.Itoa(int(num))
+}
+
+// DetectQueue finds which queue statement the kernel of a network
+// namespace (fd; < 0: the current one) takes: the native one first, then
+// the xtables target, each tried in a probe table of its own that is
+// deleted again. Modules load on first use, as with any rule.
+func DetectQueue(netnsFd int) (QueueKind, error) {
+	var errs []error
+	for _, k := range []QueueKind{QueueNative, QueueXtables} {
+		err := probeQueue(netnsFd, k)
+		if err == nil {
+			return k, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", k, err))
+	}
+	return QueueUnavailable, errors.Join(errs...)
+}
+
+func probeQueue(netnsFd int, k QueueKind) error {
+	conn, err := newConnBuf(netnsFd, false, 1<<16)
+	if err != nil {
+		return err
+	}
+	exprs, err := QueueExprs(k, 0)
+	if err != nil {
+		return err
+	}
+	t := &nftables.Table{Name: "netpol-queue-probe-" + strconv.Itoa(os.Getpid()), Family: nftables.TableFamilyINet}
+	conn.AddTable(t)
+	ch := conn.AddChain(&nftables.Chain{Name: "probe", Table: t})
+	conn.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
+	err = conn.Flush()
+	conn.DelTable(t)
+	if derr := conn.Flush(); err == nil && derr != nil {
+		return fmt.Errorf("deleting the probe table: %w", derr)
+	}
+	return err
+}
