@@ -25,6 +25,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -357,6 +358,7 @@ func (c *compiler) tierRule(pr eval.PlanRule, d policy.Direction, v nft.Verdict)
 				peerSets = append(peerSets, s)
 			}
 		}
+		peerSets = append(peerSets, sets.domains...)
 	}
 	var out []*nft.Rule
 	for _, f := range nft.Families {
@@ -395,8 +397,30 @@ func splitPorts(ports []policy.Port) (numbered, named []policy.Port) {
 }
 
 // ruleSetNames are the sets of one Admin/Baseline rule; pods, nets and
-// named are prefixes (+ family suffix), "" when the rule has none.
-type ruleSetNames struct{ pods, nets, ports, named string }
+// named are prefixes (+ family suffix), "" when the rule has none;
+// domains are the prefixes of its domainNames' sets.
+type ruleSetNames struct {
+	pods, nets, ports, named string
+	domains                  []string
+}
+
+// DomainSetTimeout is the domain sets' default element lifetime: the
+// floor for a TTL-0 answer (the agent gives every address the TTL of its
+// record, no less than this).
+const DomainSetTimeout = 5 * time.Second
+
+// DomainSetPrefix is the name of a domainNames pattern's sets (+ family
+// suffix): the addresses the node's agent learned from DNS answers for
+// names the pattern matches, each until its record's TTL runs out. The
+// agent fills them; a compile leaves them empty and a sync leaves their
+// elements alone (dynamic sets), so nothing learned means nothing
+// admitted.
+func DomainSetPrefix(pattern string) string { return "dns." + contentID("domain:"+pattern) + "." }
+
+// DomainSet is the set of a DomainSetPrefix in family f.
+func DomainSet(prefix string, f *nft.Family) *nft.Set {
+	return &nft.Set{Name: prefix + f.Suffix, Fields: []nft.FieldType{f.Field}, Dynamic: true, Timeout: DomainSetTimeout}
+}
 
 // ruleSetsFor creates the sets one Admin/Baseline rule matches against:
 // the addresses of its pod peers (a hash set per family: pods come and go
@@ -434,6 +458,15 @@ func (c *compiler) makeRuleSets(pi int, d policy.Direction, ri int) ruleSetNames
 		if slices.ContainsFunc(r.Peers, func(p policy.Peer) bool { return p.Kind == policy.PeerNodes || p.Kind == policy.PeerIPBlock }) {
 			names.nets = id + ".nets."
 		}
+		for _, p := range r.Peers {
+			if p.Kind == policy.PeerDomainNames {
+				for _, name := range p.DomainNames {
+					if prefix := DomainSetPrefix(name); !slices.Contains(names.domains, prefix) {
+						names.domains = append(names.domains, prefix)
+					}
+				}
+			}
+		}
 	}
 	if len(named) > 0 {
 		names.named = "named." + contentID(fmt.Sprint(named)) + "."
@@ -452,6 +485,9 @@ func (c *compiler) makeRuleSets(pi int, d policy.Direction, ri int) ruleSetNames
 		if names.nets != "" {
 			c.addSharedSet(&nft.Set{Name: names.nets + f.Suffix, Fields: []nft.FieldType{f.Field}, Interval: true},
 				func() []nft.Element { return rangeElements(c.peerRanges(pi, d, ri, f), f) })
+		}
+		for _, prefix := range names.domains {
+			c.addSharedSet(DomainSet(prefix, f), func() []nft.Element { return nil })
 		}
 		if names.named != "" {
 			c.addSharedSet(&nft.Set{Name: names.named + f.Suffix, Fields: []nft.FieldType{f.Field, nft.FieldProto, nft.FieldPort}},
@@ -544,8 +580,8 @@ func contentID(definition string) string {
 }
 
 // peerRanges is the network addresses rule ri's peers match in family
-// f: nodes and ipBlocks. Pod peers are in podAddrs; domainNames match
-// nothing here: no addresses are learned from DNS.
+// f: nodes and ipBlocks. Pod peers are in podAddrs; domainNames have sets
+// of their own (DomainSetPrefix).
 func (c *compiler) peerRanges(pi int, d policy.Direction, ri int, f *nft.Family) []addrRange {
 	r := &c.pols[pi].Rules[d][ri]
 	key := peerKey{pi, d, ri, f}

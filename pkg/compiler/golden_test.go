@@ -36,6 +36,7 @@ var goldenCases = []struct {
 	{"netpol-pass-both-tiers", "netpol", "pass-both-tiers", "node-1"},
 	{"netpol-ipv6-ipblock-except", "netpol", "ipv6-ipblock-except", "node-1"},
 	{"netpol-unknown-peer-fails-closed", "netpol", "unknown-peer-fails-closed", "node-1"},
+	{"netpol-domain-names", "netpol", "domain-names-nothing-learned", "node-2"},
 }
 
 func goldenSnapshot(t *testing.T, suite, name string) *cluster.Snapshot {

@@ -22,10 +22,8 @@ import (
 
 const queueNum = 3
 
-// queueLab is a fresh network namespace with lo up and a rule that
-// queues UDP to port 5353 (queue number 3), with the queue statement
-// this kernel takes (nft.DetectQueue).
-func queueLab(t *testing.T) netns.NsHandle {
+// freshNetNS is a new network namespace with lo up, closed at the end.
+func freshNetNS(t *testing.T) netns.NsHandle {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root: it creates a network namespace and programs nftables")
@@ -46,6 +44,15 @@ func queueLab(t *testing.T) netns.NsHandle {
 		t.Fatalf("network namespace: %v", err)
 	}
 	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// queueLab is a fresh network namespace with lo up and a rule that
+// queues UDP to port 5353 (queue number 3), with the queue statement
+// this kernel takes (nft.DetectQueue).
+func queueLab(t *testing.T) netns.NsHandle {
+	t.Helper()
+	h := freshNetNS(t)
 	kind, err := nft.DetectQueue(int(h))
 	if kind == nft.QueueUnavailable {
 		t.Fatalf("this kernel takes no queue statement: %v", err)
