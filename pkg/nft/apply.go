@@ -161,15 +161,16 @@ func (a *Applier) generation() (uint32, error) {
 	return gen, err
 }
 
-// readKernel reads the table back, nil if absent.
-func (a *Applier) readKernel() (*Table, error) {
+// readKernel reads the table back, nil if absent; indexed: as the cache
+// (see readTable).
+func (a *Applier) readKernel(indexed bool) (*Table, error) {
 	if a.mem != nil {
 		return a.mem.read(), nil
 	}
 	if err := a.ensureConn(); err != nil {
 		return nil, err
 	}
-	return readTable(a.conn, a.nsFd, a.table)
+	return readTable(a.conn, a.nsFd, a.table, indexed)
 }
 
 // transact sends the plan as one transaction.
@@ -202,7 +203,7 @@ func (a *Applier) plan(desired *Table) (*Plan, error) {
 		// The read is the kernel's table as of the generation before it
 		// if the generation did not move meanwhile.
 		before, berr := a.generation()
-		cur, err := a.readKernel()
+		cur, err := a.readKernel(true)
 		if err != nil {
 			return nil, err
 		}
@@ -212,8 +213,10 @@ func (a *Applier) plan(desired *Table) (*Plan, error) {
 		// table makes the plan add it.
 		if cur != nil {
 			for _, s := range cur.Sets {
-				s.index = newSetIndex(s)
-				s.Elements = nil // the index holds them
+				if s.index == nil { // a Fake's read
+					s.index = newSetIndex(s)
+					s.Elements = nil // the index holds them
+				}
 			}
 			a.cache = cur
 		}
@@ -237,7 +240,7 @@ func (a *Applier) Read() (*Table, error) {
 	if a.closed {
 		return nil, ErrClosed
 	}
-	return a.readKernel()
+	return a.readKernel(false)
 }
 
 // Delete removes the table if it is there.

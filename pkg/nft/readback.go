@@ -26,13 +26,16 @@ func Read(netnsFd int, table string) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	return readTable(conn, fd, table)
+	return readTable(conn, fd, table, false)
 }
 
 // readTable reads chains, rules, sets and elements of the table, nil if the
 // table is absent. Sets are read with our own dump: the library's GetSets
 // loses a verdict map's key type (docs/nft-notes.md section 4).
-func readTable(conn *nftables.Conn, netnsFd int, name string) (*Table, error) {
+// readTable reads the table back; indexed keeps each set's elements in
+// its index only (the Applier's cache), made as each set is read, so that
+// a 100,000-pod table's elements are never all held as Element values.
+func readTable(conn *nftables.Conn, netnsFd int, name string, indexed bool) (*Table, error) {
 	if _, err := conn.ListTableOfFamily(name, nftables.TableFamilyINet); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil, nil
@@ -80,6 +83,10 @@ func readTable(conn *nftables.Conn, netnsFd int, name string) (*Table, error) {
 			if mismatch != "" && s.mismatch == "" {
 				s.mismatch = mismatch
 			}
+		}
+		if indexed {
+			s.index = newSetIndex(s)
+			s.Elements = nil
 		}
 		t.Sets[s.Name] = s
 	}
