@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/miekg/dns"
+	"github.com/vishvananda/netns"
 
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
@@ -52,6 +53,41 @@ func elements(t *testing.T, c *nftables.Conn, set string) map[netip.Addr]time.Du
 	return out
 }
 
+// domainTable gives the namespace a policy table holding the domain sets
+// of the patterns (as a compile makes them, empty) and returns the
+// Applier that programmed it, a Learner for those patterns and a
+// connection to read the sets back; all close at the end of the test.
+func domainTable(t *testing.T, h netns.NsHandle, opts LearnerOptions, patterns ...string) (*nft.Table, *nft.Applier, *Learner, *nftables.Conn) {
+	t.Helper()
+	desired := nft.NewTable("netpol")
+	for _, p := range patterns {
+		for _, f := range nft.Families {
+			desired.AddSet(compiler.DomainSet(compiler.DomainSetPrefix(p), f))
+		}
+	}
+	applier, err := nft.NewApplier(int(h), "netpol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { applier.Close() })
+	if _, err := applier.Apply(desired); err != nil {
+		t.Fatal(err)
+	}
+	l, err := NewLearner(int(h), "netpol", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if err := l.SetPatterns(patterns); err != nil {
+		t.Fatal(err)
+	}
+	c, err := nftables.New(nftables.WithNetNSFd(int(h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return desired, applier, l, c
+}
+
 // TestLearner: learned addresses go into the set of each pattern that
 // matches the name asked for (through CNAMEs), with the TTL as timeout
 // (the floor below it), a later answer refreshes the timeout, a sync of
@@ -59,32 +95,7 @@ func elements(t *testing.T, c *nftables.Conn, set string) map[netip.Addr]time.Du
 func TestLearner(t *testing.T) {
 	h := freshNetNS(t)
 	wildcard, exact := compiler.DomainSetPrefix("*.example.com"), compiler.DomainSetPrefix("www.example.com")
-	desired := nft.NewTable("netpol")
-	for _, prefix := range []string{wildcard, exact} {
-		for _, f := range nft.Families {
-			desired.AddSet(compiler.DomainSet(prefix, f))
-		}
-	}
-	applier, err := nft.NewApplier(int(h), "netpol")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer applier.Close()
-	if _, err := applier.Apply(desired); err != nil {
-		t.Fatal(err)
-	}
-	l, err := NewLearner(int(h), "netpol", LearnerOptions{Floor: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	if err := l.SetPatterns([]string{"*.example.com", "www.example.com"}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := nftables.New(nftables.WithNetNSFd(int(h)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	desired, applier, l, c := domainTable(t, h, LearnerOptions{Floor: time.Second}, "*.example.com", "www.example.com")
 	a4, a6, cdn := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("2001:db8::10"), netip.MustParseAddr("198.51.100.7")
 
 	if _, err := l.Learn(answerSegment(t, "WWW.example.com.", dns.TypeA, "www.example.com. 20 IN A 203.0.113.10")); err != nil {
@@ -170,36 +181,13 @@ func mapsKeys(m map[netip.Addr]time.Duration) []netip.Addr {
 // first connection after resolving finds them.
 func TestAnswerReleasedAfterCommit(t *testing.T) {
 	h := queueLab(t)
-	desired := nft.NewTable("netpol")
 	prefix := compiler.DomainSetPrefix("www.example.com")
-	for _, f := range nft.Families {
-		desired.AddSet(compiler.DomainSet(prefix, f))
-	}
-	applier, err := nft.NewApplier(int(h), "netpol")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer applier.Close()
-	if _, err := applier.Apply(desired); err != nil {
-		t.Fatal(err)
-	}
-	l, err := NewLearner(int(h), "netpol", LearnerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	if err := l.SetPatterns([]string{"www.example.com"}); err != nil {
-		t.Fatal(err)
-	}
+	_, _, l, c := domainTable(t, h, LearnerOptions{}, "www.example.com")
 	q, err := Open(Config{NetNS: int(h), Num: queueNum}, l.Handler(func(err error) { t.Error(err) }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	c, err := nftables.New(nftables.WithNetNSFd(int(h)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i := range 20 {
 		addr := netip.AddrFrom4([4]byte{203, 0, 113, byte(10 + i)})
 		msg := answerSegment(t, "www.example.com", dns.TypeA, "www.example.com. 60 IN A "+addr.String()).Payload
@@ -217,26 +205,7 @@ func TestAnswerReleasedAfterCommit(t *testing.T) {
 func TestLearnerTCP(t *testing.T) {
 	h := freshNetNS(t)
 	prefix := compiler.DomainSetPrefix("*.example.com")
-	desired := nft.NewTable("netpol")
-	for _, f := range nft.Families {
-		desired.AddSet(compiler.DomainSet(prefix, f))
-	}
-	applier, err := nft.NewApplier(int(h), "netpol")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer applier.Close()
-	if _, err := applier.Apply(desired); err != nil {
-		t.Fatal(err)
-	}
-	l, err := NewLearner(int(h), "netpol", LearnerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	if err := l.SetPatterns([]string{"*.example.com"}); err != nil {
-		t.Fatal(err)
-	}
+	_, _, l, c := domainTable(t, h, LearnerOptions{}, "*.example.com")
 	udp := answerSegment(t, "api.example.com", dns.TypeAAAA, "api.example.com. 60 IN AAAA 2001:db8::53")
 	stream := append([]byte{byte(len(udp.Payload) >> 8), byte(len(udp.Payload))}, udp.Payload...)
 	server, client := netip.MustParseAddrPort("10.96.0.10:53"), netip.MustParseAddrPort("10.244.1.5:40001")
@@ -256,10 +225,6 @@ func TestLearnerTCP(t *testing.T) {
 			t.Fatalf("segment %d alone taught %v", i, ls)
 		}
 		learned += len(ls)
-	}
-	c, err := nftables.New(nftables.WithNetNSFd(int(h)))
-	if err != nil {
-		t.Fatal(err)
 	}
 	if got := elements(t, c, prefix+"6"); learned != 1 || got[netip.MustParseAddr("2001:db8::53")] != time.Minute {
 		t.Errorf("learned %d; the set holds %v", learned, got)
