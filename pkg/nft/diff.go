@@ -83,8 +83,10 @@ func Diff(current, desired *Table) *Plan {
 	for _, s := range sets.added {
 		p.add(Op{Kind: OpAddSet, Set: s})
 		p.Stats.SetsAdded++
-		idx := newSetIndex(s)
-		p.indexes[s.Name] = idx
+		idx := indexOf(s)
+		if s.index == nil { // made here: the cache may keep it
+			p.indexes[s.Name] = idx
+		}
 		p.addElements(OpAddElements, s, idx.normal(s))
 	}
 	// 8
