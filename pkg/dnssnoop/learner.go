@@ -38,11 +38,13 @@ type Learner struct {
 
 	mu       sync.Mutex
 	patterns []learnPattern
-	streams  map[[2]netip.AddrPort]*domain.Stream // DNS over TCP, by (server, client)
+	streams  map[[2]netip.AddrPort]*domain.Stream // DNS over TCP, by (server, client), until FIN or RST
 	// expires is when each element (set, address) expires as last set:
 	// a known one is deleted and added again to take its new timeout
-	// (older kernels keep the old one on a plain add).
+	// (older kernels keep the old one on a plain add). Expired entries
+	// are swept at sweepAt.
 	expires map[element]time.Time
+	sweepAt time.Time
 }
 
 type learnPattern struct {
@@ -132,27 +134,19 @@ func (l *Learner) messages(s Segment) ([][]byte, error) {
 		return nil, nil
 	}
 	msgs, err := st.Add(s.Seq, s.Payload)
-	if err != nil {
+	if err != nil || s.FIN {
 		delete(l.streams, key)
 	}
 	return msgs, err
 }
 
-// Forget drops the TCP stream of a connection (its end was seen).
-func (l *Learner) Forget(server, client netip.AddrPort) {
-	l.mu.Lock()
-	delete(l.streams, [2]netip.AddrPort{server, client})
-	l.mu.Unlock()
-}
-
 // commit adds every (pattern set, address) the answers teach, in one
-// transaction.
+// transaction: per set, one message of deletes (the known elements, so
+// that the add sets their timeout anew) and one of adds.
 func (l *Learner) commit(learned []domain.Learned) error {
-	type add struct {
-		el      element
-		timeout time.Duration
-	}
-	var adds []add
+	timeouts := map[element]time.Duration{} // an address twice in one answer: the longest
+	bySet := map[string][]element{}
+	var sets []string
 	for _, ln := range learned {
 		timeout := max(ln.TTL, l.opts.Floor)
 		if l.opts.Ceiling > 0 {
@@ -160,26 +154,43 @@ func (l *Learner) commit(learned []domain.Learned) error {
 		}
 		f := nft.FamilyOf(ln.Addr)
 		for _, p := range l.patterns {
-			if p.pattern.Matches(ln.Name) {
-				adds = append(adds, add{element{p.prefix + f.Suffix, ln.Addr}, timeout})
+			if !p.pattern.Matches(ln.Name) {
+				continue
 			}
+			el := element{p.prefix + f.Suffix, ln.Addr}
+			if old, ok := timeouts[el]; ok {
+				timeouts[el] = max(old, timeout)
+				continue
+			}
+			timeouts[el] = timeout
+			if bySet[el.set] == nil {
+				sets = append(sets, el.set)
+			}
+			bySet[el.set] = append(bySet[el.set], el)
 		}
 	}
-	if len(adds) == 0 {
+	if len(timeouts) == 0 {
 		return nil
 	}
 	now := l.now()
 	send := func(refresh bool) error {
-		for _, a := range adds {
+		for _, name := range sets {
 			// HasTimeout: the library sends an element's timeout only then.
-			set := &nftables.Set{Table: l.table, Name: a.el.set, HasTimeout: true}
-			key := nft.FamilyOf(a.el.addr).AddrBytes(a.el.addr)
-			if exp, ok := l.expires[a.el]; refresh && ok && exp.After(now) {
-				if err := l.conn.SetDeleteElements(set, []nftables.SetElement{{Key: key}}); err != nil {
+			set := &nftables.Set{Table: l.table, Name: name, HasTimeout: true}
+			var del, add []nftables.SetElement
+			for _, el := range bySet[name] {
+				key := nft.FamilyOf(el.addr).AddrBytes(el.addr)
+				if exp, ok := l.expires[el]; refresh && ok && exp.After(now) {
+					del = append(del, nftables.SetElement{Key: key})
+				}
+				add = append(add, nftables.SetElement{Key: key, Timeout: timeouts[el]})
+			}
+			if len(del) > 0 {
+				if err := l.conn.SetDeleteElements(set, del); err != nil {
 					return err
 				}
 			}
-			if err := l.conn.SetAddElements(set, []nftables.SetElement{{Key: key, Timeout: a.timeout}}); err != nil {
+			if err := l.conn.SetAddElements(set, add); err != nil {
 				return err
 			}
 		}
@@ -191,15 +202,19 @@ func (l *Learner) commit(learned []domain.Learned) error {
 		err = send(false)
 	}
 	if err != nil {
-		return fmt.Errorf("adding %d learned addresses: %w", len(adds), err)
+		return fmt.Errorf("adding %d learned addresses: %w", len(timeouts), err)
 	}
-	for _, a := range adds {
-		l.expires[a.el] = now.Add(a.timeout)
+	for el, timeout := range timeouts {
+		l.expires[el] = now.Add(timeout)
 	}
-	for el, exp := range l.expires {
-		if !exp.After(now) {
-			delete(l.expires, el)
+	if now.After(l.sweepAt) {
+		// Expired entries go once a minute, not at every answer.
+		for el, exp := range l.expires {
+			if !exp.After(now) {
+				delete(l.expires, el)
+			}
 		}
+		l.sweepAt = now.Add(time.Minute)
 	}
 	return nil
 }

@@ -16,9 +16,10 @@ import (
 type Segment struct {
 	Src, Dst netip.AddrPort
 	TCP      bool
-	// Seq, SYN: TCP's sequence number and SYN flag.
-	Seq uint32
-	SYN bool
+	// Seq, SYN: TCP's sequence number and SYN flag; FIN: a FIN or RST
+	// (the sender's stream ends).
+	Seq      uint32
+	SYN, FIN bool
 	// Payload is the transport payload (a DNS message over UDP; part of
 	// a DNS over TCP stream), sharing the packet's bytes.
 	Payload []byte
@@ -88,7 +89,8 @@ func ParsePacket(b []byte) (Segment, error) {
 		if off < 20 || off > len(rest) {
 			return Segment{}, fmt.Errorf("TCP data offset %d, %d bytes there", off, len(rest))
 		}
-		s.TCP, s.Seq, s.SYN, s.Payload = true, binary.BigEndian.Uint32(rest[4:]), rest[13]&0x02 != 0, rest[off:]
+		s.TCP, s.Seq, s.Payload = true, binary.BigEndian.Uint32(rest[4:]), rest[off:]
+		s.SYN, s.FIN = rest[13]&0x02 != 0, rest[13]&0x05 != 0
 	default:
 		return Segment{}, fmt.Errorf("IP protocol %d, not UDP or TCP", proto)
 	}

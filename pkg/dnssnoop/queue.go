@@ -28,7 +28,7 @@ type Config struct {
 type Stats struct {
 	Packets   atomic.Uint64 // handed to the handler
 	Malformed atomic.Uint64 // not an IP packet with UDP or TCP: let through
-	Errors    atomic.Uint64 // socket errors (e.g. ENOBUFS: the kernel lost messages)
+	Errors    atomic.Uint64 // socket errors (e.g. ENOBUFS: the kernel lost messages) and failed verdicts
 }
 
 // Handler decides a queued packet: true lets it go on, false drops it.
@@ -76,7 +76,9 @@ func Open(cfg Config, h Handler) (*Queue, error) {
 				}
 			}
 		}
-		nf.SetVerdict(*a.PacketID, verdict)
+		if err := nf.SetVerdict(*a.PacketID, verdict); err != nil {
+			q.Stats.Errors.Add(1)
+		}
 		return 0
 	}
 	onErr := func(err error) int {

@@ -59,11 +59,19 @@ func indexOf(s *Set) *setIndex {
 // len is the number of elements.
 func (idx *setIndex) len() int { return len(idx.at) }
 
-// identity is element i's identity (in the arena).
-func (idx *setIndex) identity(i int32) []byte {
+// record is element i's record in the arena: its identity's length,
+// then the identity.
+func (idx *setIndex) record(i int32) []byte {
 	rec := idx.ids[idx.at[i]:]
 	n, w := binary.Uvarint(rec)
-	return rec[w : w+int(n) : w+int(n)]
+	return rec[: w+int(n) : w+int(n)]
+}
+
+// identity is element i's identity (in the arena).
+func (idx *setIndex) identity(i int32) []byte {
+	rec := idx.record(i)
+	_, w := binary.Uvarint(rec)
+	return rec[w:]
 }
 
 // element is element i, sharing the arena's bytes.
@@ -136,7 +144,7 @@ func (idx *setIndex) remove(e Element, buf []byte) []byte {
 	} else {
 		delete(idx.spill, string(id))
 	}
-	idx.dead += recordLen(len(id))
+	idx.dead += len(idx.record(i))
 	last := int32(len(idx.at) - 1)
 	if i != last {
 		idx.at[i] = idx.at[last]
@@ -159,16 +167,13 @@ func (idx *setIndex) remove(e Element, buf []byte) []byte {
 // it is for the Elements made from it).
 func (idx *setIndex) compact() {
 	ids := make([]byte, 0, len(idx.ids)-idx.dead)
-	for i, at := range idx.at {
+	for i := range idx.at {
+		rec := idx.record(int32(i))
 		idx.at[i] = uint32(len(ids))
-		rec := idx.ids[at:]
-		n, w := binary.Uvarint(rec)
-		ids = append(ids, rec[:w+int(n)]...)
+		ids = append(ids, rec...)
 	}
 	idx.ids, idx.dead = ids, 0
 }
-
-func recordLen(n int) int { return n + len(binary.AppendUvarint(nil, uint64(n))) }
 
 // posIs reports whether pos maps h to position i.
 func (idx *setIndex) posIs(h uint64, i int32) bool {
@@ -205,8 +210,7 @@ func appendElementID(b []byte, e Element) []byte {
 	}
 	if v := e.Verdict; v != nil {
 		b = append(b, byte(v.Kind))
-		b = binary.AppendUvarint(b, uint64(len(v.Chain)))
-		b = append(b, v.Chain...)
+		b = appendPart(b, v.Chain)
 	}
 	if e.Data != nil {
 		b = appendPart(b, e.Data)
@@ -214,7 +218,7 @@ func appendElementID(b []byte, e Element) []byte {
 	return b
 }
 
-func appendPart(b, part []byte) []byte {
+func appendPart[T []byte | string](b []byte, part T) []byte {
 	b = binary.AppendUvarint(b, uint64(len(part)))
 	return append(b, part...)
 }

@@ -58,15 +58,6 @@ func QueueExprs(k QueueKind, num uint16) ([]expr.Any, error) {
 	return nil, errors.New("nft: no queue statement on this kernel")
 }
 
-// QueueText is how the ruleset renders a queue statement of that kind
-// (nft lists the compatibility target as "xt target NFQUEUE").
-func QueueText(k QueueKind, num uint16) string {
-	if k == QueueXtables {
-		return "xt target NFQUEUE"
-	}
-	return "queue flags bypass to " + strconv.Itoa(int(num))
-}
-
 // DetectQueue finds which queue statement the kernel of a network
 // namespace (fd; < 0: the current one) takes: the native one first, then
 // the xtables target, each tried in a probe table of its own that is

@@ -31,10 +31,10 @@ func Read(netnsFd int, table string) (*Table, error) {
 
 // readTable reads chains, rules, sets and elements of the table, nil if the
 // table is absent. Sets are read with our own dump: the library's GetSets
-// loses a verdict map's key type (docs/nft-notes.md section 4).
-// readTable reads the table back; indexed keeps each set's elements in
-// its index only (the Applier's cache), made as each set is read, so that
-// a 100,000-pod table's elements are never all held as Element values.
+// loses a verdict map's key type (docs/nft-notes.md section 4). indexed
+// keeps each set's elements in its index only (the Applier's cache), made
+// as each set is read, so that a 100,000-pod table's elements are never
+// all held as Element values.
 func readTable(conn *nftables.Conn, netnsFd int, name string, indexed bool) (*Table, error) {
 	if _, err := conn.ListTableOfFamily(name, nftables.TableFamilyINet); err != nil {
 		if errors.Is(err, unix.ENOENT) {
