@@ -29,6 +29,9 @@ type Enforcer struct {
 	// entries after a sync (the agent always does it; tests turn it off
 	// to show what it is for).
 	NoConntrackCleanup bool
+	// DNS, set before the first Sync, makes every node learn domainNames
+	// addresses from the cluster DNS's answers, as the agent does.
+	DNS *node.DNSOptions
 }
 
 // NewEnforcer prepares to program l's nodes.
@@ -101,12 +104,21 @@ func (e *Enforcer) programmer(n *lab.Node) (*node.Programmer, error) {
 	if p, ok := e.nodes[n.Name]; ok {
 		return p, nil
 	}
-	p, err := node.New(node.Options{Node: n.Name, NetNS: n.Handle})
+	p, err := node.New(node.Options{Node: n.Name, NetNS: n.Handle, DNS: e.DNS})
 	if err != nil {
 		return nil, err
 	}
 	e.nodes[n.Name] = p
 	return p, nil
+}
+
+// DNSStatus is each node's DNS side (node.Programmer.DNS), by node name.
+func (e *Enforcer) DNSStatus() map[string]*node.DNSStatus {
+	out := map[string]*node.DNSStatus{}
+	for name, p := range e.nodes {
+		out[name] = p.DNS(true)
+	}
+	return out
 }
 
 // Close releases the netlink connections; the rulesets stay in the

@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netpol/netpol/pkg/agent"
+	"github.com/netpol/netpol/pkg/node"
 )
 
 func newAgentCommand(in *inputFlags) *cobra.Command {
@@ -21,6 +22,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 		nodePortAddr []string
 		clusterCIDRs []string
 		portsAllow   []string
+		dnsServers   []string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -45,6 +47,9 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 			}
 			if opts.ClusterCIDRs, err = parseList(clusterCIDRs, netip.ParsePrefix); err != nil {
 				return fmt.Errorf("--cluster-cidr: %w", err)
+			}
+			if opts.DNSServers, err = parseList(dnsServers, parseDNSServer); err != nil {
+				return fmt.Errorf("--dns-server: %w", err)
 			}
 			if opts.AgentPortsAllow, err = parseList(portsAllow, parsePrefixOrAddr); err != nil {
 				return fmt.Errorf("--agent-ports-allow: %w", err)
@@ -98,6 +103,10 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 	f.StringVar(&opts.ProxyTable, "proxy-table", "", "nftables table name for Service NAT (default netpol-proxy)")
 	f.StringSliceVar(&nodePortAddr, "nodeport-addresses", nil, "node addresses that serve NodePorts, comma-separated (default: the Node's InternalIP and ExternalIP addresses)")
 	f.StringSliceVar(&clusterCIDRs, "cluster-cidr", nil, "pod networks, comma-separated; other clients of ClusterIPs are masqueraded (default: every Node's spec.podCIDRs)")
+	f.BoolVar(&opts.NoDNS, "no-dns", false, "do not learn domainNames addresses from the cluster DNS's answers (domainNames rules then admit nothing)")
+	f.Uint16Var(&opts.DNSQueue, "dns-queue", node.DefaultDNSQueue, "NFQUEUE queue number the cluster DNS's answers to pods with domainNames rules are sent to")
+	f.StringSliceVar(&dnsServers, "dns-server", nil, "DNS servers besides the endpoints of Service kube-system/kube-dns whose answers teach domainNames addresses, as ADDRESS or ADDRESS:PORT (port 53 by default), comma-separated (a node-local cache)")
+	f.DurationVar(&opts.DNSTTLCeiling, "dns-ttl-ceiling", 0, "keep a learned address at most this long (default 0: its record's TTL, however long)")
 	f.BoolVar(&cleanup, "cleanup", false, "remove everything the agent programmed (both tables) and exit")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -125,6 +134,19 @@ func newLogger(cmd *cobra.Command, format, level string) (*slog.Logger, error) {
 	logger := slog.New(h)
 	klog.SetSlogLogger(logger)
 	return logger, nil
+}
+
+// parseDNSServer parses ADDRESS or ADDRESS:PORT ([v6]:PORT); the port
+// is 53 by default.
+func parseDNSServer(s string) (netip.AddrPort, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		return netip.AddrPortFrom(a.Unmap(), 53), nil
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%q: an address or address:port", s)
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
 }
 
 // parseList parses a list flag's values; nil when there are none.

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/dnssnoop"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/policy"
@@ -88,7 +90,21 @@ type Options struct {
 	// ClusterCIDRs are the pod networks (clients outside them are
 	// masqueraded to ClusterIPs); nil means every Node's spec.podCIDRs.
 	ClusterCIDRs []netip.Prefix
-	Logger       *slog.Logger
+	// NoDNS turns domainNames learning off: the cluster DNS's answers are
+	// not queued, and domainNames rules admit nothing.
+	NoDNS bool
+	// DNSQueue is the NFQUEUE queue of the DNS answers (default
+	// node.DefaultDNSQueue); DNSServers are DNS servers besides the
+	// endpoints of kube-system/kube-dns; DNSTTLCeiling, when set, bounds
+	// how long a learned address is kept (default: its record's TTL).
+	DNSQueue      uint16
+	DNSServers    []netip.AddrPort
+	DNSTTLCeiling time.Duration
+	Logger        *slog.Logger
+
+	// dnsLatency observes the queue's verdict latency (New makes it
+	// before the programmer, which reports to it).
+	dnsLatency prometheus.Histogram
 }
 
 func (o *Options) defaults() {
@@ -223,6 +239,7 @@ func New(opts Options) (*Agent, error) {
 		}
 		defer ns.Close() // the programmer keeps its own copies
 	}
+	opts.dnsLatency = newDNSLatency()
 	prog, err := node.New(programmerOptions(opts, ns))
 	if err != nil {
 		return nil, err
@@ -234,14 +251,26 @@ func New(opts Options) (*Agent, error) {
 func programmerOptions(opts Options, ns netns.NsHandle) node.Options {
 	return node.Options{Node: opts.NodeName, NetNS: ns, Table: opts.Table, NoProxy: opts.NoProxy,
 		ProxyTable: opts.ProxyTable, HealthChecks: true, AgentPorts: opts.agentPorts(), Logger: opts.Logger.With("node", opts.NodeName),
-		Build: proxy.Options{NodePortAddresses: opts.NodePortAddresses, ClusterCIDRs: opts.ClusterCIDRs}}
+		Build: proxy.Options{NodePortAddresses: opts.NodePortAddresses, ClusterCIDRs: opts.ClusterCIDRs}, DNS: opts.dnsOptions()}
+}
+
+// dnsOptions are the programmer's DNS options; nil with NoDNS.
+func (o *Options) dnsOptions() *node.DNSOptions {
+	if o.NoDNS {
+		return nil
+	}
+	d := &node.DNSOptions{QueueNum: o.DNSQueue, Servers: o.DNSServers, Learner: dnssnoop.LearnerOptions{Ceiling: o.DNSTTLCeiling}}
+	if o.dnsLatency != nil {
+		d.Latency = func(t time.Duration) { o.dnsLatency.Observe(t.Seconds()) }
+	}
+	return d
 }
 
 // newAgent wires an agent from its parts: tests pass fake clients and a
 // programmer over nft.Fake tables. The agent owns prog from now on.
 func newAgent(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, prog *node.Programmer) *Agent {
 	opts.defaults()
-	a := &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), kube: kube, prog: prog, metrics: newMetrics(),
+	a := &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), kube: kube, prog: prog, metrics: newMetrics(prog, opts.dnsLatency),
 		kick: make(chan struct{}, 1), reported: map[string]map[string]bool{}}
 	a.tables = []*tableState{{table: node.Policy}}
 	if !opts.NoProxy {

@@ -5,6 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/node"
 )
 
 // metrics are the agent's Prometheus metrics, in their own registry.
@@ -31,7 +32,50 @@ type metrics struct {
 	liveMismatches prometheus.Counter
 }
 
-func newMetrics() *metrics {
+// newDNSLatency is the histogram of the DNS queue's verdict latency.
+func newDNSLatency() prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: "netpol_dns_queue_latency_seconds",
+		Help:    "Time a queued DNS answer spends in the agent (parse, learn, commit) before its verdict.",
+		Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}})
+}
+
+// dnsCollector reports the DNS side's counts at each scrape.
+type dnsCollector struct{ prog *node.Programmer }
+
+var (
+	dnsAnswers  = prometheus.NewDesc("netpol_dns_answers_total", "DNS answers (messages) read from the queue.", nil, nil)
+	dnsLearned  = prometheus.NewDesc("netpol_dns_addresses_learned_total", "Learned (domain pattern set, address) elements added or refreshed.", nil, nil)
+	dnsExpired  = prometheus.NewDesc("netpol_dns_addresses_expired_total", "Learned elements whose TTL ran out without a new answer.", nil, nil)
+	dnsKnown    = prometheus.NewDesc("netpol_dns_addresses", "Learned elements not expired.", nil, nil)
+	dnsFailures = prometheus.NewDesc("netpol_dns_answer_errors_total", "Answers that taught nothing: unreadable, or their transaction failed (the answer still went on).", nil, nil)
+	dnsPackets  = prometheus.NewDesc("netpol_dns_queue_packets_total", "Packets read from the DNS queue.", nil, nil)
+	dnsQErrors  = prometheus.NewDesc("netpol_dns_queue_errors_total", "Queue socket errors (ENOBUFS: the kernel lost messages to the agent) and failed verdicts.", nil, nil)
+)
+
+func (c dnsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{dnsAnswers, dnsLearned, dnsExpired, dnsKnown, dnsFailures, dnsPackets, dnsQErrors} {
+		ch <- d
+	}
+}
+
+func (c dnsCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.prog.DNS(false)
+	if st == nil || st.QueueNum == 0 {
+		return
+	}
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	counter(dnsAnswers, float64(st.Stats.Answers))
+	counter(dnsLearned, float64(st.Stats.Learned))
+	counter(dnsExpired, float64(st.Stats.Expired))
+	counter(dnsFailures, float64(st.Stats.Errors))
+	counter(dnsPackets, float64(st.QueuePackets))
+	counter(dnsQErrors, float64(st.QueueErrors))
+	ch <- prometheus.MustNewConstMetric(dnsKnown, prometheus.GaugeValue, float64(st.Stats.Known))
+}
+
+func newMetrics(prog *node.Programmer, dnsLatency prometheus.Histogram) *metrics {
 	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
@@ -61,6 +105,12 @@ func newMetrics() *metrics {
 	m.registry.MustRegister(m.syncDuration, m.programmingLatency, m.syncs, m.events, m.kernelObjects,
 		m.transactionSize, m.lastSuccess, m.policyErrors, m.serviceErrors, m.policySyncs, m.liveMismatches,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if prog != nil {
+		m.registry.MustRegister(dnsCollector{prog})
+	}
+	if dnsLatency != nil {
+		m.registry.MustRegister(dnsLatency)
+	}
 	return m
 }
 

@@ -238,6 +238,7 @@ func (a *Agent) metricsMux() *http.ServeMux {
 func (a *Agent) debugMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/model", a.serveModel)
+	mux.HandleFunc("/debug/dns", a.serveDNS)
 	if a.opts.Profiling {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -246,6 +247,21 @@ func (a *Agent) debugMux() *http.ServeMux {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// serveDNS serves what the node learned from DNS answers (node.DNSStatus:
+// the queue, the cluster DNS servers, the patterns, counts and every
+// learned address with its name, learn and expiry times) as JSON.
+func (a *Agent) serveDNS(w http.ResponseWriter, r *http.Request) {
+	st := a.prog.DNS(true)
+	if st == nil {
+		http.Error(w, "domainNames learning is off (--no-dns)", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(st)
 }
 
 // serveModel serves the node's compiled model as JSON; with ?watch=true,

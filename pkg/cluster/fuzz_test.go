@@ -145,6 +145,9 @@ func checkOrigins(t *testing.T, s *cluster.Snapshot) {
 	for _, o := range s.ClusterPolicies {
 		check(cluster.KindClusterPolicy, "", o.Name)
 	}
+	for _, o := range s.ConfigMaps {
+		check(cluster.KindConfigMap, o.Namespace, o.Name)
+	}
 	if n != len(s.Origin) {
 		t.Fatalf("%d objects but %d origins", n, len(s.Origin))
 	}

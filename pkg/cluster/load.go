@@ -408,6 +408,9 @@ var kinds = map[string]kindInfo{
 	KindBaselinePolicy: {group: "policy.networking.k8s.io", versions: map[string]decodeFunc{"v1alpha1": decodeInto(func(s *Snapshot, o *anpv1alpha1.BaselineAdminNetworkPolicy) {
 		s.BaselinePolicies = append(s.BaselinePolicies, o)
 	})}},
+	KindConfigMap: {group: "", namespaced: true, versions: map[string]decodeFunc{"v1": decodeInto(func(s *Snapshot, o *corev1.ConfigMap) {
+		s.ConfigMaps = append(s.ConfigMaps, o)
+	})}},
 	// v1alpha2 and v1beta1 ClusterNetworkPolicy have the same schema, so
 	// both decode into the v1beta1 struct.
 	KindClusterPolicy: {group: "policy.networking.k8s.io", versions: map[string]decodeFunc{

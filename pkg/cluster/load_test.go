@@ -27,6 +27,7 @@ func counts(s *Snapshot) map[string]int {
 	add(KindAdminPolicy, len(s.AdminPolicies))
 	add(KindBaselinePolicy, len(s.BaselinePolicies))
 	add(KindClusterPolicy, len(s.ClusterPolicies))
+	add(KindConfigMap, len(s.ConfigMaps))
 	return out
 }
 
@@ -195,7 +196,7 @@ spec: {podSelector: {}}
 		{
 			name: "unknown kinds skipped",
 			input: `apiVersion: v1
-kind: ConfigMap
+kind: Secret
 metadata: {name: c}
 ---
 apiVersion: apps/v1
@@ -215,11 +216,64 @@ kind: Namespace
 metadata: {name: x}
 `,
 			want:    map[string]int{KindNamespace: 1},
-			skipped: map[string]int{"v1 ConfigMap": 1, "apps/v1 Deployment": 2, "example.com/v1 Pod": 1},
+			skipped: map[string]int{"v1 Secret": 1, "apps/v1 Deployment": 2, "example.com/v1 Pod": 1},
 			check: func(t *testing.T, s *Snapshot, r *Report) {
-				want := "skipped 4 object(s) of kinds netpol does not use: apps/v1 Deployment (2), example.com/v1 Pod (1), v1 ConfigMap (1)"
+				want := "skipped 4 object(s) of kinds netpol does not use: apps/v1 Deployment (2), example.com/v1 Pod (1), v1 Secret (1)"
 				if got := r.SkippedNote(); got != want {
 					t.Errorf("SkippedNote() = %q, want %q", got, want)
+				}
+			},
+		},
+		{
+			// The lab reads its DNS zone from one (see pkg/lab).
+			name: "ConfigMaps are kept",
+			input: `apiVersion: v1
+kind: ConfigMap
+metadata: {name: netpol-lab-dns, namespace: kube-system}
+data:
+  zone: |
+    www.example.com. 300 IN A 192.0.2.1
+---
+apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: c}, data: {k: "1"}, binaryData: {b: AAE=}, immutable: true}
+---
+apiVersion: v2
+kind: ConfigMap
+metadata: {name: future}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: typo, namespace: kube-system}
+date: {zone: ""}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: c}
+`,
+			want: map[string]int{KindConfigMap: 3},
+			errs: [][]string{
+				{"in.yaml (document 3)", `ConfigMap "future"`, `unsupported apiVersion "v2"`, "v1"},
+				{"in.yaml (document 5)", "duplicate ConfigMap default/c", "in.yaml (document 2)"},
+			},
+			notes: [][]string{{"in.yaml (document 4)", "ConfigMap kube-system/typo", "date"}},
+			check: func(t *testing.T, s *Snapshot, r *Report) {
+				c := s.ConfigMap("kube-system", "netpol-lab-dns")
+				if c == nil || c.Data["zone"] != "www.example.com. 300 IN A 192.0.2.1\n" {
+					t.Fatalf("ConfigMap = %+v", c)
+				}
+				if got := s.Origin[ObjectKey{Kind: KindConfigMap, Namespace: "kube-system", Name: "netpol-lab-dns"}]; got != (Source{APIVersion: "v1", File: "in.yaml", Document: 1}) {
+					t.Errorf("origin = %+v", got)
+				}
+				if c := s.ConfigMap("default", "c"); c == nil || c.Data["k"] != "1" || string(c.BinaryData["b"]) != "\x00\x01" {
+					t.Errorf("ConfigMap default/c = %+v", c)
+				}
+				if got := s.UnknownFields[ObjectKey{Kind: KindConfigMap, Namespace: "kube-system", Name: "typo"}]; len(got) != 1 || got[0] != "date" {
+					t.Errorf("unknown fields = %v", got)
+				}
+				if !s.Delete(ObjectKey{Kind: KindConfigMap, Namespace: "default", Name: "c"}) || s.ConfigMap("default", "c") != nil || len(s.ConfigMaps) != 2 {
+					t.Errorf("Delete left %v", s.ConfigMaps)
 				}
 			},
 		},
@@ -784,7 +838,7 @@ func TestFieldErrorsArePlainSentences(t *testing.T) {
 
 func TestSupportedKinds(t *testing.T) {
 	got := SupportedKinds()
-	for _, w := range []string{"NetworkPolicy networking.k8s.io/v1", "Pod v1", "EndpointSlice discovery.k8s.io/v1"} {
+	for _, w := range []string{"NetworkPolicy networking.k8s.io/v1", "Pod v1", "EndpointSlice discovery.k8s.io/v1", "ConfigMap v1"} {
 		if !slices.Contains(got, w) {
 			t.Errorf("SupportedKinds() = %q lacks %q", got, w)
 		}

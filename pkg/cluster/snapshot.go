@@ -27,6 +27,9 @@ type Snapshot struct {
 	AdminPolicies    []*anpv1alpha1.AdminNetworkPolicy
 	BaselinePolicies []*anpv1alpha1.BaselineAdminNetworkPolicy
 	ClusterPolicies  []*cnpv1beta1.ClusterNetworkPolicy
+	// ConfigMaps are kept for the lab (its DNS zone, see pkg/lab); policy
+	// and Service decisions never read them.
+	ConfigMaps []*corev1.ConfigMap
 
 	// Origin maps an object's key to where it was read from.
 	Origin map[ObjectKey]Source
@@ -77,6 +80,7 @@ const (
 	KindAdminPolicy    = "AdminNetworkPolicy"
 	KindBaselinePolicy = "BaselineAdminNetworkPolicy"
 	KindClusterPolicy  = "ClusterNetworkPolicy"
+	KindConfigMap      = "ConfigMap"
 	namespaceNameLabel = "kubernetes.io/metadata.name"
 )
 
@@ -131,6 +135,16 @@ func (s *Snapshot) Namespace(name string) *corev1.Namespace {
 	return nil
 }
 
+// ConfigMap returns the ConfigMap namespace/name, or nil.
+func (s *Snapshot) ConfigMap(namespace, name string) *corev1.ConfigMap {
+	for _, c := range s.ConfigMaps {
+		if c.Namespace == namespace && c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
 // Pod returns the pod namespace/name, or nil.
 func (s *Snapshot) Pod(namespace, name string) *corev1.Pod {
 	for _, p := range s.Pods {
@@ -170,6 +184,8 @@ func (s *Snapshot) Delete(key ObjectKey) bool {
 		s.BaselinePolicies = remove(s.BaselinePolicies, func(o *anpv1alpha1.BaselineAdminNetworkPolicy) bool { return del(o.Namespace, o.Name) })
 	case KindClusterPolicy:
 		s.ClusterPolicies = remove(s.ClusterPolicies, func(o *cnpv1beta1.ClusterNetworkPolicy) bool { return del(o.Namespace, o.Name) })
+	case KindConfigMap:
+		s.ConfigMaps = remove(s.ConfigMaps, func(o *corev1.ConfigMap) bool { return del(o.Namespace, o.Name) })
 	}
 	if found {
 		delete(s.Origin, key)

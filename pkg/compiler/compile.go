@@ -44,6 +44,9 @@ type Options struct {
 	// AgentPorts, when not empty, protects the agent's own ports in the
 	// input chain (agentports.go).
 	AgentPorts *AgentPorts
+	// DNS, when set, queues the cluster DNS's answers to the node's pods
+	// with domainNames rules to the agent (dns.go).
+	DNS *DNS
 }
 
 // Names of the fixed objects.
@@ -84,10 +87,16 @@ func compileWith(r *eval.Resolved, opts Options, podsLater bool) (*compiler, err
 	}
 	c := &compiler{r: r, pols: r.Policies(), node: node, t: nft.NewTable(opts.Table), podsLater: podsLater,
 		classes: map[string]string{}, lists: map[string]*npTier{}, peerCache: map[peerKey][]addrRange{}, ruleSets: map[peerKey]ruleSetNames{}, self: map[string]bool{},
-		live: &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}, classes: map[string][2]string{}}}
+		live: &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}, classes: map[string][2]string{}, domainClasses: map[string]bool{}}}
 	c.baseChains()
 	if !opts.AgentPorts.Empty() {
 		c.protectAgentPorts(opts.AgentPorts)
+	}
+	if opts.DNS != nil {
+		c.live.dns = true
+		if err := c.dnsChains(opts.DNS); err != nil {
+			return nil, err
+		}
 	}
 	dispatched := map[string]bool{}
 	for i := 0; i < r.NumPods(); i++ {
@@ -112,6 +121,10 @@ func compileWith(r *eval.Resolved, opts Options, podsLater bool) (*compiler, err
 				}
 				dispatched[string(key)+m.Name] = true
 				m.Elements = append(m.Elements, nft.Element{Key: key, Verdict: &nft.Verdict{Kind: nft.Jump, Chain: chain}})
+				if key := c.dnsClientKey(classes[policy.Egress], a); d == policy.Egress && key != nil {
+					s := c.t.Sets[setDNSClients+f.Suffix]
+					s.Elements = append(s.Elements, nft.Element{Key: key})
+				}
 			}
 		}
 		c.live.classes[classSignature(p.Namespace, p.Labels, p.Ports)] = classes
@@ -153,6 +166,8 @@ type compiler struct {
 	peerCache map[peerKey][]addrRange
 	ruleSets  map[peerKey]ruleSetNames
 	podsLater bool // compileWith
+	// domains: the class being built looks up a domain set.
+	domains bool
 	// live is what Live needs to keep the table up to date pod by pod.
 	live *recipe
 }
@@ -240,7 +255,11 @@ func (c *compiler) class(pod int, d policy.Direction) string {
 	sum := sha256.Sum256([]byte(id))
 	name := directionPrefix(d) + "." + hex.EncodeToString(sum[:6])
 	c.classes[id] = name
+	c.domains = false
 	c.buildClass(name, plan, pod, named)
+	if c.domains {
+		c.live.domainClasses[name] = true
+	}
 	return name
 }
 
@@ -349,6 +368,7 @@ func (c *compiler) tierRule(pr eval.PlanRule, d policy.Direction, v nft.Verdict)
 	}
 	pi, ri, r := int(pr.Policy), pr.Rule, c.rule(pr, d)
 	sets := c.ruleSetsFor(pi, d, ri)
+	c.domains = c.domains || usesDomains(r, sets)
 	numbered, named := splitPorts(r.Ports)
 	peerSets := []string{""} // every peer
 	if !r.AllPeers {

@@ -25,6 +25,9 @@ func NewLiveFromPods(pods []*PodState, nsLabels func(ns string) labels.Set, node
 		pods:   make(map[string]*PodState, len(pods)), byAddr: make(map[netip.Addr][]*PodState, len(pods)),
 		byNamespace: map[string]map[string]*PodState{}, nsLabels: map[string]labels.Set{}, local: map[string]int{},
 		pos: map[string]map[string]int{}, classUsers: map[string]int{}}
+	if opts.DNS != nil {
+		l.dnsServers = opts.DNS.Servers
+	}
 	for _, p := range pods {
 		if _, ok := l.nsLabels[p.Namespace]; !ok {
 			l.nsLabels[p.Namespace] = nsLabels(p.Namespace)

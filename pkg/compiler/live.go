@@ -44,6 +44,11 @@ type recipe struct {
 	// node's pods, by classSignature: a pod of the node with the
 	// signature of one compiled is dispatched to the same chains.
 	classes map[string][2]string
+	// dns: the table has the DNS objects (Options.DNS); domainClasses
+	// are the egress class chains that look up a domain set, whose pods
+	// are DNS clients (dns.go).
+	dns           bool
+	domainClasses map[string]bool
 }
 
 // classSignature is what decides a pod's classes besides its namespace's
@@ -279,6 +284,8 @@ type Live struct {
 	pos map[string]map[string]int
 	// classUsers counts the node's pods dispatched to each class chain.
 	classUsers map[string]int
+	// dnsServers are what the dns-servers sets hold (SetDNSServers).
+	dnsServers []netip.AddrPort
 }
 
 // NeedsFullError says why a change needs a full compile.
@@ -303,6 +310,9 @@ func NewLive(r *eval.Resolved, opts Options) (*Live, error) {
 	l := &Live{opts: opts, node: opts.Node, recipe: c.live, table: c.t, pods: make(map[string]*PodState, r.NumPods()),
 		byAddr: make(map[netip.Addr][]*PodState, r.NumPods()), byNamespace: map[string]map[string]*PodState{},
 		nsLabels: map[string]labels.Set{}, local: map[string]int{}, pos: map[string]map[string]int{}, classUsers: map[string]int{}}
+	if opts.DNS != nil {
+		l.dnsServers = slices.Clone(opts.DNS.Servers)
+	}
 	for i := 0; i < r.NumPods(); i++ {
 		v := r.Pod(i)
 		ps := &PodState{Key: v.Key, Namespace: v.Namespace, Labels: v.Labels, HostNetwork: v.HostNetwork, Addrs: v.Addrs, Ports: v.Ports}
@@ -618,6 +628,9 @@ func (l *Live) dispatchElements(a netip.Addr, f *nft.Family, pods []*PodState, o
 			if classes[d] != "" {
 				out[elementRef{set: dispatchMap(d) + f.Suffix, key: key, verdict: classes[d], f: f}] = true
 			}
+		}
+		if l.recipe.dns && l.recipe.domainClasses[classes[policy.Egress]] {
+			out[elementRef{set: setDNSClients + f.Suffix, key: key, f: f}] = true
 		}
 		if classes[policy.Egress] != "" || classes[policy.Ingress] != "" {
 			out[elementRef{set: setSelf + f.Suffix, key: string(nft.Key([]byte(key), []byte(key))), f: f}] = true

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -120,12 +121,21 @@ func TestLiveMatchesCompile(t *testing.T) {
 	for wi, w := range worlds {
 		for _, n := range w.snap.Nodes {
 			t.Run(w.name+"/"+n.Name, func(t *testing.T) {
-				liveAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 7)), &stats)
+				// Every other world has the DNS objects, whose clients
+				// follow the pods and whose servers change once.
+				var dns *compiler.DNS
+				if wi%2 == 1 || strings.Contains(w.name, "domain") {
+					dns = &compiler.DNS{Queue: nft.QueueXtables, QueueNum: 53, Servers: []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53")}}
+				}
+				liveAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 7)), &stats, dns)
 			})
 		}
 	}
-	t.Logf("%d incremental updates compared with a full compile, %d of them to pods of the node, %d rebased (%d sets kept); %d tables built from pods",
-		stats.compared, stats.localIncremental, stats.rebased, stats.kept, stats.fromPods)
+	t.Logf("%d incremental updates compared with a full compile, %d of them to pods of the node, %d rebased (%d sets kept); %d tables built from pods; %d DNS client elements",
+		stats.compared, stats.localIncremental, stats.rebased, stats.kept, stats.fromPods, stats.dnsClients)
+	if stats.dnsClients == 0 {
+		t.Fatal("no table compared had a DNS client")
+	}
 	if stats.compared < 1000 || stats.localIncremental < 50 || stats.rebased < 300 || stats.kept < 1000 {
 		t.Fatalf("only %d incremental updates (%d to pods of the node, %d rebased keeping %d sets) compared with a full compile, want at least 1,000 (50, 300, 1,000)",
 			stats.compared, stats.localIncremental, stats.rebased, stats.kept)
@@ -138,13 +148,15 @@ type liveStats struct {
 	// rebased counts Rebase results compared, kept the sets they took
 	// over from the old table; fromPods the tables NewLiveFromPods built.
 	rebased, kept, fromPods int
+	// dnsClients counts the dns-clients elements of the tables compared.
+	dnsClients int
 }
 
 // liveAgrees runs 30 random changes against one node's Live and counts
 // the updates it compared with a full compile (and among them those to
 // the node's own pods: a pod of the node with the labels and ports of a
 // compiled one needs no full compile).
-func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *liveStats) {
+func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *liveStats, dns *compiler.DNS) {
 	snap := *base
 	snap.Pods = slices.Clone(base.Pods)
 	snap.Namespaces = slices.Clone(base.Namespaces)
@@ -158,11 +170,12 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 		m, _ := models.Build(snap.PolicyObjects(), func(id any) (*cluster.Snapshot, []error) { return snap.PolicyAlone(id), nil })
 		return m
 	}
-	live, err := compiler.NewLive(eval.New(&snap, model()).Resolved(), compiler.Options{Node: node})
+	opts := compiler.Options{Node: node, DNS: dns}
+	live, err := compiler.NewLive(eval.New(&snap, model()).Resolved(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	compare(t, live, &snap, node, "start")
+	compare(t, live, &snap, opts, "start", stats)
 	nsLabels := func(ns string) labels.Set {
 		for _, n := range snap.Namespaces {
 			if n.Name == ns {
@@ -178,11 +191,11 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 				pods = append(pods, st)
 			}
 		}
-		l, err := compiler.NewLiveFromPods(pods, nsLabels, snap.Nodes, model(), compiler.Options{Node: node})
+		l, err := compiler.NewLiveFromPods(pods, nsLabels, snap.Nodes, model(), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		compare(t, l, &snap, node, what+": built from pods")
+		compare(t, l, &snap, opts, what+": built from pods", stats)
 		stats.fromPods++
 		return l
 	}
@@ -191,6 +204,17 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 		if step == 15 {
 			// Go on from a table built from pods.
 			live = fromPods(fmt.Sprintf("step %d", step))
+		}
+		if step == 10 && dns != nil {
+			// The cluster DNS moved: the servers' sets change in place.
+			servers := []netip.AddrPort{netip.MustParseAddrPort("10.244.9.9:53"), netip.MustParseAddrPort("[fd00::9]:5353")}
+			if _, err := live.SetDNSServers(servers); err != nil {
+				t.Fatal(err)
+			}
+			d := *dns
+			d.Servers = servers
+			opts.DNS = &d
+			compare(t, live, &snap, opts, "new DNS servers", stats)
 		}
 		ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
 		var what string
@@ -233,7 +257,7 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 		if got != live.Table() {
 			t.Fatalf("step %d (%s): the table returned is not Live's", step, what)
 		}
-		compare(t, live, &snap, node, fmt.Sprintf("step %d (%s)", step, what))
+		compare(t, live, &snap, opts, fmt.Sprintf("step %d (%s)", step, what), stats)
 		var again bytes.Buffer
 		prev.Render(&again)
 		if again.String() != prevText.String() {
@@ -246,10 +270,10 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 
 // compare checks Live against a full compile: its snapshot must render
 // alike, and its table (elements in any order) must need no change.
-func compare(t *testing.T, live *compiler.Live, snap *cluster.Snapshot, node, what string) {
+func compare(t *testing.T, live *compiler.Live, snap *cluster.Snapshot, opts compiler.Options, what string, stats *liveStats) {
 	t.Helper()
 	got := live.Snapshot()
-	want, err := compiler.Compile(eval.New(snap, policy.Build(snap)).Resolved(), compiler.Options{Node: node})
+	want, err := compiler.Compile(eval.New(snap, policy.Build(snap)).Resolved(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,6 +285,11 @@ func compare(t *testing.T, live *compiler.Live, snap *cluster.Snapshot, node, wh
 	}
 	if d := nft.Diff(live.Table(), want); !d.Empty() {
 		t.Fatalf("%s: the snapshot renders alike, but the table differs: %d operations", what, len(d.Ops))
+	}
+	for _, f := range nft.Families {
+		if s := want.Sets["dns-clients"+f.Suffix]; s != nil {
+			stats.dnsClients += len(s.Elements)
+		}
 	}
 }
 

@@ -37,7 +37,13 @@ func (l *Live) Rebase(ch Changes, model *policy.Model, nodes []*corev1.Node) (*n
 		return nil, &NeedsFullError{Reason: "node " + l.node + " is not among the nodes"}
 	}
 	l.applyPods(ch, l.newNamespaceLabels(ch))
-	c, err := compileWith(eval.New(l.localSnapshot(nodes), model).Resolved(), l.opts, true)
+	opts := l.opts
+	if opts.DNS != nil {
+		dns := *opts.DNS
+		dns.Servers = l.dnsServers // SetDNSServers may have changed them
+		opts.DNS = &dns
+	}
+	c, err := compileWith(eval.New(l.localSnapshot(nodes), model).Resolved(), opts, true)
 	if err != nil {
 		return nil, err
 	}

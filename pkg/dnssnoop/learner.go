@@ -1,9 +1,11 @@
 package dnssnoop
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,9 +19,9 @@ import (
 
 // LearnerOptions bound the lifetime of a learned address.
 type LearnerOptions struct {
-	// Floor is the least time an address is kept (a TTL-0 answer is
-	// good for the connection that follows it). Default
-	// compiler.DomainSetTimeout.
+	// Floor is how long an address of a TTL-0 answer is kept (it is good
+	// for the connection that follows it); any other TTL is kept as it
+	// is. Default compiler.DomainSetTimeout.
 	Floor time.Duration
 	// Ceiling, when set, is the most (default: none, the record's TTL).
 	Ceiling time.Duration
@@ -39,12 +41,31 @@ type Learner struct {
 	mu       sync.Mutex
 	patterns []learnPattern
 	streams  map[[2]netip.AddrPort]*domain.Stream // DNS over TCP, by (server, client), until FIN or RST
-	// expires is when each element (set, address) expires as last set:
-	// a known one is deleted and added again to take its new timeout
-	// (older kernels keep the old one on a plain add). Expired entries
-	// are swept at sweepAt.
-	expires map[element]time.Time
+	// known is each element (set, address) as last set: a known one is
+	// deleted and added again to take its new timeout (older kernels keep
+	// the old one on a plain add). Expired entries are swept at sweepAt.
+	known   map[element]Entry
 	sweepAt time.Time
+	stats   LearnerStats
+}
+
+// Entry is one learned address of one pattern, as the agent shows it
+// (/debug/dns, explain).
+type Entry struct {
+	Pattern string     `json:"pattern"`
+	Name    string     `json:"name"` // the name asked for
+	Addr    netip.Addr `json:"address"`
+	Learned time.Time  `json:"learned"`
+	Expires time.Time  `json:"expires"`
+}
+
+// LearnerStats count what the Learner did.
+type LearnerStats struct {
+	Answers int64 // DNS messages read
+	Learned int64 // (pattern set, address) elements added or refreshed
+	Expired int64 // elements whose timeout ran out without a new answer
+	Errors  int64 // answers not committed (garbage, a failed transaction)
+	Known   int64 // elements learned and not expired now
 }
 
 type learnPattern struct {
@@ -72,7 +93,7 @@ func NewLearner(netnsFd int, table string, opts LearnerOptions) (*Learner, error
 		return nil, err
 	}
 	return &Learner{conn: conn, table: &nftables.Table{Name: table, Family: nftables.TableFamilyINet}, opts: opts,
-		now: time.Now, streams: map[[2]netip.AddrPort]*domain.Stream{}, expires: map[element]time.Time{}}, nil
+		now: time.Now, streams: map[[2]netip.AddrPort]*domain.Stream{}, known: map[element]Entry{}}, nil
 }
 
 // SetPatterns says which domainNames patterns the table has sets for
@@ -102,19 +123,70 @@ func (l *Learner) Close() error { return l.conn.CloseLasting() }
 func (l *Learner) Learn(s Segment) ([]domain.Learned, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	learned, err := l.learn(s)
+	if err == nil {
+		err = l.commit(learned)
+	}
+	if err != nil {
+		l.stats.Errors++
+		return nil, err
+	}
+	return learned, nil
+}
+
+func (l *Learner) learn(s Segment) ([]domain.Learned, error) {
 	msgs, err := l.messages(s)
 	if err != nil {
 		return nil, err
 	}
 	var learned []domain.Learned
 	for _, m := range msgs {
+		l.stats.Answers++
 		ls, err := domain.Learn(m)
 		if err != nil {
 			return nil, err
 		}
 		learned = append(learned, ls...)
 	}
-	return learned, l.commit(learned)
+	return learned, nil
+}
+
+// Entries are the addresses learned and not expired, by pattern, name and
+// address.
+func (l *Learner) Entries() []Entry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sweep(l.now())
+	out := make([]Entry, 0, len(l.known))
+	for _, e := range l.known {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b Entry) int {
+		return cmp.Or(cmp.Compare(a.Pattern, b.Pattern), cmp.Compare(a.Name, b.Name), a.Addr.Compare(b.Addr))
+	})
+	return out
+}
+
+// Stats are the counts so far.
+func (l *Learner) Stats() LearnerStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sweep(l.now())
+	st := l.stats
+	st.Known = int64(len(l.known))
+	return st
+}
+
+// sweep forgets the entries whose timeout ran out (the kernel removed
+// their elements) and counts them.
+func (l *Learner) sweep(now time.Time) {
+	for el, e := range l.known {
+		if !e.Expires.After(now) {
+			delete(l.known, el)
+			l.stats.Expired++
+		}
+	}
+	l.sweepAt = now.Add(time.Minute)
 }
 
 // messages are the whole DNS messages of the segment: a UDP datagram's
@@ -145,10 +217,14 @@ func (l *Learner) messages(s Segment) ([][]byte, error) {
 // that the add sets their timeout anew) and one of adds.
 func (l *Learner) commit(learned []domain.Learned) error {
 	timeouts := map[element]time.Duration{} // an address twice in one answer: the longest
+	names := map[element]Entry{}
 	bySet := map[string][]element{}
 	var sets []string
 	for _, ln := range learned {
-		timeout := max(ln.TTL, l.opts.Floor)
+		timeout := ln.TTL
+		if timeout <= 0 {
+			timeout = l.opts.Floor // TTL 0: good for the connection that follows
+		}
 		if l.opts.Ceiling > 0 {
 			timeout = min(timeout, l.opts.Ceiling)
 		}
@@ -158,6 +234,7 @@ func (l *Learner) commit(learned []domain.Learned) error {
 				continue
 			}
 			el := element{p.prefix + f.Suffix, ln.Addr}
+			names[el] = Entry{Pattern: p.pattern.String(), Name: ln.Name, Addr: ln.Addr}
 			if old, ok := timeouts[el]; ok {
 				timeouts[el] = max(old, timeout)
 				continue
@@ -180,7 +257,7 @@ func (l *Learner) commit(learned []domain.Learned) error {
 			var del, add []nftables.SetElement
 			for _, el := range bySet[name] {
 				key := nft.FamilyOf(el.addr).AddrBytes(el.addr)
-				if exp, ok := l.expires[el]; refresh && ok && exp.After(now) {
+				if e, ok := l.known[el]; refresh && ok && e.Expires.After(now) {
 					del = append(del, nftables.SetElement{Key: key})
 				}
 				add = append(add, nftables.SetElement{Key: key, Timeout: timeouts[el]})
@@ -204,18 +281,16 @@ func (l *Learner) commit(learned []domain.Learned) error {
 	if err != nil {
 		return fmt.Errorf("adding %d learned addresses: %w", len(timeouts), err)
 	}
-	for el, timeout := range timeouts {
-		l.expires[el] = now.Add(timeout)
-	}
 	if now.After(l.sweepAt) {
 		// Expired entries go once a minute, not at every answer.
-		for el, exp := range l.expires {
-			if !exp.After(now) {
-				delete(l.expires, el)
-			}
-		}
-		l.sweepAt = now.Add(time.Minute)
+		l.sweep(now)
 	}
+	for el, timeout := range timeouts {
+		e := names[el]
+		e.Learned, e.Expires = now, now.Add(timeout)
+		l.known[el] = e
+	}
+	l.stats.Learned += int64(len(timeouts))
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	nfqueue "github.com/florianl/go-nfqueue/v2"
 	"github.com/mdlayher/netlink"
@@ -22,6 +23,10 @@ type Config struct {
 	// (fail open): DNS keeps working and nothing is learned from them
 	// (the kernel counts them: /proc/net/netfilter/nfnetlink_queue).
 	MaxLen uint32
+	// Latency, if set, hears how long each packet took from its arrival
+	// at the reader to its verdict (the time the queue adds to an
+	// answer, beyond the kernel's hand-over).
+	Latency func(time.Duration)
 }
 
 // Stats counts what the queue saw.
@@ -65,6 +70,7 @@ func Open(cfg Config, h Handler) (*Queue, error) {
 		if a.PacketID == nil {
 			return 0
 		}
+		start := time.Now()
 		verdict := nfqueue.NfAccept
 		if a.Payload != nil {
 			if s, err := ParsePacket(*a.Payload); err != nil {
@@ -78,6 +84,9 @@ func Open(cfg Config, h Handler) (*Queue, error) {
 		}
 		if err := nf.SetVerdict(*a.PacketID, verdict); err != nil {
 			q.Stats.Errors.Add(1)
+		}
+		if cfg.Latency != nil {
+			cfg.Latency(time.Since(start))
 		}
 		return 0
 	}

@@ -2,7 +2,9 @@
 // ClusterNetworkPolicy domainNames patterns and how a name matches them,
 // and what a DNS answer teaches (which addresses a name resolved to, for
 // how long), read from the answers the cluster DNS sends to pods (UDP
-// datagrams, or a TCP stream put back together).
+// datagrams, or a TCP stream put back together); and the zone the lab's
+// DNS server serves (zone.go: A, AAAA and CNAME records read from a
+// master file, answered as an authoritative server would).
 package domain
 
 import (

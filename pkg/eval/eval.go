@@ -17,10 +17,24 @@ import (
 
 // Evaluator answers policy questions about one snapshot.
 type Evaluator struct {
-	ix    *index
-	model *policy.Model
-	guard NodeGuard
+	ix      *index
+	model   *policy.Model
+	guard   NodeGuard
+	domains DomainOracle
 }
+
+// DomainOracle says which addresses DNS answers taught the node for each
+// domainNames pattern: what a node's domain sets hold (the agent's
+// /debug/dns), or offline the lab's zone. Without one, domainNames match
+// nothing, as on a node that learned nothing.
+type DomainOracle interface {
+	// Learned reports whether addr was learned for pattern (canonical)
+	// and, if so, how (the name, when), for explain.
+	Learned(pattern string, addr netip.Addr) (ok bool, how string)
+}
+
+// LearnDomains makes domainNames peers match what o says was learned.
+func (e *Evaluator) LearnDomains(o DomainOracle) { e.domains = o }
 
 // NodeGuard is a rule of the nodes' own tables that judges new connections
 // to a node's addresses before the pod's egress policy there
@@ -253,7 +267,7 @@ func (e *Evaluator) decide(d policy.Direction, subject, peer Endpoint, probe Pro
 	if dstPod >= 0 {
 		dstPorts = ix.pods[dstPod].ports
 	}
-	m := matcher{ix: ix, peer: peer, probe: probe, dstPorts: dstPorts}
+	m := matcher{ix: ix, peer: peer, probe: probe, dstPorts: dstPorts, domains: e.domains}
 	plan := ix.planOf(subject.Pod, d)
 
 	// 1. Admin tier.
@@ -435,6 +449,7 @@ type matcher struct {
 	peer     Endpoint
 	probe    Probe
 	dstPorts []corev1.ContainerPort
+	domains  DomainOracle
 }
 
 // match returns "" when the rule matches, else why not.
@@ -449,8 +464,11 @@ func (m matcher) match(pr PlanRule, cr *compiledRule) string {
 		return whyPort
 	}
 	if !cr.AllPeers && !m.peerMatches(cr) {
-		if cr.domains {
+		if len(cr.domains) > 0 && m.domains == nil {
 			return whyPeer + " (domainNames match only addresses learned from DNS; none are known here)"
+		}
+		if len(cr.domains) > 0 {
+			return whyPeer + " (no domainNames pattern of the rule learned this address)"
 		}
 		return whyPeer
 	}
@@ -476,6 +494,13 @@ func (m matcher) peerMatches(cr *compiledRule) bool {
 	for _, b := range cr.ipBlocks {
 		if inBlock(b, m.peer.Addr) {
 			return true
+		}
+	}
+	if m.domains != nil && m.peer.Addr.IsValid() {
+		for _, pattern := range cr.domains {
+			if ok, _ := m.domains.Learned(pattern, m.peer.Addr); ok {
+				return true
+			}
 		}
 	}
 	return false

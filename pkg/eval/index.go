@@ -84,7 +84,7 @@ type compiledRule struct {
 	pods     bitset // pod-network pods matched by any pods/namespaces peer
 	nodes    bitset // nodes matched by any nodes peer
 	ipBlocks []policy.Peer
-	domains  bool // has a domainNames peer (matches only DNS-learned IPs)
+	domains  []string // the domainNames patterns of its peers (they match DNS-learned IPs)
 }
 
 // index holds the snapshot resolved for fast lookups: every selector is
@@ -313,7 +313,7 @@ func (cp *compiledPolicy) compileRules() {
 				case policy.PeerIPBlock:
 					cr.ipBlocks = append(cr.ipBlocks, peer)
 				case policy.PeerDomainNames:
-					cr.domains = true
+					cr.domains = append(cr.domains, peer.DomainNames...)
 				}
 			}
 			cr.pods = union(peerSets, len(ix.pods))

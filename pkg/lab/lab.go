@@ -37,6 +37,15 @@
 // whether the kernel has SCTP), and no probe ever leaves the lab's
 // namespaces: nodes and the underlay have no default route, only routes
 // to lab addresses (pod CIDRs among them) and Service addresses.
+//
+// A snapshot with ConfigMap kube-system/netpol-lab-dns gets a DNS server
+// (dns.go): its data.zone, an RFC 1035 master file of A, AAAA and CNAME
+// records, is served over UDP and TCP by the ready endpoint pods of
+// Service kube-system/kube-dns on their slices' ports (which then answer
+// DNS queries and probes alike), so pods ask the Service's ClusterIP as
+// in a cluster, through netpol's Service NAT where nodes run it; and
+// every address of the zone is the outside's, where OutsidePorts answer.
+// Resolve asks from a pod; Zone, DNSServers and ClusterDNS describe it.
 package lab
 
 import (
@@ -48,11 +57,13 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/domain"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/probe"
@@ -100,6 +111,9 @@ type Pod struct {
 	Handle netns.NsHandle
 	Addrs  []netip.Addr
 	Serves []eval.Probe
+	// DNS are the Serves the lab's DNS server answers (see Lab.Zone); it
+	// answers probes on them too.
+	DNS []eval.Probe
 }
 
 // Lab is a running lab. Its methods are safe for concurrent use.
@@ -120,6 +134,10 @@ type Lab struct {
 
 	// outsideServers serve OutsidePorts on the external addresses.
 	outsideServers []*probe.Server
+	// zone is what the DNS servers answer from (nil: no zone); they
+	// count the queries they answer in dnsQueries.
+	zone       atomic.Pointer[domain.Zone]
+	dnsQueries atomic.Uint64
 }
 
 type labNode struct {
@@ -135,6 +153,7 @@ type labPod struct {
 	ns       *namespace // nil for host-network pods
 	nodeLink string     // node side of the pod's veth
 	servers  []*probe.Server
+	dns      []*dnsServer // on plan.dns ports
 }
 
 // Up builds a lab for the snapshot. If it fails, everything it made is
@@ -172,10 +191,12 @@ func Up(ctx context.Context, snap *cluster.Snapshot, opts Options) (*Lab, error)
 // Update makes the lab match a new snapshot without rebuilding it: nodes
 // and pods that appeared are added, those gone are removed, pods whose
 // node, addresses or hostNetwork changed are recreated, and pods whose
-// served ports changed (an EndpointSlice, say) start and stop servers. Node
-// namespaces stay (rules programmed into them survive); their addresses
-// and routes are reconciled. Label changes need nothing. After an error the
-// lab holds whatever was done; Update again or Down.
+// served ports changed (an EndpointSlice, say, or the DNS zone's
+// ConfigMap: see dns.go) start and stop servers; a changed zone is
+// answered at once. Node namespaces stay (rules programmed into them
+// survive); their addresses and routes are reconciled. Label changes need
+// nothing. After an error the lab holds whatever was done; Update again or
+// Down.
 func (l *Lab) Update(ctx context.Context, snap *cluster.Snapshot) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -207,11 +228,12 @@ func (l *Lab) Down() error {
 		return nil
 	}
 	l.down = true
+	l.zone.Store(nil)
 	errs := []error{probe.StopServers(l.outsideServers)}
 	l.outsideServers = nil
 	for _, p := range l.pods {
-		errs = append(errs, probe.StopServers(p.servers))
-		p.servers = nil
+		errs = append(errs, probe.StopServers(p.servers), stopDNS(p.dns))
+		p.servers, p.dns = nil, nil
 		if p.ns != nil {
 			errs = append(errs, p.ns.delete())
 		}
@@ -281,7 +303,7 @@ func (l *Lab) Pods() []*Pod {
 			ns = p.ns
 		}
 		out = append(out, &Pod{Name: pp.key, Node: pp.node, HostNetwork: pp.hostNetwork,
-			NetNS: ns.name, Handle: ns.handle, Addrs: slices.Clone(pp.addrs), Serves: slices.Clone(pp.serves)})
+			NetNS: ns.name, Handle: ns.handle, Addrs: slices.Clone(pp.addrs), Serves: slices.Clone(pp.serves), DNS: slices.Clone(pp.dns)})
 	}
 	return out
 }

@@ -46,6 +46,10 @@ import (
 //     so a pinned one need not be near the nodes'.
 //   - The underlay serves Options.OutsidePorts on each of its addresses
 //     with the same probe servers as pods, answering with the address.
+//   - With a DNS zone (see dns.go), every A and AAAA address of the zone
+//     is the outside's too: on br0, routed by the nodes and served as
+//     the addresses above are, so that a name a pod resolves leads to a
+//     peer that answers.
 //
 // Service addresses that are lab addresses already (an external IP equal
 // to a node address, say) need none of these routes and get none.
@@ -183,11 +187,25 @@ func (p *plan) planServices(snap *cluster.Snapshot, owner map[netip.Addr]string,
 	}
 }
 
+// outsideAddrs are br0's addresses: the outside's own (external), then
+// the zone's that are not among them.
+func (p *plan) outsideAddrs() []netip.Addr {
+	out := slices.Clone(p.external)
+	if p.dns != nil {
+		for _, a := range p.dns.addrs {
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
 // outsideRoutes are node n's uplink routes beyond routesFor: the
 // underlay's addresses and the Service addresses, on-link.
 func (p *plan) outsideRoutes(n *nodePlan) []route {
 	var out []route
-	for _, list := range [][]netip.Addr{p.external, p.vips} {
+	for _, list := range [][]netip.Addr{p.outsideAddrs(), p.vips} {
 		for _, a := range list {
 			if _, ok := n.addrOf(familyOf(a)); ok {
 				out = append(out, route{dst: hostPrefix(a)})
@@ -214,10 +232,10 @@ func (p *plan) underlayRoutes() []route {
 	return out
 }
 
-// reconcileUnderlay gives br0 the plan's external addresses and routes,
+// reconcileUnderlay gives br0 the plan's outside addresses and routes,
 // then makes the outside serve the plan's ports on those addresses.
 func (l *Lab) reconcileUnderlay(p *plan) error {
-	if err := syncLink(l.underlay, l.bridge, p.external, p.underlayRoutes()); err != nil {
+	if err := syncLink(l.underlay, l.bridge, p.outsideAddrs(), p.underlayRoutes()); err != nil {
 		return fmt.Errorf("underlay: %w", err)
 	}
 	l.external = p.external
@@ -231,8 +249,9 @@ func (l *Lab) reconcileUnderlay(p *plan) error {
 // want (an address gone) and starts those it lacks; the others keep
 // running across Update.
 func (l *Lab) reconcileOutsideServers(p *plan) error {
+	addrs := p.outsideAddrs()
 	want := map[serverKey]bool{}
-	for _, a := range p.external {
+	for _, a := range addrs {
 		for _, pr := range p.outsideServes {
 			want[serverKey{a, pr}] = true
 		}
@@ -250,7 +269,7 @@ func (l *Lab) reconcileOutsideServers(p *plan) error {
 	if err := probe.StopServers(stop); err != nil {
 		return err
 	}
-	for _, a := range p.external {
+	for _, a := range addrs {
 		for _, pr := range p.outsideServes {
 			if have[serverKey{a, pr}] {
 				continue
@@ -266,10 +285,8 @@ func (l *Lab) reconcileOutsideServers(p *plan) error {
 }
 
 // endpointSlicePorts maps pods (namespace/name) to the ports EndpointSlices
-// send them: each port of a slice, for each endpoint whose targetRef is
-// the pod or, without a Pod targetRef, one of whose addresses is a
-// pod-network pod's (host-network pods share their node's address, so only
-// a targetRef names one).
+// send them: each port of a slice, for each endpoint that endpointPod
+// finds a pod for.
 func endpointSlicePorts(snap *cluster.Snapshot, pods []*corev1.Pod) map[string][]eval.Probe {
 	byAddr := map[netip.Addr]string{}
 	for _, pod := range pods {
@@ -284,46 +301,58 @@ func endpointSlicePorts(snap *cluster.Snapshot, pods []*corev1.Pod) map[string][
 	}
 	out := map[string][]eval.Probe{}
 	for _, es := range snap.EndpointSlices {
-		if es == nil || es.AddressType == discoveryv1.AddressTypeFQDN {
-			continue
-		}
-		var probes []eval.Probe
-		for _, sp := range es.Ports {
-			var proto corev1.Protocol
-			if sp.Protocol != nil {
-				proto = *sp.Protocol
-			}
-			proto = policy.DefaultProtocol(proto)
-			if _, known := policy.IPProtocol(proto); sp.Port == nil || !known {
-				continue
-			}
-			probes = append(probes, eval.Probe{Protocol: proto, Port: *sp.Port})
-		}
+		probes := slicePorts(es)
 		if len(probes) == 0 {
 			continue
 		}
 		for _, ep := range es.Endpoints {
-			key := ""
-			if ref := ep.TargetRef; ref != nil && (ref.Kind == "Pod" || ref.Kind == "") && ref.Name != "" {
-				ns := ref.Namespace
-				if ns == "" {
-					ns = es.Namespace
-				}
-				key = ns + "/" + ref.Name
-			} else {
-				for _, s := range ep.Addresses {
-					if a, err := netip.ParseAddr(s); err == nil && byAddr[a.Unmap()] != "" {
-						key = byAddr[a.Unmap()]
-						break
-					}
-				}
-			}
-			if key != "" {
+			if key := endpointPod(es, ep, byAddr); key != "" {
 				out[key] = append(out[key], probes...)
 			}
 		}
 	}
 	return out
+}
+
+// slicePorts are the ports of an EndpointSlice of addresses (not FQDN)
+// with a number and a protocol the lab knows.
+func slicePorts(es *discoveryv1.EndpointSlice) []eval.Probe {
+	if es == nil || es.AddressType == discoveryv1.AddressTypeFQDN {
+		return nil
+	}
+	var probes []eval.Probe
+	for _, sp := range es.Ports {
+		var proto corev1.Protocol
+		if sp.Protocol != nil {
+			proto = *sp.Protocol
+		}
+		proto = policy.DefaultProtocol(proto)
+		if _, known := policy.IPProtocol(proto); sp.Port == nil || !known {
+			continue
+		}
+		probes = append(probes, eval.Probe{Protocol: proto, Port: *sp.Port})
+	}
+	return probes
+}
+
+// endpointPod is the pod (namespace/name) an endpoint of es stands for:
+// its targetRef's or, without a Pod targetRef, the pod-network pod that
+// byAddr gives one of its addresses (host-network pods share their node's
+// address, so only a targetRef names one); "" when there is none.
+func endpointPod(es *discoveryv1.EndpointSlice, ep discoveryv1.Endpoint, byAddr map[netip.Addr]string) string {
+	if ref := ep.TargetRef; ref != nil && (ref.Kind == "Pod" || ref.Kind == "") && ref.Name != "" {
+		ns := ref.Namespace
+		if ns == "" {
+			ns = es.Namespace
+		}
+		return ns + "/" + ref.Name
+	}
+	for _, s := range ep.Addresses {
+		if a, err := netip.ParseAddr(s); err == nil && byAddr[a.Unmap()] != "" {
+			return byAddr[a.Unmap()]
+		}
+	}
+	return ""
 }
 
 func ipFamilyOf(a netip.Addr) corev1.IPFamily {
@@ -343,6 +372,9 @@ type External struct {
 	// Addrs are its addresses, IPv4 first: Options.Outside, and one per
 	// other family the nodes use.
 	Addrs []netip.Addr
+	// Zone are the DNS zone's addresses (see Lab.Zone), sorted, that are
+	// not in Addrs: the outside has them too, and serves Serves on them.
+	Zone []netip.Addr
 	// Serves are the ports served on each address (Options.OutsidePorts
 	// the kernel supports); a server answers with its address.
 	Serves []eval.Probe
@@ -367,6 +399,9 @@ func (l *Lab) External() *External {
 		return e
 	}
 	e.Addrs = slices.Clone(l.plan.external)
+	if zone := l.plan.outsideAddrs()[len(l.plan.external):]; len(zone) > 0 {
+		e.Zone = zone
+	}
 	e.Serves = slices.Clone(l.plan.outsideServes)
 	for _, r := range l.plan.lbRoutes {
 		e.Routes = append(e.Routes, ExternalRoute{Dst: r.dst, Node: r.node, Via: r.via})

@@ -35,6 +35,10 @@ type plan struct {
 	// each Service's primary family by namespace/name.
 	services []*proxy.ServicePort
 	primary  map[string]corev1.IPFamily
+	// dns is the zone the lab serves (nil without one), clusterDNS the
+	// ClusterIPs of Service kube-system/kube-dns (see dns.go).
+	dns        *dnsPlan
+	clusterDNS []netip.Addr
 }
 
 // nodePlan is one node: a network namespace with an uplink into the
@@ -60,6 +64,19 @@ type podPlan struct {
 	hostNetwork bool
 	addrs       []netip.Addr // primary first, as the evaluator orders them
 	serves      []eval.Probe
+	// dns are the serves the lab's DNS server answers instead of a probe
+	// server (it answers probes too; see dns.go), in serves' order.
+	dns []eval.Probe
+}
+
+// sameServers: the pod serves the same ports with the same servers.
+func (p *podPlan) sameServers(q *podPlan) bool {
+	return slices.Equal(p.serves, q.serves) && slices.Equal(p.dns, q.dns)
+}
+
+// probeServes are the serves that probe servers answer: all but dns.
+func (p *podPlan) probeServes() []eval.Probe {
+	return slices.DeleteFunc(slices.Clone(p.serves), func(pr eval.Probe) bool { return slices.Contains(p.dns, pr) })
 }
 
 // sameNetwork: the pod can stay as it is, at most serving other ports.
@@ -237,6 +254,10 @@ func makePlan(snap *cluster.Snapshot, opts Options, previous *plan) (*plan, erro
 			return nil, fmt.Errorf("the outside's address %s belongs to %s too", a, prev)
 		}
 		owner[a] = "the outside"
+	}
+	// The zone's addresses are the outside's too: reserved as well.
+	if err := p.planDNS(snap, owner); err != nil {
+		return nil, err
 	}
 	p.addSynthetic(owner, previous)
 	p.planServices(snap, owner, pinned, previous)

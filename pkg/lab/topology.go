@@ -70,9 +70,10 @@ func (l *Lab) apply(ctx context.Context, p *plan, snap *cluster.Snapshot) error 
 			if err := l.removePod(lp); err != nil {
 				return err
 			}
-		case !slices.Equal(pp.serves, lp.plan.serves):
+		case !pp.sameServers(lp.plan):
 			// Stop first, start once every pod has stopped: a port can
-			// move between host-network pods.
+			// move between host-network pods, or from a probe server to
+			// a DNS server.
 			if err := l.stopUnwanted(lp, pp); err != nil {
 				return err
 			}
@@ -105,9 +106,10 @@ func (l *Lab) apply(ctx context.Context, p *plan, snap *cluster.Snapshot) error 
 	if err := l.reconcileUnderlay(p); err != nil {
 		return err
 	}
+	l.zone.Store(p.zone())
 	for _, pp := range p.pods {
 		if lp := l.pods[pp.key]; lp != nil {
-			if !slices.Equal(pp.serves, lp.plan.serves) {
+			if !pp.sameServers(lp.plan) {
 				if err := l.startMissing(lp, pp); err != nil {
 					return err
 				}
@@ -279,8 +281,7 @@ func (l *Lab) addPod(pp *podPlan) (err error) {
 	ln := l.nodes[pp.node]
 	lp := &labPod{plan: pp, node: ln}
 	if pp.hostNetwork {
-		lp.servers, err = probe.StartServers(ln.ns.handle, pp.key, pp.addrs, pp.serves)
-		if err != nil {
+		if err := l.startServers(lp, ln.ns); err != nil {
 			return fmt.Errorf("host-network pod %s on node %s (%s): %w", pp.key, pp.node, ln.ns.name, err)
 		}
 		l.pods[pp.key] = lp
@@ -306,11 +307,32 @@ func (l *Lab) addPod(pp *podPlan) (err error) {
 			return err
 		}
 	}
-	lp.servers, err = probe.StartServers(lp.ns.handle, pp.key, pp.addrs, pp.serves)
-	if err != nil {
+	if err := l.startServers(lp, lp.ns); err != nil {
 		return err
 	}
 	l.pods[pp.key] = lp
+	return nil
+}
+
+// startServers starts every server of a new pod inside ns: probe servers,
+// and DNS servers for its dns ports; all or nothing.
+func (l *Lab) startServers(lp *labPod, ns *namespace) error {
+	pp := lp.plan
+	servers, err := probe.StartServers(ns.handle, pp.key, pp.addrs, pp.probeServes())
+	if err != nil {
+		return err
+	}
+	var dns []*dnsServer
+	for _, a := range pp.addrs {
+		for _, pr := range pp.dns {
+			s, err := l.serveDNS(ns.handle, pp.key, a, pr)
+			if err != nil {
+				return errors.Join(err, probe.StopServers(servers), stopDNS(dns))
+			}
+			dns = append(dns, s)
+		}
+	}
+	lp.servers, lp.dns = servers, dns
 	return nil
 }
 
@@ -379,8 +401,8 @@ func (l *Lab) removePod(lp *labPod) error {
 	if l.pods[lp.plan.key] == lp {
 		delete(l.pods, lp.plan.key)
 	}
-	errs := []error{probe.StopServers(lp.servers)}
-	lp.servers = nil
+	errs := []error{probe.StopServers(lp.servers), stopDNS(lp.dns)}
+	lp.servers, lp.dns = nil, nil
 	if lp.ns != nil {
 		if link, err := lp.node.ns.nl.LinkByName(lp.nodeLink); err == nil {
 			errs = append(errs, lp.node.ns.nl.LinkDel(link))
@@ -398,27 +420,47 @@ type serverKey struct {
 	probe eval.Probe
 }
 
-// stopUnwanted stops the pod's servers that pp no longer wants.
+// stopUnwanted stops the pod's servers that pp no longer wants: probe
+// servers on ports gone or now the DNS server's, DNS servers on ports
+// gone or now a probe server's.
 func (l *Lab) stopUnwanted(lp *labPod, pp *podPlan) error {
-	want := map[serverKey]bool{}
-	for _, a := range pp.addrs {
-		for _, pr := range pp.serves {
-			want[serverKey{a, pr}] = true
-		}
-	}
+	wantProbe, wantDNS := pp.wanted()
 	var keep, stop []*probe.Server
 	for _, s := range lp.servers {
-		if want[serverKey{s.Addr, s.Probe}] {
+		if wantProbe[serverKey{s.Addr, s.Probe}] {
 			keep = append(keep, s)
 		} else {
 			stop = append(stop, s)
 		}
 	}
-	lp.servers = keep
-	if err := probe.StopServers(stop); err != nil {
+	var keepDNS, stopped []*dnsServer
+	for _, s := range lp.dns {
+		if wantDNS[serverKey{s.addr, s.probe}] {
+			keepDNS = append(keepDNS, s)
+		} else {
+			stopped = append(stopped, s)
+		}
+	}
+	lp.servers, lp.dns = keep, keepDNS
+	if err := errors.Join(probe.StopServers(stop), stopDNS(stopped)); err != nil {
 		return fmt.Errorf("pod %s: %w", pp.key, err)
 	}
 	return nil
+}
+
+// wanted are the servers pp wants: probe servers and DNS servers.
+func (pp *podPlan) wanted() (probes, dns map[serverKey]bool) {
+	probes, dns = map[serverKey]bool{}, map[serverKey]bool{}
+	for _, a := range pp.addrs {
+		for _, pr := range pp.serves {
+			if slices.Contains(pp.dns, pr) {
+				dns[serverKey{a, pr}] = true
+			} else {
+				probes[serverKey{a, pr}] = true
+			}
+		}
+	}
+	return probes, dns
 }
 
 // startMissing starts the servers pp wants that the pod does not run; then
@@ -432,20 +474,35 @@ func (l *Lab) startMissing(lp *labPod, pp *podPlan) error {
 	for _, s := range lp.servers {
 		have[serverKey{s.Addr, s.Probe}] = true
 	}
+	for _, s := range lp.dns {
+		have[serverKey{s.addr, s.probe}] = true
+	}
 	ns := lp.node.ns
 	if lp.ns != nil {
 		ns = lp.ns
 	}
+	_, wantDNS := pp.wanted()
 	for _, a := range pp.addrs {
 		for _, pr := range pp.serves {
-			if have[serverKey{a, pr}] {
+			k := serverKey{a, pr}
+			if have[k] {
 				continue
 			}
-			s, err := probe.Serve(ns.handle, pp.key, a, pr)
+			var err error
+			if wantDNS[k] {
+				var s *dnsServer
+				if s, err = l.serveDNS(ns.handle, pp.key, a, pr); err == nil {
+					lp.dns = append(lp.dns, s)
+				}
+			} else {
+				var s *probe.Server
+				if s, err = probe.Serve(ns.handle, pp.key, a, pr); err == nil {
+					lp.servers = append(lp.servers, s)
+				}
+			}
 			if err != nil {
 				return errors.Join(fmt.Errorf("pod %s on node %s (%s): %w", pp.key, pp.node, ns.name, err), l.removePod(lp))
 			}
-			lp.servers = append(lp.servers, s)
 		}
 	}
 	lp.plan = pp

@@ -58,6 +58,37 @@ func QueueExprs(k QueueKind, num uint16) ([]expr.Any, error) {
 	return nil, errors.New("nft: no queue statement on this kernel")
 }
 
+// Queue ends a rule with a queue statement of kind k (QueueExprs). The
+// two kinds have different texts (the text is the rule's identity); the
+// native one is nft syntax, the xtables one is what iptables would say.
+func (b *Builder) Queue(k QueueKind, num uint16) (*Rule, error) {
+	exprs, err := QueueExprs(k, num)
+	if err != nil {
+		return nil, err
+	}
+	b.exprs = append(b.exprs, exprs...)
+	if k == QueueNative {
+		b.words = append(b.words, fmt.Sprintf("queue flags bypass to %d", num))
+	} else {
+		b.words = append(b.words, fmt.Sprintf("xt target NFQUEUE --queue-num %d --queue-bypass", num))
+	}
+	return b.rule(), nil
+}
+
+// queueNum is the queue a queue statement of either kind sends to; ok is
+// false for any other expression.
+func queueNum(e expr.Any) (num uint16, ok bool) {
+	switch e := e.(type) {
+	case *expr.Queue:
+		return e.Num, true
+	case *expr.Target:
+		if info, isRaw := e.Info.(*xt.Unknown); e.Name == "NFQUEUE" && isRaw && len(*info) >= 2 {
+			return binary.NativeEndian.Uint16((*info)[0:]), true
+		}
+	}
+	return 0, false
+}
+
 // DetectQueue finds which queue statement the kernel of a network
 // namespace (fd; < 0: the current one) takes: the native one first, then
 // the xtables target, each tried in a probe table of its own that is

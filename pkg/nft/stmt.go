@@ -58,6 +58,13 @@ func DstPort() Value {
 	}}
 }
 
+// SrcPort is `th sport`.
+func SrcPort() Value {
+	return Value{text: "th sport", len: 2, load: func(reg uint32) []expr.Any {
+		return []expr.Any{&expr.Payload{DestRegister: reg, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2}}
+	}}
+}
+
 // Numgen is `numgen random mod n`: a random number in [0, n), in host
 // byte order (see FieldInteger).
 func Numgen(n uint32) Value {

@@ -458,6 +458,10 @@ func (tt *tTable) resolveOp(o *op, e expr.Any) error {
 		}
 		o.reg, o.reg2 = at(e.RegAddrMin, o.n), at(e.RegProtoMin, 2)
 	case *expr.Masq, *expr.Reject:
+	case *expr.Queue, *expr.Target:
+		if _, ok := queueNum(e); !ok {
+			return fmt.Errorf("xtables target %v is not modelled (only NFQUEUE with its info)", e)
+		}
 	case *expr.Fib:
 		if !e.FlagSADDR || !e.ResultADDRTYPE || e.FlagDADDR || e.FlagIIF || e.FlagOIF || e.FlagMARK {
 			return fmt.Errorf("only fib saddr type is modelled")
@@ -719,7 +723,7 @@ type ruleResult struct {
 	matched bool
 	kind    resultKind
 	chain   *tChain
-	nat     string // what a NAT statement did
+	nat     string // what a NAT or queue statement did
 }
 
 func (r ruleResult) text() string {
@@ -890,6 +894,15 @@ func (ev *evaluation) rule(r *tRule) (ruleResult, error) {
 			return res, nil
 		case *expr.Reject:
 			return ruleResult{matched: true, kind: resReject}, nil
+		case *expr.Queue, *expr.Target:
+			// The reader (the agent) learns and accepts; with no reader,
+			// bypass accepts. Either way the hook's next chain goes on.
+			res := ruleResult{matched: true, kind: resAccept}
+			if ev.record {
+				num, _ := queueNum(e)
+				res.nat = fmt.Sprintf("queue to %d (the agent learns from the packet and accepts it)", num)
+			}
+			return res, nil
 		case *expr.Fib:
 			t := uint32(unix.RTN_UNICAST)
 			if p.SrcLocal {

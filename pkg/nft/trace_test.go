@@ -245,8 +245,8 @@ func TestTracerRefusesWhatItDoesNotModel(t *testing.T) {
 		rule *Rule
 		want string
 	}{
-		{"queue", &Rule{Exprs: []expr.Any{&expr.Queue{Num: 1}}, Text: "queue"}, "not modelled"},
-		{"xtables target", &Rule{Exprs: []expr.Any{&expr.Target{Name: "NFQUEUE"}}, Text: "nfqueue"}, "not modelled"},
+		{"xtables target", &Rule{Exprs: []expr.Any{&expr.Target{Name: "LOG"}}, Text: "log"}, "not modelled"},
+		{"NFQUEUE without its info", &Rule{Exprs: []expr.Any{&expr.Target{Name: "NFQUEUE"}}, Text: "nfqueue"}, "not modelled"},
 		{"missing set", NewRule().AddrInSet(IPv4, Dst, "nope").Verdict(Verdict{Kind: Accept}), "missing set nope"},
 		{"missing chain", NewRule().Verdict(Verdict{Kind: Jump, Chain: "nowhere"}), "missing chain nowhere"},
 		{"meta iiftype", &Rule{Exprs: []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFTYPE, Register: 1}}, Text: "iiftype"}, "meta key"},

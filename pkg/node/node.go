@@ -44,7 +44,11 @@ type Options struct {
 	HealthChecks bool
 	// AgentPorts protects the agent's own ports in the policy table.
 	AgentPorts *compiler.AgentPorts
-	Logger     *slog.Logger
+	// DNS, when set, enforces domainNames rules by learning from the
+	// cluster DNS's answers (dns.go). Only New takes it (it needs the
+	// kernel's queue).
+	DNS    *DNSOptions
+	Logger *slog.Logger
 }
 
 // Tables is a set of the node's tables.
@@ -82,6 +86,10 @@ type Programmer struct {
 	live    *compiler.Live
 	applied bool
 	proxy   *proxier.Proxier // nil with NoProxy
+	// dns learns domainNames addresses (nil: not asked, or dnsErr says
+	// why not).
+	dns    *dnsSnooper
+	dnsErr error
 }
 
 // New opens the node's tables in opts.NetNS; nothing is sent yet.
@@ -95,7 +103,16 @@ func New(opts Options) (*Programmer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", opts.Node, err)
 	}
-	return newProgrammer(opts, a, nil)
+	p, err := newProgrammer(opts, a, nil)
+	if err != nil || opts.DNS == nil {
+		return p, err
+	}
+	if err := p.startDNS(fd, *opts.DNS); err != nil {
+		// The node is still policed; its domainNames rules admit nothing.
+		p.dnsErr = err
+		opts.Logger.Error("domainNames: not learning", "err", err)
+	}
+	return p, nil
 }
 
 // NewWith is New with the kernel tables given (nft.Fake in tests); nat
@@ -106,6 +123,7 @@ func NewWith(opts Options, policyTable, nat nft.Kernel) (*Programmer, error) {
 }
 
 func newProgrammer(opts Options, policyTable, nat nft.Kernel) (*Programmer, error) {
+	opts.DNS = nil // New starts the DNS side (startDNS)
 	p := &Programmer{opts: opts, policy: policyTable}
 	if opts.NoProxy {
 		return p, nil
@@ -243,7 +261,8 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		in.prepare()
 		r := &res.Policy
 		r.Ran = true
-		live, err := compiler.NewLive(in.Resolved, compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts})
+		live, err := compiler.NewLive(in.Resolved, compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts,
+			DNS: p.compilerDNS(in.Snapshot)})
 		if built {
 			// A resolution made here serves this sync only; the apply
 			// does not need it (45 MB at 100,000 pods).
@@ -257,6 +276,16 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 			p.live = live
 		}
 		p.applyPolicy(r, err)
+		if r.Err == nil {
+			r.Err = p.learnPatterns(in.Model, r.Table)
+		}
+	} else if tables&Services != 0 {
+		// An EndpointSlice change may move the cluster DNS.
+		if err := p.syncDNSServers(in.Snapshot); err != nil {
+			services.Wait()
+			res.Services.Err = errors.Join(res.Services.Err, err)
+			return res
+		}
 	}
 	services.Wait()
 	return res
@@ -302,6 +331,9 @@ func (p *Programmer) RebasePolicy(ch compiler.Changes, model *policy.Model, node
 	}
 	r.Table = t
 	p.applyPolicy(&r, nil)
+	if r.Err == nil {
+		r.Err = p.learnPatterns(model, t)
+	}
 	return r
 }
 
@@ -366,6 +398,9 @@ func (p *Programmer) Verify(tables Tables) (Tables, error) {
 // Close releases the netlink connections and stops the health-check
 // servers; the tables stay in the kernel.
 func (p *Programmer) Close() {
+	if err := p.dns.close(); err != nil {
+		p.opts.Logger.Warn("domainNames: closing the queue", "err", err)
+	}
 	p.policy.Close()
 	if p.proxy != nil {
 		p.proxy.Close()

@@ -29,14 +29,9 @@ type Server struct {
 // Serve starts a server inside namespace h (netns.None(): this process's).
 func Serve(h netns.NsHandle, owner string, addr netip.Addr, probe eval.Probe) (*Server, error) {
 	s := &Server{Owner: owner, Addr: addr, Probe: probe}
-	file, err := boundSocket(h, addr, int(probe.Port), probe.Protocol, true)
-	if err != nil {
-		return nil, fmt.Errorf("serving %s on %s: %w", probe, addr, err)
-	}
-	defer file.Close() // net.File* keep their own duplicate
 	reply := []byte(owner)
 	if probe.Protocol == corev1.ProtocolUDP {
-		pc, err := net.FilePacketConn(file)
+		pc, err := ListenPacket(h, addr, int(probe.Port))
 		if err != nil {
 			return nil, fmt.Errorf("serving %s on %s: %w", probe, addr, err)
 		}
@@ -44,16 +39,42 @@ func Serve(h netns.NsHandle, owner string, addr netip.Addr, probe eval.Probe) (*
 		s.done.Go(func() { answerDatagrams(pc, reply) })
 		return s, nil
 	}
-	if err := unix.Listen(int(file.Fd()), 128); err != nil {
-		return nil, fmt.Errorf("serving %s on %s: listen: %w", probe, addr, err)
-	}
-	ln, err := net.FileListener(file)
+	ln, err := Listen(h, addr, int(probe.Port), probe.Protocol)
 	if err != nil {
 		return nil, fmt.Errorf("serving %s on %s: %w", probe, addr, err)
 	}
 	s.close = ln.Close
 	s.done.Go(func() { answerConnections(ln, reply) })
 	return s, nil
+}
+
+// Listen makes a listening stream socket (TCP, SCTP) inside namespace h,
+// bound to addr:port with SO_REUSEADDR, as probe servers have theirs: for
+// other servers on a pod's address (the lab's DNS server).
+func Listen(h netns.NsHandle, addr netip.Addr, port int, protocol corev1.Protocol) (net.Listener, error) {
+	if protocol == corev1.ProtocolUDP {
+		return nil, fmt.Errorf("listen: %s is not a stream protocol", protocol)
+	}
+	file, err := boundSocket(h, addr, port, protocol, true)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close() // net.File* keep their own duplicate
+	if err := unix.Listen(int(file.Fd()), 128); err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return net.FileListener(file)
+}
+
+// ListenPacket makes a UDP socket inside namespace h, bound to addr:port
+// with SO_REUSEADDR, as probe servers have theirs.
+func ListenPacket(h netns.NsHandle, addr netip.Addr, port int) (net.PacketConn, error) {
+	file, err := boundSocket(h, addr, port, corev1.ProtocolUDP, true)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	return net.FilePacketConn(file)
 }
 
 func answerDatagrams(pc net.PacketConn, reply []byte) {

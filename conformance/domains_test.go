@@ -1,0 +1,175 @@
+package conformance_test
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/lab"
+	"github.com/netpol/netpol/pkg/node"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+const domainsFixture = "../examples/lab-dns.yaml"
+
+var web = eval.Probe{Protocol: corev1.ProtocolTCP, Port: 80}
+
+// domainLab brings up the lab of examples/lab-dns.yaml (a zone served as
+// kube-dns's endpoint, its addresses on the outside serving tcp/80) and
+// programs its nodes with DNS learning, as the agent does.
+func domainLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, *conformance.Enforcer) {
+	t.Helper()
+	requireRoot(t)
+	snap, report := cluster.LoadPaths([]string{domainsFixture}, nil)
+	if len(report.Errors) > 0 {
+		t.Fatal(report.Errors)
+	}
+	l, err := lab.Up(context.Background(), snap, lab.Options{OutsidePorts: []eval.Probe{web}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Down(); err != nil {
+			t.Error(err)
+		}
+	})
+	enf := conformance.NewEnforcer(l)
+	enf.DNS = &node.DNSOptions{}
+	t.Cleanup(enf.Close)
+	if _, err := enf.Sync(snap); err != nil {
+		t.Fatal(err)
+	}
+	for name, st := range enf.DNSStatus() {
+		if st == nil || st.QueueNum == 0 {
+			t.Fatalf("node %s does not learn from DNS: %+v", name, st)
+		}
+		t.Logf("node %s: %s, queue %d, servers %v, patterns %v", name, st.Queue, st.QueueNum, st.Servers, st.Patterns)
+	}
+	return snap, l, enf
+}
+
+// TestDomainNamesInKernel compares the kernel's domain probes with the
+// evaluator's over UDP and TCP DNS: names resolved from inside each pod
+// through kube-dns's ClusterIP (netpol's Service NAT), the answers learned
+// by the node's agent side from the queue, then a connection to the first
+// address. The table covers an exact-and-wildcard pattern
+// (*.example.com), a CNAME to a name the pattern does not match
+// (www.example.com -> cdn.example.net), a name outside it
+// (api.example.org), a 100-address answer over 1,232 bytes, the DNS pod
+// on the client's node and on another.
+func TestDomainNamesInKernel(t *testing.T) {
+	snap, l, enf := domainLab(t)
+	ev := eval.New(snap, policy.Build(snap))
+	ev.LearnDomains(conformance.ZoneOracle(l.Zone()))
+	for _, tcp := range []bool{false, true} {
+		opts := conformance.DomainProbeOptions{Probes: []eval.Probe{web}, TCP: tcp}
+		want, err := conformance.ExpectedDomains(ev, snap, l.Zone(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := conformance.ProbeDomains(context.Background(), l, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diffs := conformance.CompareDomains(want, got); len(diffs) > 0 {
+			t.Fatalf("tcp=%v: the kernel and the evaluator differ:\n%s", tcp, strings.Join(diffs, "\n"))
+		}
+		cells := map[string]bool{}
+		for _, r := range got {
+			cells[r.From+" "+r.To] = r.Allowed
+		}
+		for cell, allowed := range map[string]bool{
+			"x/a dns/allowed.example.com": true,
+			"x/b dns/allowed.example.com": true, // the DNS pod is on the other node
+			"x/a dns/www.example.com":     true, // asked for www.example.com: the CNAME's target is not matched
+			// Asked for directly, cdn.example.net teaches nothing; its
+			// address was learned through www.example.com.
+			"x/a dns/cdn.example.net":                 true,
+			"x/a dns/api.example.org":                 false,
+			"x/b dns/big.example.com":                 true,
+			"kube-system/coredns dns/api.example.org": true, // no policy selects it
+		} {
+			if got, ok := cells[cell]; !ok || got != allowed {
+				t.Errorf("tcp=%v: %s allowed %v (probed %v), want %v", tcp, cell, got, ok, allowed)
+			}
+		}
+	}
+	var learned int
+	for _, st := range enf.DNSStatus() {
+		learned += int(st.Stats.Known)
+		for _, e := range st.Entries {
+			if e.Name != "www.example.com" && e.Addr == netip.MustParseAddr("203.0.113.20") || strings.HasSuffix(e.Name, ".example.org") || strings.HasSuffix(e.Name, ".net") {
+				t.Errorf("learned %+v: only names *.example.com matches teach", e)
+			}
+		}
+		if st.Stats.Errors > 0 {
+			t.Errorf("%d answers taught nothing", st.Stats.Errors)
+		}
+	}
+	if learned < 100 {
+		t.Errorf("%d addresses learned, want at least big.example.com's 100", learned)
+	}
+}
+
+// TestDomainNameExpiresAndSurvivesRestart: an address learned from a
+// 2-second answer admits new connections until its TTL runs out and none
+// after; an address learned before the agent side restarts still admits
+// after it, without a new answer.
+func TestDomainNameExpiresAndSurvivesRestart(t *testing.T) {
+	snap, l, enf := domainLab(t)
+	ctx := context.Background()
+	const pod = "x/a"
+	server, ok := l.ClusterDNS(netip.MustParseAddr("10.244.1.10"))
+	if !ok {
+		t.Fatal("no cluster DNS address")
+	}
+	connect := func(addr netip.Addr) lab.Observation {
+		return l.Dial(ctx, pod, netip.AddrPortFrom(addr, 80), corev1.ProtocolTCP, lab.DialOptions{Timeout: 500 * time.Millisecond})
+	}
+	resolve := func(name string) netip.Addr {
+		addrs, err := l.Resolve(ctx, pod, name, false, server)
+		if err != nil || len(addrs) == 0 {
+			t.Fatalf("resolving %s: %v %v", name, addrs, err)
+		}
+		return addrs[0]
+	}
+
+	short := resolve("short.example.com")
+	learnedAt := time.Now()
+	if o := connect(short); !o.Allowed {
+		t.Fatalf("right after the answer: %s", o.Result)
+	}
+	time.Sleep(time.Until(learnedAt.Add(2500 * time.Millisecond)))
+	if o := connect(short); o.Allowed {
+		t.Fatal("a new connection 2.5 s after a 2 s answer was admitted")
+	}
+	resolve("short.example.com")
+	if o := connect(short); !o.Allowed {
+		t.Fatalf("after a new answer: %s", o.Result)
+	}
+
+	// The agent side restarts between resolution and connection: the
+	// learned elements stay in the kernel, and a new programmer keeps
+	// them through its first sync.
+	allowed := resolve("allowed.example.com")
+	enf.Close()
+	enf2 := conformance.NewEnforcer(l)
+	enf2.DNS = &node.DNSOptions{}
+	t.Cleanup(enf2.Close)
+	if _, err := enf2.Sync(snap); err != nil {
+		t.Fatal(err)
+	}
+	if o := connect(allowed); !o.Allowed {
+		t.Fatalf("after the restart, without a new answer: %s", o.Result)
+	}
+	if o := connect(netip.MustParseAddr("203.0.113.40")); o.Allowed {
+		t.Fatal("api.example.org's address was admitted, never learned for *.example.com")
+	}
+}

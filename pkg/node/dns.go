@@ -1,0 +1,258 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/dnssnoop"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// DNSOptions turn on domainNames enforcement: the node's policy table
+// queues the cluster DNS's answers to its pods with domainNames rules
+// (compiler.DNS), and the Programmer reads the queue and learns their
+// addresses into the domain sets (dnssnoop.Learner).
+type DNSOptions struct {
+	// QueueNum is the NFQUEUE queue (default DefaultDNSQueue).
+	QueueNum uint16
+	// Servers are cluster DNS servers besides the endpoints of Service
+	// kube-system/kube-dns (`--dns-server`; a node-local cache, say).
+	Servers []netip.AddrPort
+	// Learner bounds the learned addresses' lifetimes.
+	Learner dnssnoop.LearnerOptions
+	// MaxQueueLen is how many answers the kernel holds for the reader
+	// (dnssnoop.Config.MaxLen); past it answers pass unread.
+	MaxQueueLen uint32
+	// Latency, if set, hears each queued answer's time in the agent.
+	Latency func(time.Duration)
+}
+
+// DefaultDNSQueue is the NFQUEUE queue the DNS answers go to.
+const DefaultDNSQueue = 53
+
+// ClusterDNSService is the Service whose endpoints are the cluster DNS.
+const ClusterDNSService = "kube-system/kube-dns"
+
+// dnsSnooper is the Programmer's DNS side.
+type dnsSnooper struct {
+	opts    DNSOptions
+	kind    nft.QueueKind
+	learner *dnssnoop.Learner
+	queue   *dnssnoop.Queue
+
+	mu       sync.Mutex // DNS() reads these while a sync runs
+	patterns []string   // the learner's, as last set
+	servers  []netip.AddrPort
+}
+
+// DNSStatus is what the DNS side does and has learned.
+type DNSStatus struct {
+	// Queue is the kernel's queue statement ("no queue": domainNames
+	// rules admit nothing on this node).
+	Queue    string
+	QueueNum uint16
+	Servers  []netip.AddrPort
+	Patterns []string
+	Stats    dnssnoop.LearnerStats
+	// QueuePackets and QueueErrors are the reader's counts.
+	QueuePackets, QueueErrors uint64
+	Entries                   []dnssnoop.Entry
+}
+
+// startDNS detects the kernel's queue statement and starts reading the
+// queue. Without a queue statement the node works without DNS learning
+// (domainNames rules admit nothing), which the returned error says; the
+// Programmer is still made.
+func (p *Programmer) startDNS(netnsFd int, opts DNSOptions) error {
+	d := &dnsSnooper{opts: opts}
+	if d.opts.QueueNum == 0 {
+		d.opts.QueueNum = DefaultDNSQueue
+	}
+	kind, err := nft.DetectQueue(netnsFd)
+	if err != nil {
+		return fmt.Errorf("domainNames rules admit nothing on this node: the kernel has no queue statement (neither nft_queue nor the xtables NFQUEUE target): %w", err)
+	}
+	d.kind = kind
+	if d.learner, err = dnssnoop.NewLearner(netnsFd, p.opts.Table, d.opts.Learner); err != nil {
+		return fmt.Errorf("domainNames: %w", err)
+	}
+	qfd := netnsFd
+	if qfd < 0 {
+		qfd = 0 // dnssnoop.Config: 0 is the current namespace
+	}
+	log := p.opts.Logger
+	d.queue, err = dnssnoop.Open(dnssnoop.Config{NetNS: qfd, Num: d.opts.QueueNum, MaxLen: d.opts.MaxQueueLen, Latency: d.opts.Latency},
+		d.learner.Handler(func(err error) { log.Warn("a DNS answer taught nothing", "err", err) }))
+	if err != nil {
+		d.learner.Close()
+		return fmt.Errorf("domainNames: %w", err)
+	}
+	p.dns = d
+	log.Info("domainNames: learning from the cluster DNS's answers", "queue", d.opts.QueueNum, "statement", kind.String())
+	return nil
+}
+
+// compilerDNS is the compiler's view, with the snapshot's servers; nil
+// when the node does not learn.
+func (p *Programmer) compilerDNS(snap *cluster.Snapshot) *compiler.DNS {
+	if p.dns == nil {
+		return nil
+	}
+	return &compiler.DNS{Queue: p.dns.kind, QueueNum: p.dns.opts.QueueNum, Servers: p.dnsServers(snap)}
+}
+
+// dnsServers are the endpoints of the cluster DNS Service (ready ones,
+// their DNS ports) and the configured servers, sorted.
+func (p *Programmer) dnsServers(snap *cluster.Snapshot) []netip.AddrPort {
+	out := slices.Clone(p.dns.opts.Servers)
+	if snap != nil {
+		out = append(out, ClusterDNS(snap.EndpointSlices)...)
+	}
+	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	return slices.Compact(out)
+}
+
+// ClusterDNS are the ready endpoints of Service kube-system/kube-dns, on
+// the ports named dns or dns-tcp (or numbered 53): not its metrics port.
+func ClusterDNS(slices []*discoveryv1.EndpointSlice) []netip.AddrPort {
+	ns, name, _ := strings.Cut(ClusterDNSService, "/")
+	var out []netip.AddrPort
+	for _, s := range slices {
+		if s == nil || s.Namespace != ns || s.Labels[discoveryv1.LabelServiceName] != name {
+			continue
+		}
+		var ports []uint16
+		for _, pt := range s.Ports {
+			if pt.Port == nil || pt.Protocol != nil && *pt.Protocol != corev1.ProtocolUDP && *pt.Protocol != corev1.ProtocolTCP {
+				continue
+			}
+			if n := pt.Name; n != nil && (*n == "dns" || *n == "dns-tcp") || *pt.Port == 53 {
+				ports = append(ports, uint16(*pt.Port))
+			}
+		}
+		for _, ep := range s.Endpoints {
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
+			}
+			for _, a := range ep.Addresses {
+				addr, err := netip.ParseAddr(a)
+				if err != nil {
+					continue
+				}
+				for _, port := range ports {
+					out = append(out, netip.AddrPortFrom(addr.Unmap(), port))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// DomainPatterns are the canonical domainNames patterns of the model's
+// rules, sorted.
+func DomainPatterns(model *policy.Model) []string {
+	var out []string
+	for _, pol := range model.Policies {
+		for _, rules := range pol.Rules {
+			for _, r := range rules {
+				for _, pe := range r.Peers {
+					if pe.Kind == policy.PeerDomainNames {
+						out = append(out, pe.DomainNames...)
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// learnPatterns tells the learner the patterns whose sets table has.
+func (p *Programmer) learnPatterns(model *policy.Model, table *nft.Table) error {
+	if p.dns == nil || model == nil {
+		return nil
+	}
+	var here []string
+	for _, pat := range DomainPatterns(model) {
+		if table.Sets[compiler.DomainSetPrefix(pat)+nft.IPv4.Suffix] != nil {
+			here = append(here, pat)
+		}
+	}
+	d := p.dns
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.servers = p.live.DNSServers()
+	if slices.Equal(here, d.patterns) {
+		return nil
+	}
+	if err := d.learner.SetPatterns(here); err != nil {
+		return err
+	}
+	d.patterns = here
+	return nil
+}
+
+// syncDNSServers brings the dns-servers sets in line with the snapshot's
+// cluster DNS when only the Services were synced (an EndpointSlice
+// changed): an element change in the policy table, not a compile.
+func (p *Programmer) syncDNSServers(snap *cluster.Snapshot) error {
+	if p.dns == nil || p.live == nil {
+		return nil
+	}
+	servers := p.dnsServers(snap)
+	if slices.Equal(servers, p.live.DNSServers()) {
+		return nil
+	}
+	t, err := p.live.SetDNSServers(servers)
+	if err == nil {
+		_, err = p.policy.Apply(t)
+	}
+	if err != nil {
+		p.live = nil // only a full compile starts again from a known state
+		return fmt.Errorf("node %s: policy table %s: the cluster DNS's servers: %w", p.opts.Node, p.opts.Table, err)
+	}
+	p.dns.mu.Lock()
+	p.dns.servers = servers
+	p.dns.mu.Unlock()
+	return nil
+}
+
+// DNS is the DNS side's state; nil when DNS was not asked for. Unlike
+// the Programmer's other methods it may run while a sync does. Without
+// entries, the learned addresses are left out (metrics need only counts).
+func (p *Programmer) DNS(entries bool) *DNSStatus {
+	if p.dnsErr != nil {
+		return &DNSStatus{Queue: p.dnsErr.Error()}
+	}
+	d := p.dns
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	st := &DNSStatus{Queue: d.kind.String(), QueueNum: d.opts.QueueNum, Patterns: slices.Clone(d.patterns), Servers: slices.Clone(d.servers)}
+	d.mu.Unlock()
+	st.Stats = d.learner.Stats()
+	if entries {
+		st.Entries = d.learner.Entries()
+	}
+	st.QueuePackets, st.QueueErrors = d.queue.Stats.Packets.Load(), d.queue.Stats.Errors.Load()
+	return st
+}
+
+func (d *dnsSnooper) close() error {
+	if d == nil {
+		return nil
+	}
+	return errors.Join(d.queue.Close(), d.learner.Close())
+}
