@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"os"
@@ -712,5 +713,45 @@ func TestKubectlPluginName(t *testing.T) {
 		if err := cmd.Execute(); err != nil || !strings.Contains(out.String(), "ALLOWED") {
 			t.Errorf("%s explain: %v\n%s", argv0, err, out.String())
 		}
+	}
+}
+
+// TestTableDomains: `table --domains -o json` resolves the lab's zone for
+// every pod and judges the connection to the first address; without the
+// zone it says what is missing.
+func TestTableDomains(t *testing.T) {
+	out, _, err := run(t, "", "table", "-f", "../../examples/lab-dns.yaml", "--domains", "--ports", "tcp/80", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Results []struct {
+			From, To, Protocol, Address, Result string
+			Port                                int
+			Allowed                             bool
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	cells := map[string]string{}
+	for _, r := range got.Results {
+		cells[r.From+" "+r.To] = fmt.Sprintf("%v %s %s/%d", r.Allowed, r.Address, r.Protocol, r.Port)
+	}
+	for cell, want := range map[string]string{
+		"x/a dns/allowed.example.com": "true 203.0.113.10 TCP/80",
+		"x/a dns/www.example.com":     "true 203.0.113.20 TCP/80", // the CNAME's target address
+		"x/b dns/api.example.org":     "false 203.0.113.40 TCP/80",
+		"x/b dns/big.example.com":     "true 198.51.100.1 TCP/80",
+	} {
+		if cells[cell] != want {
+			t.Errorf("%s: %q, want %q", cell, cells[cell], want)
+		}
+	}
+	if len(got.Results) != 18 {
+		t.Errorf("%d rows, want 3 pods x 6 names x 1 port", len(got.Results))
+	}
+	if _, _, err := run(t, "", "table", "-f", "../../examples/demo", "--domains"); err == nil || !strings.Contains(err.Error(), "netpol-lab-dns") {
+		t.Errorf("without a zone: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
+	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/report"
 )
 
@@ -46,6 +47,13 @@ func signalContext(parent context.Context) (context.Context, context.CancelFunc)
 // as upstream's test servers do, so a closed port is never mistaken for a
 // policy denial.
 func startLab(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []eval.Probe) (*loaded, *lab.Lab, *conformance.Enforcer, error) {
+	return startLabWith(ctx, cmd, in, prefix, probes, false)
+}
+
+// startLabWith is startLab; with domains the outside serves the probes on
+// the zone's addresses and the nodes learn from DNS answers, as the
+// agent does.
+func startLabWith(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []eval.Probe, domains bool) (*loaded, *lab.Lab, *conformance.Enforcer, error) {
 	if len(in.files) == 0 {
 		return nil, nil, nil, errors.New("the lab is built from a state file: give -f PATH")
 	}
@@ -72,7 +80,11 @@ func startLab(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix st
 	}
 	stderr := cmd.ErrOrStderr()
 	fmt.Fprintf(stderr, "lab: bringing up %d node(s) and %d pod(s) as network namespaces...\n", len(l.snap.Nodes), len(l.snap.Pods))
-	lb, err := lab.Up(ctx, l.snap, lab.Options{Prefix: prefix, ExtraPorts: probes})
+	opts := lab.Options{Prefix: prefix, ExtraPorts: probes}
+	if domains {
+		opts.OutsidePorts = probes
+	}
+	lb, err := lab.Up(ctx, l.snap, opts)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -82,6 +94,9 @@ func startLab(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix st
 	}
 	fmt.Fprintf(stderr, "lab %s: programming %d node(s)\n", lb.Prefix(), len(lb.Nodes()))
 	enf := conformance.NewEnforcer(lb)
+	if domains {
+		enf.DNS = &node.DNSOptions{}
+	}
 	if _, err := enf.Sync(l.snap); err != nil {
 		enf.Close()
 		return nil, nil, nil, errors.Join(err, lb.Down())
@@ -166,6 +181,8 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 		output   string
 		compare  bool
 		services bool
+		domains  bool
+		dnsTCP   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "probe -f PATH",
@@ -184,7 +201,8 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 			"the source's node would choose, as the evaluator judges them); NodePort probes are printed only.",
 		Example: "  sudo netpol lab probe -f examples/demo -o json\n" +
 			"  sudo netpol lab probe -f examples/demo --compare\n" +
-			"  sudo netpol lab probe -f examples/demo --services -o json | jq '.results[] | select(.endpoint != null)'",
+			"  sudo netpol lab probe -f examples/demo --services -o json | jq '.results[] | select(.endpoint != null)'\n" +
+			"  sudo netpol lab probe -f examples/lab-dns.yaml --domains --ports tcp/80 --compare",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			probes, fam, err := parseTableFlags(output, ports, family)
@@ -193,6 +211,9 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
+			if domains {
+				return probeDomains(ctx, cmd, in, prefix, probes, dnsTCP, compare, output)
+			}
 			l, lb, enf, err := startLab(ctx, cmd, in, prefix, probes)
 			if err != nil {
 				return err
@@ -262,6 +283,8 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 	f.StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
 	f.BoolVar(&compare, "compare", false, "also print the evaluator's table and every difference (with --services, ClusterIP probes too)")
 	f.BoolVar(&services, "services", false, "also probe every Service port: ClusterIP from every pod, NodePort from every pod and from outside")
+	f.BoolVar(&domains, "domains", false, "instead of the pod table: from every pod, resolve every name of the lab's zone (ConfigMap kube-system/netpol-lab-dns) through the cluster DNS and connect to its first address on each port; rows {from, to: dns/NAME, protocol, port, allowed, address, result}")
+	f.BoolVar(&dnsTCP, "dns-tcp", false, "with --domains: resolve over TCP instead of UDP")
 	return cmd
 }
 

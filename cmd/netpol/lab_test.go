@@ -307,3 +307,45 @@ func TestLabNodePortProbesAgreeWithExplain(t *testing.T) {
 		t.Errorf("%d NodePort probes, want 20", n)
 	}
 }
+
+// `netpol lab probe --domains --compare`, over UDP and TCP DNS: the
+// kernel's rows equal `table --domains`' (exit 0), and the JSON rows have
+// the issue's shape.
+func TestLabProbeDomainsCompare(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the lab needs root (network namespaces and nftables)")
+	}
+	for _, extra := range [][]string{nil, {"--dns-tcp"}} {
+		args := append([]string{"lab", "probe", "--prefix", "netpol-clitest-dns-", "-f", "../../examples/lab-dns.yaml",
+			"--ports", "tcp/80", "--domains", "--compare", "-o", "json"}, extra...)
+		out, stderr, err := run(t, "", args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, stderr)
+		}
+		if !strings.Contains(stderr, "the kernel agrees with the evaluator on all 18 domain probe(s)") {
+			t.Errorf("%v: no agreement stated:\n%s", extra, stderr)
+		}
+		var got struct {
+			Results []map[string]any `json:"results"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatal(err)
+		}
+		var allowed, denied int
+		for _, r := range got.Results {
+			for _, k := range []string{"from", "to", "protocol", "port", "allowed", "address", "result"} {
+				if _, ok := r[k]; !ok {
+					t.Fatalf("row %v lacks %q", r, k)
+				}
+			}
+			if r["allowed"] == true {
+				allowed++
+			} else {
+				denied++
+			}
+		}
+		if allowed == 0 || denied == 0 {
+			t.Errorf("%v: %d allowed and %d denied rows: want both", extra, allowed, denied)
+		}
+	}
+}

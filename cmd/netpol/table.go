@@ -23,6 +23,8 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 		denied        bool
 		engine        string
 		agent         agentPortFlags
+		domains       bool
+		dnsTCP        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "table",
@@ -47,6 +49,16 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 				return err
 			}
 			l.guard(ap)
+			if domains {
+				rows, err := expectedDomains(l, probes, dnsTCP)
+				if err != nil {
+					return err
+				}
+				if err := writeDomainRows(cmd.OutOrStdout(), rows, output); err != nil {
+					return err
+				}
+				return l.done()
+			}
 			t, err := truthTable(l, engine, ap, eval.TableOptions{Probes: probes, Namespaces: namespaces, Family: fam})
 			if err != nil {
 				return err
@@ -77,6 +89,8 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 	f.StringSliceVarP(&namespaces, "namespace", "n", nil, "only pods of these namespaces (default: all)")
 	f.BoolVarP(&allNamespaces, "all-namespaces", "A", false, "pods of every namespace")
 	f.BoolVar(&denied, "denied", false, "show only the denied cells (text: one per line)")
+	f.BoolVar(&domains, "domains", false, "instead of the pod table: every pod to every name of the lab's zone (ConfigMap kube-system/netpol-lab-dns), resolved from the zone, as `lab probe --domains` probes it")
+	f.BoolVar(&dnsTCP, "dns-tcp", false, "with --domains: the pods resolve over TCP (the cluster DNS must admit tcp/53)")
 	return cmd
 }
 

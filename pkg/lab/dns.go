@@ -89,13 +89,9 @@ func (p *plan) planDNS(snap *cluster.Snapshot, owner map[netip.Addr]string) erro
 		return nil
 	}
 	what := fmt.Sprintf("ConfigMap %s/%s", dnsNamespace, dnsConfigMap)
-	text, ok := cm.Data[dnsZoneKey]
-	if !ok {
-		return fmt.Errorf("%s: data.%s: missing (the RFC 1035 master file the lab's DNS server serves)", what, dnsZoneKey)
-	}
-	zone, err := domain.ParseZone(text)
+	zone, err := ZoneOf(snap)
 	if err != nil {
-		return fmt.Errorf("%s: data.%s: %w", what, dnsZoneKey, err)
+		return err
 	}
 	if svc == nil {
 		return fmt.Errorf("%s: the lab serves the zone as the endpoints of Service %s/%s, which the state lacks", what, dnsNamespace, dnsService)
@@ -557,4 +553,23 @@ func (c *prefixedConn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	return c.Conn.Read(p)
+}
+
+// ZoneOf is the zone the lab would serve for snap: ConfigMap
+// kube-system/netpol-lab-dns's data.zone, parsed; nil when the state has
+// no such ConfigMap.
+func ZoneOf(snap *cluster.Snapshot) (*domain.Zone, error) {
+	cm := snap.ConfigMap(dnsNamespace, dnsConfigMap)
+	if cm == nil {
+		return nil, nil
+	}
+	text, ok := cm.Data[dnsZoneKey]
+	if !ok {
+		return nil, fmt.Errorf("ConfigMap %s/%s: data.%s: missing (the RFC 1035 master file of the lab's DNS)", dnsNamespace, dnsConfigMap, dnsZoneKey)
+	}
+	zone, err := domain.ParseZone(text)
+	if err != nil {
+		return nil, fmt.Errorf("ConfigMap %s/%s: data.%s: %w", dnsNamespace, dnsConfigMap, dnsZoneKey, err)
+	}
+	return zone, nil
 }

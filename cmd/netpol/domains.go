@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/lab"
+)
+
+// Domain tables: `netpol table --domains` (the evaluator, names resolved
+// from the lab's zone) and `netpol lab probe --domains` (the kernel: each
+// name resolved from inside the pod through the cluster DNS, then a
+// connection to its first address).
+
+// domainResults is the JSON shape of both: {"results": [row, ...]}.
+type domainResults struct {
+	Results []conformance.DomainRow `json:"results"`
+}
+
+// expectedDomains are the evaluator's domain rows for the loaded state.
+func expectedDomains(l *loaded, probes []eval.Probe, tcp bool) ([]conformance.DomainRow, error) {
+	zone, err := lab.ZoneOf(l.snap)
+	if err != nil {
+		return nil, err
+	}
+	if zone == nil {
+		return nil, errors.New("--domains needs the lab's zone: ConfigMap kube-system/netpol-lab-dns with data.zone (see examples/lab-dns.yaml)")
+	}
+	if len(probes) == 0 {
+		if probes, err = tableProbes(l.evaluator.Table(eval.TableOptions{})); err != nil {
+			return nil, err
+		}
+	}
+	l.evaluator.LearnDomains(conformance.ZoneOracle(zone))
+	return conformance.ExpectedDomains(l.evaluator, l.snap, zone, conformance.DomainProbeOptions{Probes: probes, TCP: tcp})
+}
+
+// writeDomainRows prints domain rows: JSON or YAML as {"results": [...]},
+// else a line per row.
+func writeDomainRows(out io.Writer, rows []conformance.DomainRow, format string) error {
+	if ok, err := writeStructured(out, format, domainResults{rows}); ok {
+		return err
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "FROM\tTO\tPORT\tALLOWED\tADDRESS\tRESULT")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%s\t%s\t%s/%d\t%v\t%s\t%s\n", r.From, r.To, strings.ToLower(r.Protocol), r.Port, r.Allowed, r.Address, r.Result)
+	}
+	return w.Flush()
+}
+
+// probeDomains runs `lab probe --domains`: a lab with the zone served and
+// the nodes learning from DNS, every pod resolving every name and
+// connecting; with compare, the evaluator's rows too and an error when
+// they differ.
+func probeDomains(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []eval.Probe, tcp, compare bool, output string) error {
+	l, lb, enf, err := startLabWith(ctx, cmd, in, prefix, probes, true)
+	if err != nil {
+		return err
+	}
+	if len(probes) == 0 {
+		if probes, err = tableProbes(l.evaluator.Table(eval.TableOptions{})); err != nil {
+			return errors.Join(err, lb.Down())
+		}
+	}
+	stderr := cmd.ErrOrStderr()
+	zone := lb.Zone()
+	if zone == nil {
+		enf.Close()
+		return errors.Join(errors.New("--domains needs the lab's zone: ConfigMap kube-system/netpol-lab-dns with data.zone (see examples/lab-dns.yaml)"), lb.Down())
+	}
+	fmt.Fprintf(stderr, "lab %s: resolving %d name(s) from every pod and connecting on %d port(s)\n", lb.Prefix(), len(zone.Names()), len(probes))
+	observed, probeErr := conformance.ProbeDomains(ctx, lb, conformance.DomainProbeOptions{Probes: probes, TCP: tcp})
+	for name, st := range enf.DNSStatus() {
+		if st != nil {
+			fmt.Fprintf(stderr, "node %s: %s; %d answer(s) read, %d address(es) learned\n", name, st.Queue, st.Stats.Answers, st.Stats.Known)
+		}
+	}
+	enf.Close()
+	size := labSize(lb)
+	if err := errors.Join(probeErr, lb.Down()); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "lab %s removed: %s\n", lb.Prefix(), size)
+	out := cmd.OutOrStdout()
+	if !compare {
+		if err := writeDomainRows(out, observed, output); err != nil {
+			return err
+		}
+		return l.done()
+	}
+	expected, err := expectedDomains(l, probes, tcp)
+	if err != nil {
+		return err
+	}
+	diffs := conformance.CompareDomains(expected, observed)
+	if err := writeDomainRows(out, observed, output); err != nil {
+		return err
+	}
+	for _, d := range diffs {
+		fmt.Fprintln(stderr, "differs:", d)
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("the kernel disagrees with the evaluator on %d domain probe(s)", len(diffs))
+	}
+	fmt.Fprintf(stderr, "the kernel agrees with the evaluator on all %d domain probe(s)\n", len(observed))
+	return l.done()
+}
