@@ -107,7 +107,14 @@ spec:
 		labAgent(t, snap, n, period)
 	}
 	n1 := l.Node("node-1")
-	want, err := compiler.Compile(node.Prepare(snap).Resolved, compiler.Options{Node: "node-1"})
+	// The agents learn domainNames from DNS (the default): their tables
+	// have the queue chains, with the statement this kernel takes.
+	queue, err := nft.DetectQueue(int(n1.Handle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := compiler.Compile(node.Prepare(snap).Resolved, compiler.Options{Node: "node-1",
+		DNS: &compiler.DNS{Queue: queue, QueueNum: node.DefaultDNSQueue}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +37,7 @@ import (
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -337,13 +340,29 @@ func (w *world) expected() (*cluster.Snapshot, *policy.Model, map[string]*nft.Ta
 	resolved := eval.New(snap, model).Resolved()
 	tables := map[string]*nft.Table{}
 	for _, n := range w.lab.Nodes() {
-		t, err := compiler.Compile(resolved, compiler.Options{Node: n.Name})
+		t, err := compiler.Compile(resolved, compiler.Options{Node: n.Name, DNS: agentDNS(w.t, snap, n)})
 		if err != nil {
 			w.t.Fatal(err)
 		}
 		tables[n.Name] = t
 	}
 	return snap, model, tables
+}
+
+// agentDNS is the DNS part of an agent's table by default: the queue
+// statement the node's kernel takes, and the cluster DNS of snap (nil:
+// none).
+func agentDNS(t testing.TB, snap *cluster.Snapshot, n *lab.Node) *compiler.DNS {
+	queue, err := nft.DetectQueue(int(n.Handle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &compiler.DNS{Queue: queue, QueueNum: node.DefaultDNSQueue}
+	if snap != nil {
+		d.Servers = node.ClusterDNS(snap.EndpointSlices)
+		slices.SortFunc(d.Servers, netip.AddrPort.Compare)
+	}
+	return d
 }
 
 // converged waits until every node's kernel table equals the compiled

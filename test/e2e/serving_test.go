@@ -210,7 +210,7 @@ subjects: [{kind: ServiceAccount, name: metrics-only, namespace: monitoring}]
 	w.startSecureAgent(node, promAddr)
 	// The kernel holds the compiled protection, like any rule.
 	r := w.expectedResolved()
-	want, err := compiler.Compile(r, compiler.Options{Node: "node-1", AgentPorts: &compiler.AgentPorts{
+	want, err := compiler.Compile(r, compiler.Options{Node: "node-1", DNS: agentDNS(t, nil, node), AgentPorts: &compiler.AgentPorts{
 		Ports: []uint16{securePort}, Allowed: []netip.Prefix{netip.PrefixFrom(promAddr, 32)}}})
 	if err != nil {
 		t.Fatal(err)
