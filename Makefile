@@ -60,6 +60,7 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 ./pkg/eval ./pkg/compiler
 	$(GO) test -run '^$$' -bench . -benchtime 2x -count 1 ./pkg/dataplane
 	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./pkg/nft
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./pkg/dnssnoop
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./conformance
 	$(MAKE) e2e-deps
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -count 1 -v ./test/e2e

@@ -429,6 +429,10 @@ type ruleSetNames struct {
 // record, no less than this).
 const DomainSetTimeout = 5 * time.Second
 
+// DomainSetSize is the most addresses a domain set holds: no limit in
+// practice (nft's 65535 for dynamic sets would cap a pattern).
+const DomainSetSize = 1 << 24
+
 // DomainSetPrefix is the name of a domainNames pattern's sets (+ family
 // suffix): the addresses the node's agent learned from DNS answers for
 // names the pattern matches, each until its record's TTL runs out. The
@@ -439,7 +443,7 @@ func DomainSetPrefix(pattern string) string { return "dns." + contentID("domain:
 
 // DomainSet is the set of a DomainSetPrefix in family f.
 func DomainSet(prefix string, f *nft.Family) *nft.Set {
-	return &nft.Set{Name: prefix + f.Suffix, Fields: []nft.FieldType{f.Field}, Dynamic: true, Timeout: DomainSetTimeout}
+	return &nft.Set{Name: prefix + f.Suffix, Fields: []nft.FieldType{f.Field}, Dynamic: true, Timeout: DomainSetTimeout, Size: DomainSetSize}
 }
 
 // ruleSetsFor creates the sets one Admin/Baseline rule matches against:

@@ -754,7 +754,7 @@ func (l *Live) Snapshot() *nft.Table {
 	c := &nft.Table{Name: l.table.Name, Chains: maps.Clone(l.table.Chains), Sets: make(map[string]*nft.Set, len(l.table.Sets))}
 	for name, s := range l.table.Sets {
 		cs := &nft.Set{Name: s.Name, Fields: s.Fields, Interval: s.Interval, Verdict: s.Verdict, Data: s.Data, Timeout: s.Timeout,
-			Dynamic: s.Dynamic, Typeof: s.Typeof, Elements: slices.Clone(s.Elements)}
+			Dynamic: s.Dynamic, Size: s.Size, Typeof: s.Typeof, Elements: slices.Clone(s.Elements)}
 		sortElements(cs)
 		c.Sets[name] = cs
 	}

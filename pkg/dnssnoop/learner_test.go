@@ -14,7 +14,7 @@ import (
 )
 
 // answerSegment is a UDP answer from the cluster DNS to a pod.
-func answerSegment(t *testing.T, question string, qtype uint16, rrs ...string) Segment {
+func answerSegment(t testing.TB, question string, qtype uint16, rrs ...string) Segment {
 	t.Helper()
 	m := &dns.Msg{MsgHdr: dns.MsgHdr{Id: 9, Response: true},
 		Question: []dns.Question{{Name: dns.Fqdn(question), Qtype: qtype, Qclass: dns.ClassINET}}}
@@ -34,7 +34,7 @@ func answerSegment(t *testing.T, question string, qtype uint16, rrs ...string) S
 
 // elements lists a set's addresses and their timeouts as the kernel has
 // them (expired ones are not listed).
-func elements(t *testing.T, c *nftables.Conn, set string) map[netip.Addr]time.Duration {
+func elements(t testing.TB, c *nftables.Conn, set string) map[netip.Addr]time.Duration {
 	t.Helper()
 	s, err := c.GetSetByName(&nftables.Table{Name: "netpol", Family: nftables.TableFamilyINet}, set)
 	if err != nil {
@@ -56,7 +56,7 @@ func elements(t *testing.T, c *nftables.Conn, set string) map[netip.Addr]time.Du
 // of the patterns (as a compile makes them, empty) and returns the
 // Applier that programmed it, a Learner for those patterns and a
 // connection to read the sets back; all close at the end of the test.
-func domainTable(t *testing.T, h netns.NsHandle, opts LearnerOptions, patterns ...string) (*nft.Table, *nft.Applier, *Learner, *nftables.Conn) {
+func domainTable(t testing.TB, h netns.NsHandle, opts LearnerOptions, patterns ...string) (*nft.Table, *nft.Applier, *Learner, *nftables.Conn) {
 	t.Helper()
 	desired := nft.NewTable("netpol")
 	for _, p := range patterns {

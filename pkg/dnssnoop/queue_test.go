@@ -23,7 +23,7 @@ import (
 const queueNum = 3
 
 // freshNetNS is a new network namespace with lo up, closed at the end.
-func freshNetNS(t *testing.T) netns.NsHandle {
+func freshNetNS(t testing.TB) netns.NsHandle {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("needs root: it creates a network namespace and programs nftables")

@@ -227,7 +227,7 @@ func sameSpec(cur, desired *Set) bool {
 		return false
 	}
 	return cur.Interval == desired.Interval && cur.Verdict == desired.Verdict &&
-		cur.Dynamic == desired.Dynamic && cur.Timeout == desired.Timeout &&
+		cur.Dynamic == desired.Dynamic && cur.Timeout == desired.Timeout && cur.KernelSize() == desired.KernelSize() &&
 		slices.Equal(cur.Fields, desired.Fields) && slices.Equal(cur.Data, desired.Data) &&
 		(cur.Data == nil) == (desired.Data == nil)
 }

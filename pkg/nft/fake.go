@@ -280,7 +280,7 @@ func copyTable(t *Table) *Table {
 
 func copySetSpec(s *Set) *Set {
 	return &Set{Name: s.Name, Fields: slices.Clone(s.Fields), Interval: s.Interval, Verdict: s.Verdict,
-		Data: slices.Clone(s.Data), Timeout: s.Timeout, Dynamic: s.Dynamic}
+		Data: slices.Clone(s.Data), Timeout: s.Timeout, Dynamic: s.Dynamic, Size: s.Size}
 }
 
 func copyHook(h *Hook) *Hook {

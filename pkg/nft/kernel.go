@@ -79,11 +79,18 @@ func kernelSet(t *nftables.Table, s *Set) *nftables.Set {
 	case s.Data != nil:
 		ks.IsMap, ks.DataType = true, kernelType(s.Data)
 	}
-	if s.Dynamic {
-		// nft's default for sets that rules fill, so nft lists them alike.
-		ks.Size = 65535
-	}
+	ks.Size = s.KernelSize()
 	return ks
+}
+
+// KernelSize is the most elements the kernel takes in s (0: no limit):
+// Size, or for a Dynamic set without one nft's default for sets that
+// rules fill, so that nft lists them alike.
+func (s *Set) KernelSize() uint32 {
+	if s.Size == 0 && s.Dynamic {
+		return 65535
+	}
+	return s.Size
 }
 
 // kernelType is the library type of a key or data: one type, or the

@@ -156,13 +156,14 @@ type setInfo struct {
 	name                                      string
 	flags, keyType, keyLen, dataType, dataLen uint32
 	timeout                                   time.Duration
+	size                                      uint32 // NFTA_SET_DESC_SIZE
 }
 
 // set is the read-back Set (without elements), with mismatch filled in
 // when the kernel set is not one this package would have created.
 func (i setInfo) set() *Set {
 	s := &Set{Name: i.name, Interval: i.flags&unix.NFT_SET_INTERVAL != 0,
-		Dynamic: i.flags&unix.NFT_SET_EVAL != 0, Timeout: i.timeout}
+		Dynamic: i.flags&unix.NFT_SET_EVAL != 0, Timeout: i.timeout, Size: i.size}
 	fields, ok := fieldsFromKeyType(i.keyType)
 	if !ok {
 		s.mismatch = fmt.Sprintf("unsupported key type %#x", i.keyType)
@@ -260,6 +261,15 @@ func dumpSets(netnsFd int, table string) ([]setInfo, error) {
 				i.dataLen = ad.Uint32()
 			case unix.NFTA_SET_TIMEOUT:
 				i.timeout = time.Duration(ad.Uint64()) * time.Millisecond
+			case unix.NFTA_SET_DESC:
+				ad.Nested(func(nd *netlink.AttributeDecoder) error {
+					for nd.Next() {
+						if nd.Type() == unix.NFTA_SET_DESC_SIZE {
+							i.size = nd.Uint32()
+						}
+					}
+					return nil
+				})
 			}
 		}
 		if err := ad.Err(); err != nil {

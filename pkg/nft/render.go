@@ -58,6 +58,9 @@ func renderSet(b *strings.Builder, s *Set) {
 	if s.Timeout > 0 {
 		fmt.Fprintf(b, "\t\ttimeout %ds\n", int64(s.Timeout/time.Second))
 	}
+	if s.Size > 0 {
+		fmt.Fprintf(b, "\t\tsize %d\n", s.Size)
+	}
 	if len(s.Elements) > 0 {
 		b.WriteString("\t\telements = {")
 		for i, e := range s.Elements {

@@ -156,6 +156,9 @@ type Set struct {
 	Data []FieldType
 	// Timeout, when not zero, is the default lifetime of an element.
 	Timeout time.Duration
+	// Size, when not zero, is the most elements the kernel takes; a
+	// Dynamic set without one gets nft's default, 65535 (KernelSize).
+	Size uint32
 	// Dynamic sets are filled by rules (`update @set`), not by the
 	// table's owner: Diff leaves their elements alone and Read skips them.
 	Dynamic bool
