@@ -19,7 +19,9 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/netpol/netpol/pkg/dnssnoop"
 	"github.com/netpol/netpol/pkg/lab"
+	"github.com/netpol/netpol/pkg/node"
 )
 
 const (
@@ -753,5 +755,43 @@ func TestTableDomains(t *testing.T) {
 	}
 	if _, _, err := run(t, "", "table", "-f", "../../examples/demo", "--domains"); err == nil || !strings.Contains(err.Error(), "netpol-lab-dns") {
 		t.Errorf("without a zone: %v", err)
+	}
+}
+
+// TestExplainLearnedDomain: explain names the domainNames pattern and the
+// answer that admitted an address, from the lab's zone offline and from
+// an agent's /debug/dns (a saved file); an expired entry admits nothing.
+func TestExplainLearnedDomain(t *testing.T) {
+	out, _, err := run(t, "", "explain", "-f", "../../examples/lab-dns.yaml", "x/a", "203.0.113.20", "--port", "tcp/80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `Learned: domainNames "*.example.com": www.example.com resolves to 203.0.113.20 in the lab's zone`) {
+		t.Errorf("offline, from the zone:\n%s", out)
+	}
+	now := time.Now()
+	status := node.DNSStatus{Queue: "xtables NFQUEUE target (nft compat)", QueueNum: 53, Entries: []dnssnoop.Entry{
+		{Pattern: "*.example.com", Name: "api.example.com", Addr: netip.MustParseAddr("198.51.100.7"), Learned: now.Add(-time.Minute), Expires: now.Add(time.Hour)},
+		{Pattern: "*.example.com", Name: "old.example.com", Addr: netip.MustParseAddr("198.51.100.8"), Learned: now.Add(-time.Hour), Expires: now.Add(-time.Minute)},
+	}}
+	data, err := json.Marshal(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "dns.json")
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for addr, want := range map[string]string{
+		"198.51.100.7": "Learned: domainNames \"*.example.com\": api.example.com answered 198.51.100.7 at",
+		"198.51.100.8": "DENIED by the Admin tier",
+	} {
+		out, _, err := run(t, "", "explain", "-f", "../../examples/lab-dns.yaml", "x/a", addr, "--port", "tcp/80", "--learned", file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, want) {
+			t.Errorf("%s: want %q in\n%s", addr, want, out)
+		}
 	}
 }

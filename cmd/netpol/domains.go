@@ -2,17 +2,23 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/pkg/dnssnoop"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
+	"github.com/netpol/netpol/pkg/node"
 )
 
 // Domain tables: `netpol table --domains` (the evaluator, names resolved
@@ -113,4 +119,54 @@ func probeDomains(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefi
 	}
 	fmt.Fprintf(stderr, "the kernel agrees with the evaluator on all %d domain probe(s)\n", len(observed))
 	return l.done()
+}
+
+// learnDomains gives the evaluator what DNS taught: from an agent's
+// /debug/dns (a URL or a saved file) when from is set, else from the
+// lab's zone when the state has one.
+func learnDomains(ctx context.Context, l *loaded, from string) error {
+	if from == "" {
+		zone, err := lab.ZoneOf(l.snap)
+		if err != nil || zone == nil {
+			return err
+		}
+		l.evaluator.LearnDomains(conformance.ZoneOracle(zone))
+		return nil
+	}
+	var data []byte
+	var err error
+	if strings.HasPrefix(from, "http://") || strings.HasPrefix(from, "https://") {
+		data, err = httpGet(ctx, from)
+	} else {
+		data, err = os.ReadFile(from)
+	}
+	if err != nil {
+		return fmt.Errorf("--learned %s: %w", from, err)
+	}
+	var st node.DNSStatus
+	if err := json.Unmarshal(data, &st); err != nil {
+		return fmt.Errorf("--learned %s: not an agent's /debug/dns JSON: %w", from, err)
+	}
+	l.evaluator.LearnDomains(dnssnoop.Learned{Entries: st.Entries, Now: time.Now()})
+	return nil
+}
+
+// httpGet fetches url's body (an agent's debug port).
+func httpGet(ctx context.Context, url string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return body, err
 }

@@ -10,6 +10,7 @@ import (
 func newExplainCommand(in *inputFlags) *cobra.Command {
 	var (
 		port, output, family string
+		learned              string
 		exitCode             bool
 		agent                agentPortFlags
 	)
@@ -22,7 +23,16 @@ each earlier rule did not (with what it wanted: peers, ports, named ports as
 the destination declares them).
 
 SRC is a pod (namespace/name) or an IP address. DST is a pod, an IP address, or
-a Service, explained after DNAT as the kernel sees it:
+a Service, explained after DNAT as the kernel sees it (see below).
+
+An address that a domainNames rule admits is matched against what DNS taught:
+--learned names a node agent's /debug/dns (a URL, or a file holding its JSON),
+and explain says which name's answer taught the address, when, and when it
+expires; offline, a state with the lab's zone (ConfigMap
+kube-system/netpol-lab-dns) teaches every name of the zone. Without either,
+domainNames match nothing.
+
+Services:
   svc/NAMESPACE/NAME or service/NAMESPACE/NAME   its ClusterIP; --port is the service port
   nodeport/NODE/NAMESPACE/NAME                   its NodePort on NODE's address; --port is the node port
   an address that is a Service's ClusterIP, load-balancer IP or external IP
@@ -37,6 +47,7 @@ an error or when some input object was invalid (reported on stderr); with
 		Example: "  netpol explain -f cluster.yaml x/a y/b --port tcp/80\n" +
 			"  netpol explain x/a 10.0.0.7 --port udp/53 -o json\n" +
 			"  netpol explain x/a svc/y/web --port tcp/80\n" +
+			"  netpol explain x/a 203.0.113.10 --port tcp/443 --learned http://127.0.0.1:9755/debug/dns\n" +
 			"  netpol explain 192.168.77.254 nodeport/node-1/y/web --port tcp/30080\n" +
 			"  netpol explain x/a y/b --exit-code >/dev/null && echo allowed",
 		Args:              cobra.ExactArgs(2),
@@ -65,6 +76,9 @@ an error or when some input object was invalid (reported on stderr); with
 				return err
 			}
 			l.guard(ap)
+			if err := learnDomains(cmd.Context(), l, learned); err != nil {
+				return err
+			}
 			target, isService, err := serviceDestination(l.snap, args[1], probe)
 			if err != nil {
 				return err
@@ -112,6 +126,7 @@ an error or when some input object was invalid (reported on stderr); with
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	cmd.Flags().StringVar(&family, "family", "", "address family for dual-stack pods: ipv4 or ipv6 (default: the destination's primary address)")
 	agent.register(cmd)
+	cmd.Flags().StringVar(&learned, "learned", "", "what the source's node learned from DNS for domainNames rules: its agent's /debug/dns URL (on the node: http://127.0.0.1:9755/debug/dns) or a file with that JSON")
 	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit with status 1 when the connection is denied (for scripts)")
 	return cmd
 }

@@ -2,7 +2,10 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -25,7 +28,7 @@ import (
 
 // labAgent runs the agent's loop for one lab node: fake API clients, the
 // real kernel of the node's namespace.
-func labAgent(t *testing.T, snap *cluster.Snapshot, n *lab.Node, period time.Duration) {
+func labAgent(t *testing.T, snap *cluster.Snapshot, n *lab.Node, period time.Duration) *Agent {
 	t.Helper()
 	var objs []runtime.Object
 	for _, o := range snap.Namespaces {
@@ -59,6 +62,7 @@ func labAgent(t *testing.T, snap *cluster.Snapshot, n *lab.Node, period time.Dur
 			t.Errorf("agent %s: %v", n.Name, err)
 		}
 	})
+	return a
 }
 
 func readTable(t *testing.T, n *lab.Node, table string) *nft.Table {
@@ -222,4 +226,56 @@ func differences(expected, observed *eval.Table) []string {
 		}
 	}
 	return out
+}
+
+// TestDebugDNS: an agent on a lab node says at /debug/dns which queue
+// statement its kernel took and what it learned, and its metrics carry
+// the DNS counts.
+func TestDebugDNS(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces)")
+	}
+	snap, report := cluster.LoadPaths([]string{"../../testdata/base/e2e.yaml"}, nil)
+	if len(report.Errors) > 0 {
+		t.Fatal(report.Errors)
+	}
+	l, err := lab.Up(context.Background(), snap, lab.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Down(); err != nil {
+			t.Errorf("Down: %v", err)
+		}
+	})
+	a := labAgent(t, snap, l.Node("node-1"), time.Minute)
+	rec := httptest.NewRecorder()
+	a.debugMux().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/dns", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/debug/dns: %d %s", rec.Code, rec.Body)
+	}
+	var st node.DNSStatus
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	queue, err := nft.DetectQueue(int(l.Node("node-1").Handle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Queue != queue.String() || st.QueueNum != node.DefaultDNSQueue {
+		t.Errorf("/debug/dns says queue %q %d, want %q %d", st.Queue, st.QueueNum, queue, node.DefaultDNSQueue)
+	}
+	families, err := a.metrics.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, f := range families {
+		found[f.GetName()] = true
+	}
+	for _, name := range []string{"netpol_dns_answers_total", "netpol_dns_addresses", "netpol_dns_queue_packets_total"} {
+		if !found[name] {
+			t.Errorf("metric %s missing", name)
+		}
+	}
 }

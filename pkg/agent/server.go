@@ -30,7 +30,8 @@ import (
 //     nothing about the cluster.
 //   - metrics (MetricsAddr, plain HTTP, 127.0.0.1 by default): /metrics.
 //   - debug (DebugAddr, plain HTTP, 127.0.0.1 by default): /debug/model and
-//     its watch stream (/debug/model?watch=true).
+//     its watch stream (/debug/model?watch=true), and /debug/dns (what the
+//     node learned for domainNames rules).
 //   - secure (Serving.SecurePort, HTTPS): /metrics and /debug/* for callers
 //     the API server authenticates (TokenReview) and authorizes
 //     (SubjectAccessReview on the non-resource URL) — as kube-scheduler and

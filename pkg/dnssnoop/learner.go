@@ -305,3 +305,24 @@ func (l *Learner) Handler(onErr func(error)) Handler {
 		return true
 	}
 }
+
+// Learned is what a node learned (Learner.Entries, or the agent's
+// /debug/dns), as the evaluator's domain oracle (eval.DomainOracle): an
+// address admits a pattern's rules while its entry has not expired at
+// Now.
+type Learned struct {
+	Entries []Entry
+	Now     time.Time
+}
+
+// Learned reports whether addr is learned for pattern at l.Now, and from
+// which name, when and until when.
+func (l Learned) Learned(pattern string, addr netip.Addr) (bool, string) {
+	for _, e := range l.Entries {
+		if e.Pattern == pattern && e.Addr == addr.Unmap() && e.Expires.After(l.Now) {
+			return true, fmt.Sprintf("%s answered %s at %s; it expires at %s (in %s) unless answered again",
+				e.Name, e.Addr, e.Learned.UTC().Format(time.RFC3339), e.Expires.UTC().Format(time.RFC3339), e.Expires.Sub(l.Now).Round(time.Second))
+		}
+	}
+	return false, ""
+}

@@ -107,6 +107,10 @@ type DirectionVerdict struct {
 	// Ambiguous names other policies of the same priority whose rules
 	// also match: their relative order is implementation-defined.
 	Ambiguous []string `json:"ambiguous,omitempty"`
+	// Domain, when the deciding rule matched the peer only through a
+	// domainNames pattern, names the pattern and how its address was
+	// learned (the DomainOracle's words: name, when, until when).
+	Domain string `json:"domain,omitempty"`
 	// SelectedBy lists, per tier, the policies that apply to the subject.
 	SelectedBy map[string][]string `json:"selectedBy,omitempty"`
 	// Skipped lists the rules, in evaluation order, that were considered
@@ -324,6 +328,7 @@ func (e *Evaluator) orderedTier(tier policy.Tier, rules []PlanRule, d policy.Dir
 		if tr != nil {
 			e.record(tr, tier, cp, cr, d)
 			tr.Ambiguous = e.ambiguous(rules, pr, d, m)
+			tr.Domain = m.learnedBy(pr, cr)
 			if pr.Action == policy.Pass {
 				next := policy.TierNetworkPolicy
 				if tier == policy.TierBaseline {
@@ -504,6 +509,25 @@ func (m matcher) peerMatches(cr *compiledRule) bool {
 		}
 	}
 	return false
+}
+
+// learnedBy says which domainNames pattern admitted the peer of a rule
+// that matched, when no other peer of the rule did ("" then).
+func (m matcher) learnedBy(pr PlanRule, cr *compiledRule) string {
+	if pr.Match == MatchAll || cr.AllPeers || len(cr.domains) == 0 || m.domains == nil {
+		return ""
+	}
+	others := *cr
+	others.domains = nil
+	if (matcher{ix: m.ix, peer: m.peer}).peerMatches(&others) {
+		return ""
+	}
+	for _, pattern := range cr.domains {
+		if ok, how := m.domains.Learned(pattern, m.peer.Addr); ok {
+			return fmt.Sprintf("domainNames %q: %s", pattern, how)
+		}
+	}
+	return ""
 }
 
 func inBlock(b policy.Peer, a netip.Addr) bool {

@@ -78,6 +78,9 @@ func ExplainRules(w io.Writer, v *eval.Verdict, s Style, rules *Rules) {
 		if strings.Contains(d.dv.Reason, "fails closed") && d.dv.Rule != "" {
 			fmt.Fprintf(w, "  Why: %s\n", d.dv.Reason)
 		}
+		if d.dv.Domain != "" {
+			fmt.Fprintf(w, "  Learned: %s\n", d.dv.Domain)
+		}
 		for _, a := range d.dv.Ambiguous {
 			fmt.Fprintf(w, "  Ambiguous: %s\n", a)
 		}
