@@ -94,7 +94,7 @@ func (d *dnsBench) resolve(pod, name string) (time.Duration, error) {
 	return time.Since(start), err
 }
 
-type dnsCounts struct{ answers, packets, errors int64 }
+type dnsCounts struct{ answers, packets, errors, queued int64 }
 
 // counts sums the learners' and queues' counts over the nodes.
 func (d *dnsBench) counts() dnsCounts {
@@ -103,6 +103,7 @@ func (d *dnsBench) counts() dnsCounts {
 		c.answers += st.Stats.Answers
 		c.packets += int64(st.QueuePackets)
 		c.errors += int64(st.QueueErrors)
+		c.queued += int64(st.QueuedAnswers)
 	}
 	return c
 }
@@ -236,6 +237,14 @@ func BenchmarkDNSLearnBurst(b *testing.B) {
 			b.ReportMetric(float64(read), "queue-read")
 			b.ReportMetric(float64(ok.Load()-read), "passed-unread")
 			b.ReportMetric(float64(after.errors-before.errors), "queue-errors")
+			// What the agent's metrics show of it: the queue rules'
+			// counters (netpol_dns_answers_queued_total) minus the packets
+			// read (netpol_dns_queue_packets_total).
+			unread := (after.queued - before.queued) - (after.packets - before.packets)
+			b.ReportMetric(float64(unread), "metric-unread")
+			if unread != ok.Load()-read {
+				b.Errorf("the metrics say %d answers passed unread, the pods got %d more answers than the queue read", unread, ok.Load()-read)
+			}
 			b.Logf("%s, %d workers, %v: %d resolutions succeeded (%.0f/s), %d failed (first: %v); server answered %d; queue read %d answers (%d packets), %d passed unread; %d queue errors",
 				c.name, c.workers, elapsed.Round(time.Millisecond), ok.Load(), float64(ok.Load())/elapsed.Seconds(), failed.Load(), firstErr.Load(),
 				d.lab.DNSQueries()-served, read, after.packets-before.packets, ok.Load()-read, after.errors-before.errors)

@@ -3,6 +3,8 @@ package conformance_test
 import (
 	"context"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/domain"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/node"
@@ -25,13 +28,19 @@ var web = eval.Probe{Protocol: corev1.ProtocolTCP, Port: 80}
 // kube-dns's endpoint, its addresses on the outside serving tcp/80) and
 // programs its nodes with DNS learning, as the agent does.
 func domainLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, *conformance.Enforcer) {
+	return domainLabFrom(t, domainsFixture, web)
+}
+
+// domainLabFrom is domainLab for another state file, the outside serving
+// ports.
+func domainLabFrom(t *testing.T, path string, ports ...eval.Probe) (*cluster.Snapshot, *lab.Lab, *conformance.Enforcer) {
 	t.Helper()
 	requireRoot(t)
-	snap, report := cluster.LoadPaths([]string{domainsFixture}, nil)
+	snap, report := cluster.LoadPaths([]string{path}, nil)
 	if len(report.Errors) > 0 {
 		t.Fatal(report.Errors)
 	}
-	l, err := lab.Up(context.Background(), snap, lab.Options{OutsidePorts: []eval.Probe{web}})
+	l, err := lab.Up(context.Background(), snap, lab.Options{OutsidePorts: ports})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +71,10 @@ func domainLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, *conformance.Enforcer
 // address. The table covers an exact-and-wildcard pattern
 // (*.example.com), a CNAME to a name the pattern does not match
 // (www.example.com -> cdn.example.net), a name outside it
-// (api.example.org), a 100-address answer over 1,232 bytes, the DNS pod
-// on the client's node and on another.
+// (api.example.org), the apex a wildcard does not match (example.com),
+// an exact name (mirror.example.net), two policies whose patterns overlap
+// (x/b's www.example.com and *.example.com), a 100-address answer over
+// 1,232 bytes, the DNS pod on the client's node and on another.
 func TestDomainNamesInKernel(t *testing.T) {
 	snap, l, enf := domainLab(t)
 	ev := eval.New(snap, policy.Build(snap))
@@ -93,6 +104,10 @@ func TestDomainNamesInKernel(t *testing.T) {
 			// address was learned through www.example.com.
 			"x/a dns/cdn.example.net":                 true,
 			"x/a dns/api.example.org":                 false,
+			"x/b dns/api.example.org":                 true,  // x/b's own policy
+			"x/b dns/www.example.com":                 true,  // both policies' patterns match it
+			"x/a dns/example.com":                     false, // *.example.com is not example.com
+			"x/a dns/mirror.example.net":              true,  // an exact name
 			"x/b dns/big.example.com":                 true,
 			"kube-system/coredns dns/api.example.org": true, // no policy selects it
 		} {
@@ -105,8 +120,11 @@ func TestDomainNamesInKernel(t *testing.T) {
 	for _, st := range enf.DNSStatus() {
 		learned += int(st.Stats.Known)
 		for _, e := range st.Entries {
-			if e.Name != "www.example.com" && e.Addr == netip.MustParseAddr("203.0.113.20") || strings.HasSuffix(e.Name, ".example.org") || strings.HasSuffix(e.Name, ".net") {
-				t.Errorf("learned %+v: only names *.example.com matches teach", e)
+			// What a pattern learned came from a name it matches: the
+			// CNAME's target (cdn.example.net) taught nothing.
+			p, err := domain.ParsePattern(e.Pattern)
+			if err != nil || !p.Matches(e.Name) || e.Name == "cdn.example.net" {
+				t.Errorf("learned %+v: not from a name the pattern matches", e)
 			}
 		}
 		if st.Stats.Errors > 0 {
@@ -171,5 +189,48 @@ func TestDomainNameExpiresAndSurvivesRestart(t *testing.T) {
 	}
 	if o := connect(netip.MustParseAddr("203.0.113.40")); o.Allowed {
 		t.Fatal("api.example.org's address was admitted, never learned for *.example.com")
+	}
+}
+
+// TestDomainNameEstablishedOutlivesTTL: a connection made while the
+// address was learned goes on after the TTL ran out (`ct state
+// established` comes first); a new one is denied. UDP, so that a fixed
+// source port makes the later datagram part of the same conntrack entry.
+func TestDomainNameEstablishedOutlivesTTL(t *testing.T) {
+	data, err := os.ReadFile(domainsFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tcp80 = "      - tcp: {destinationPort: {number: 80}}\n"
+	text := string(data)
+	if !strings.Contains(text, tcp80) {
+		t.Fatalf("%s no longer has the line %q", domainsFixture, tcp80)
+	}
+	text = strings.Replace(text, tcp80, tcp80+"      - udp: {destinationPort: {number: 80}}\n", 1)
+	path := filepath.Join(t.TempDir(), "lab-dns-udp.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	udp80 := eval.Probe{Protocol: corev1.ProtocolUDP, Port: 80}
+	_, l, _ := domainLabFrom(t, path, web, udp80)
+	ctx := context.Background()
+	server, _ := l.ClusterDNS(netip.MustParseAddr("10.244.1.10"))
+	addrs, err := l.Resolve(ctx, "x/a", "short.example.com", false, server)
+	if err != nil || len(addrs) == 0 {
+		t.Fatalf("resolving: %v %v", addrs, err)
+	}
+	learnedAt := time.Now()
+	dial := func(sport uint16) lab.Observation {
+		return l.Dial(ctx, "x/a", netip.AddrPortFrom(addrs[0], 80), corev1.ProtocolUDP, lab.DialOptions{Timeout: 500 * time.Millisecond, SourcePort: sport})
+	}
+	if o := dial(40123); !o.Allowed {
+		t.Fatalf("before the TTL ran out: %s", o.Result)
+	}
+	time.Sleep(time.Until(learnedAt.Add(2500 * time.Millisecond)))
+	if o := dial(40124); o.Allowed {
+		t.Fatal("a new flow 2.5 s after a 2 s answer was admitted")
+	}
+	if o := dial(40123); !o.Allowed {
+		t.Fatalf("the flow made before the TTL ran out was cut: %s", o.Result)
 	}
 }

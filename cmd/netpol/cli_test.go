@@ -743,15 +743,18 @@ func TestTableDomains(t *testing.T) {
 	for cell, want := range map[string]string{
 		"x/a dns/allowed.example.com": "true 203.0.113.10 TCP/80",
 		"x/a dns/www.example.com":     "true 203.0.113.20 TCP/80", // the CNAME's target address
-		"x/b dns/api.example.org":     "false 203.0.113.40 TCP/80",
+		"x/a dns/api.example.org":     "false 203.0.113.40 TCP/80",
+		"x/b dns/api.example.org":     "true 203.0.113.40 TCP/80",  // x/b's own policy
+		"x/a dns/example.com":         "false 203.0.113.50 TCP/80", // *.example.com is not example.com
+		"x/a dns/mirror.example.net":  "true 203.0.113.60 TCP/80",
 		"x/b dns/big.example.com":     "true 198.51.100.1 TCP/80",
 	} {
 		if cells[cell] != want {
 			t.Errorf("%s: %q, want %q", cell, cells[cell], want)
 		}
 	}
-	if len(got.Results) != 18 {
-		t.Errorf("%d rows, want 3 pods x 6 names x 1 port", len(got.Results))
+	if len(got.Results) != 24 {
+		t.Errorf("%d rows, want 3 pods x 8 names x 1 port", len(got.Results))
 	}
 	if _, _, err := run(t, "", "table", "-f", "../../examples/demo", "--domains"); err == nil || !strings.Contains(err.Error(), "netpol-lab-dns") {
 		t.Errorf("without a zone: %v", err)

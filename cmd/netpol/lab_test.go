@@ -322,7 +322,7 @@ func TestLabProbeDomainsCompare(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, stderr)
 		}
-		if !strings.Contains(stderr, "the kernel agrees with the evaluator on all 18 domain probe(s)") {
+		if !strings.Contains(stderr, "the kernel agrees with the evaluator on all 24 domain probe(s)") {
 			t.Errorf("%v: no agreement stated:\n%s", extra, stderr)
 		}
 		var got struct {

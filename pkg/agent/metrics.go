@@ -49,11 +49,12 @@ var (
 	dnsKnown    = prometheus.NewDesc("netpol_dns_addresses", "Learned elements not expired.", nil, nil)
 	dnsFailures = prometheus.NewDesc("netpol_dns_answer_errors_total", "Answers that taught nothing: unreadable, or their transaction failed (the answer still went on).", nil, nil)
 	dnsPackets  = prometheus.NewDesc("netpol_dns_queue_packets_total", "Packets read from the DNS queue.", nil, nil)
+	dnsQueued   = prometheus.NewDesc("netpol_dns_answers_queued_total", "Answers the queue rules handed to the queue, read or not: past the queue's length the kernel lets them pass unread (fail-open), which is this minus netpol_dns_queue_packets_total.", nil, nil)
 	dnsQErrors  = prometheus.NewDesc("netpol_dns_queue_errors_total", "Queue socket errors (ENOBUFS: the kernel lost messages to the agent) and failed verdicts.", nil, nil)
 )
 
 func (c dnsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{dnsAnswers, dnsLearned, dnsExpired, dnsKnown, dnsFailures, dnsPackets, dnsQErrors} {
+	for _, d := range []*prometheus.Desc{dnsAnswers, dnsLearned, dnsExpired, dnsKnown, dnsFailures, dnsPackets, dnsQueued, dnsQErrors} {
 		ch <- d
 	}
 }
@@ -72,6 +73,7 @@ func (c dnsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(dnsFailures, float64(st.Stats.Errors))
 	counter(dnsPackets, float64(st.QueuePackets))
 	counter(dnsQErrors, float64(st.QueueErrors))
+	counter(dnsQueued, float64(st.QueuedAnswers))
 	ch <- prometheus.MustNewConstMetric(dnsKnown, prometheus.GaugeValue, float64(st.Stats.Known))
 }
 

@@ -44,6 +44,10 @@ const (
 	DNSChainPriority = -10
 )
 
+// DNSChains are the chains whose rules' counters count the answers
+// handed to the queue, read or passed unread.
+var DNSChains = []string{"dns-" + chainForward, "dns-" + chainOutput}
+
 // commentDNSAnswers names the queue rules in explain and trace.
 const commentDNSAnswers = "answers of the cluster DNS to a pod with domainNames rules: the agent learns their addresses"
 
@@ -54,12 +58,13 @@ func (c *compiler) dnsChains(d *DNS) error {
 			Elements: dnsServerElements(d.Servers, f)})
 		c.t.AddSet(&nft.Set{Name: setDNSClients + f.Suffix, Fields: []nft.FieldType{f.Field}})
 	}
-	for _, hook := range []string{chainForward, chainOutput} {
-		ch := c.t.AddChain(&nft.Chain{Name: "dns-" + hook, Base: &nft.Hook{Type: "filter", Hook: hook, Priority: DNSChainPriority, Policy: "accept"}})
+	for i, hook := range []string{chainForward, chainOutput} {
+		ch := c.t.AddChain(&nft.Chain{Name: DNSChains[i], Base: &nft.Hook{Type: "filter", Hook: hook, Priority: DNSChainPriority, Policy: "accept"}})
 		for _, f := range nft.Families {
 			r, err := nft.NewRule().CtEstablishedRelated().
 				In(f, setDNSServers+f.Suffix, nft.AddrOf(f, nft.Src), nft.L4Proto(), nft.SrcPort()).
 				AddrInSet(f, nft.Dst, setDNSClients+f.Suffix).
+				Counter(). // answers queued, read or not (DNSChains)
 				Queue(d.Queue, d.QueueNum)
 			if err != nil {
 				return fmt.Errorf("the DNS answers' queue: %w", err)

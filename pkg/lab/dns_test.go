@@ -499,7 +499,7 @@ func TestPlanDNSExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.dns == nil || addrStrings(p.dns.servers) != "10.244.1.53" || len(p.dns.addrs) != 104 {
+	if p.dns == nil || addrStrings(p.dns.servers) != "10.244.1.53" || len(p.dns.addrs) != 106 {
 		t.Fatalf("dns plan %+v", p.dns)
 	}
 	for name, want := range map[string]string{

@@ -75,6 +75,37 @@ func (b *Builder) Queue(k QueueKind, num uint16) (*Rule, error) {
 	return b.rule(), nil
 }
 
+// Counter counts the packets and bytes that reach it (`counter`):
+// RuleCounters reads them.
+func (b *Builder) Counter() *Builder {
+	b.exprs = append(b.exprs, &expr.Counter{})
+	b.words = append(b.words, "counter")
+	return b
+}
+
+// RuleCounters sums the packets the counters of a chain's rules counted,
+// in the inet table of the network namespace netnsFd (< 0: the current
+// one).
+func RuleCounters(netnsFd int, table, chain string) (uint64, error) {
+	conn, err := newConnBuf(netnsFd, false, 1<<16)
+	if err != nil {
+		return 0, err
+	}
+	rules, err := conn.GetRules(&nftables.Table{Name: table, Family: nftables.TableFamilyINet}, &nftables.Chain{Name: chain})
+	if err != nil {
+		return 0, fmt.Errorf("chain %s: %w", chain, err)
+	}
+	var packets uint64
+	for _, r := range rules {
+		for _, e := range r.Exprs {
+			if c, ok := e.(*expr.Counter); ok {
+				packets += c.Packets
+			}
+		}
+	}
+	return packets, nil
+}
+
 // queueNum is the queue a queue statement of either kind sends to; ok is
 // false for any other expression.
 func queueNum(e expr.Any) (num uint16, ok bool) {

@@ -17,6 +17,7 @@ import (
 	"github.com/netpol/netpol/pkg/dnssnoop"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
+	"golang.org/x/sys/unix"
 )
 
 // DNSOptions turn on domainNames enforcement: the node's policy table
@@ -50,6 +51,8 @@ type dnsSnooper struct {
 	kind    nft.QueueKind
 	learner *dnssnoop.Learner
 	queue   *dnssnoop.Queue
+	netns   int // a copy of the namespace's fd (-1: the current one), for the rule counters
+	table   string
 
 	mu       sync.Mutex // DNS() reads these while a sync runs
 	patterns []string   // the learner's, as last set
@@ -67,7 +70,12 @@ type DNSStatus struct {
 	Stats    dnssnoop.LearnerStats
 	// QueuePackets and QueueErrors are the reader's counts.
 	QueuePackets, QueueErrors uint64
-	Entries                   []dnssnoop.Entry
+	// QueuedAnswers is what the queue rules' counters counted: answers
+	// handed to the queue, read or not. Past the queue's length the
+	// kernel lets answers pass unread (fail-open; it counts them nowhere
+	// else): QueuedAnswers - QueuePackets.
+	QueuedAnswers uint64
+	Entries       []dnssnoop.Entry
 }
 
 // startDNS detects the kernel's queue statement and starts reading the
@@ -75,7 +83,7 @@ type DNSStatus struct {
 // (domainNames rules admit nothing), which the returned error says; the
 // Programmer is still made.
 func (p *Programmer) startDNS(netnsFd int, opts DNSOptions) error {
-	d := &dnsSnooper{opts: opts}
+	d := &dnsSnooper{opts: opts, netns: -1, table: p.opts.Table}
 	if d.opts.QueueNum == 0 {
 		d.opts.QueueNum = DefaultDNSQueue
 	}
@@ -84,7 +92,18 @@ func (p *Programmer) startDNS(netnsFd int, opts DNSOptions) error {
 		return fmt.Errorf("domainNames rules admit nothing on this node: the kernel has no queue statement (neither nft_queue nor the xtables NFQUEUE target): %w", err)
 	}
 	d.kind = kind
+	if netnsFd >= 0 {
+		if d.netns, err = unix.Dup(netnsFd); err != nil {
+			return fmt.Errorf("domainNames: %w", err)
+		}
+	}
+	closeNetNS := func() {
+		if d.netns >= 0 {
+			unix.Close(d.netns)
+		}
+	}
 	if d.learner, err = dnssnoop.NewLearner(netnsFd, p.opts.Table, d.opts.Learner); err != nil {
+		closeNetNS()
 		return fmt.Errorf("domainNames: %w", err)
 	}
 	qfd := netnsFd
@@ -96,6 +115,7 @@ func (p *Programmer) startDNS(netnsFd int, opts DNSOptions) error {
 		d.learner.Handler(func(err error) { log.Warn("a DNS answer taught nothing", "err", err) }))
 	if err != nil {
 		d.learner.Close()
+		closeNetNS()
 		return fmt.Errorf("domainNames: %w", err)
 	}
 	p.dns = d
@@ -247,6 +267,13 @@ func (p *Programmer) DNS(entries bool) *DNSStatus {
 		st.Entries = d.learner.Entries()
 	}
 	st.QueuePackets, st.QueueErrors = d.queue.Stats.Packets.Load(), d.queue.Stats.Errors.Load()
+	for _, chain := range compiler.DNSChains {
+		n, err := nft.RuleCounters(d.netns, d.table, chain)
+		if err != nil {
+			break // before the first sync: no chain yet
+		}
+		st.QueuedAnswers += n
+	}
 	return st
 }
 
@@ -254,5 +281,9 @@ func (d *dnsSnooper) close() error {
 	if d == nil {
 		return nil
 	}
-	return errors.Join(d.queue.Close(), d.learner.Close())
+	err := errors.Join(d.queue.Close(), d.learner.Close())
+	if d.netns >= 0 {
+		unix.Close(d.netns)
+	}
+	return err
 }
