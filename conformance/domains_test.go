@@ -77,25 +77,8 @@ func domainLabFrom(t *testing.T, path string, ports ...eval.Probe) (*cluster.Sna
 // 1,232 bytes, the DNS pod on the client's node and on another.
 func TestDomainNamesInKernel(t *testing.T) {
 	snap, l, enf := domainLab(t)
-	ev := eval.New(snap, policy.Build(snap))
-	ev.LearnDomains(conformance.ZoneOracle(l.Zone()))
 	for _, tcp := range []bool{false, true} {
-		opts := conformance.DomainProbeOptions{Probes: []eval.Probe{web}, TCP: tcp}
-		want, err := conformance.ExpectedDomains(ev, snap, l.Zone(), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := conformance.ProbeDomains(context.Background(), l, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diffs := conformance.CompareDomains(want, got); len(diffs) > 0 {
-			t.Fatalf("tcp=%v: the kernel and the evaluator differ:\n%s", tcp, strings.Join(diffs, "\n"))
-		}
-		cells := map[string]bool{}
-		for _, r := range got {
-			cells[r.From+" "+r.To] = r.Allowed
-		}
+		cells := domainsAgree(t, snap, l, tcp)
 		for cell, allowed := range map[string]bool{
 			"x/a dns/allowed.example.com": true,
 			"x/b dns/allowed.example.com": true, // the DNS pod is on the other node
@@ -133,6 +116,62 @@ func TestDomainNamesInKernel(t *testing.T) {
 	}
 	if learned < 100 {
 		t.Errorf("%d addresses learned, want at least big.example.com's 100", learned)
+	}
+}
+
+// domainsAgree probes the lab's domain rows and requires the evaluator's;
+// it returns the kernel's cells ("from to") by allowed.
+func domainsAgree(t *testing.T, snap *cluster.Snapshot, l *lab.Lab, tcp bool) map[string]bool {
+	t.Helper()
+	ev := eval.New(snap, policy.Build(snap))
+	ev.LearnDomains(conformance.ZoneOracle(l.Zone()))
+	opts := conformance.DomainProbeOptions{Probes: []eval.Probe{web}, TCP: tcp}
+	want, err := conformance.ExpectedDomains(ev, snap, l.Zone(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := conformance.ProbeDomains(context.Background(), l, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diffs := conformance.CompareDomains(want, got); len(diffs) > 0 {
+		t.Fatalf("tcp=%v: the kernel and the evaluator differ:\n%s", tcp, strings.Join(diffs, "\n"))
+	}
+	cells := map[string]bool{}
+	for _, r := range got {
+		cells[r.From+" "+r.To] = r.Allowed
+	}
+	return cells
+}
+
+// TestDomainNamesInKernelIPv6: AAAA answers through kube-dns's IPv6
+// ClusterIP, learned into the patterns' IPv6 sets, admit IPv6
+// connections; a pod whose primary address is IPv4 asks for A records.
+func TestDomainNamesInKernelIPv6(t *testing.T) {
+	snap, l, enf := domainLabFrom(t, "testdata/lab-dns-dualstack.yaml", web)
+	cells := domainsAgree(t, snap, l, false)
+	for cell, allowed := range map[string]bool{
+		"x/b dns/allowed.example.com": true, // 2001:db8:113::10
+		"x/b dns/v6only.example.com":  true,
+		"x/b dns/www.example.com":     true, // AAAA through the CNAME
+		"x/b dns/api.example.org":     false,
+		"x/a dns/allowed.example.com": true, // A: x/a's primary is IPv4
+		"x/a dns/v6only.example.com":  false,
+	} {
+		if got, ok := cells[cell]; !ok || got != allowed {
+			t.Errorf("%s allowed %v (probed %v), want %v", cell, got, ok, allowed)
+		}
+	}
+	var v6 int
+	for _, st := range enf.DNSStatus() {
+		for _, e := range st.Entries {
+			if e.Addr.Is6() {
+				v6++
+			}
+		}
+	}
+	if v6 == 0 {
+		t.Error("no IPv6 address learned")
 	}
 }
 
