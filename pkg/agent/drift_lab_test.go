@@ -74,28 +74,15 @@ func readTable(t *testing.T, n *lab.Node, table string) *nft.Table {
 	return got
 }
 
-// TestResyncRepairsTamperedLab: agents program a lab's two nodes; each of
-// four changes made to node-1's tables behind the agent's back (a rule
-// deleted, an element added, a NAT chain flushed, `nft flush ruleset`) is
-// repaired within the resync period, and real probes agree with the
-// evaluator afterwards.
-func TestResyncRepairsTamperedLab(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces)")
-	}
-	const period = time.Second
+// e2eLab brings up a lab of testdata/base/e2e.yaml with docs (YAML)
+// added, taken down at the end of the test.
+func e2eLab(t *testing.T, docs string) (*cluster.Snapshot, *lab.Lab) {
+	t.Helper()
 	snap, report := cluster.LoadPaths([]string{"../../testdata/base/e2e.yaml"}, nil)
 	if len(report.Errors) > 0 {
 		t.Fatal(report.Errors)
 	}
-	if r := snap.AddDocuments([]byte(`
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: only-from-y, namespace: "y"}
-spec:
-  podSelector: {}
-  ingress: [{from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: "y"}}}]}]
-`), "test", true); len(r.Errors) > 0 {
+	if r := snap.AddDocuments([]byte(docs), "test", true); len(r.Errors) > 0 {
 		t.Fatal(r.Errors)
 	}
 	l, err := lab.Up(context.Background(), snap, lab.Options{})
@@ -107,6 +94,27 @@ spec:
 			t.Errorf("Down: %v", err)
 		}
 	})
+	return snap, l
+}
+
+// TestResyncRepairsTamperedLab: agents program a lab's two nodes; each of
+// four changes made to node-1's tables behind the agent's back (a rule
+// deleted, an element added, a NAT chain flushed, `nft flush ruleset`) is
+// repaired within the resync period, and real probes agree with the
+// evaluator afterwards.
+func TestResyncRepairsTamperedLab(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces)")
+	}
+	const period = time.Second
+	snap, l := e2eLab(t, `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: only-from-y, namespace: "y"}
+spec:
+  podSelector: {}
+  ingress: [{from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: "y"}}}]}]
+`)
 	for _, n := range l.Nodes() {
 		labAgent(t, snap, n, period)
 	}
@@ -235,19 +243,7 @@ func TestDebugDNS(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces)")
 	}
-	snap, report := cluster.LoadPaths([]string{"../../testdata/base/e2e.yaml"}, nil)
-	if len(report.Errors) > 0 {
-		t.Fatal(report.Errors)
-	}
-	l, err := lab.Up(context.Background(), snap, lab.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			t.Errorf("Down: %v", err)
-		}
-	})
+	snap, l := e2eLab(t, "")
 	a := labAgent(t, snap, l.Node("node-1"), time.Minute)
 	rec := httptest.NewRecorder()
 	a.debugMux().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/dns", nil))

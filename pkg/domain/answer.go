@@ -89,13 +89,7 @@ func Learn(msg []byte) ([]Learned, error) {
 					continue
 				}
 				for _, rr := range o.addrs {
-					var a netip.Addr
-					switch r := rr.(type) {
-					case *dns.A:
-						a, _ = netip.AddrFromSlice(r.A.To4())
-					case *dns.AAAA:
-						a, _ = netip.AddrFromSlice(r.AAAA.To16())
-					}
+					a := rrAddr(rr)
 					if !a.IsValid() {
 						continue
 					}

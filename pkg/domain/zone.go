@@ -139,6 +139,7 @@ func (z *Zone) add(rr dns.RR) error {
 	return nil
 }
 
+// rrAddr is an A or AAAA record's address (invalid for other types).
 func rrAddr(rr dns.RR) netip.Addr {
 	var a netip.Addr
 	switch r := rr.(type) {
