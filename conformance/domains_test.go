@@ -177,8 +177,9 @@ func TestDomainNamesInKernelIPv6(t *testing.T) {
 
 // TestDomainNameExpiresAndSurvivesRestart: an address learned from a
 // 2-second answer admits new connections until its TTL runs out and none
-// after; an address learned before the agent side restarts still admits
-// after it, without a new answer.
+// after; while no agent reads the queue DNS works and nothing is learned;
+// an address learned before the agent side restarts still admits after
+// it, without a new answer.
 func TestDomainNameExpiresAndSurvivesRestart(t *testing.T) {
 	snap, l, enf := domainLab(t)
 	ctx := context.Background()
@@ -217,6 +218,12 @@ func TestDomainNameExpiresAndSurvivesRestart(t *testing.T) {
 	// them through its first sync.
 	allowed := resolve("allowed.example.com")
 	enf.Close()
+	// No reader: answers pass (bypass), DNS keeps working, and nothing is
+	// learned, so a name not resolved before admits nothing.
+	mirror := resolve("mirror.example.net")
+	if o := connect(mirror); o.Allowed {
+		t.Fatal("with no agent reading the queue, an address was admitted that nothing learned")
+	}
 	enf2 := conformance.NewEnforcer(l)
 	enf2.DNS = &node.DNSOptions{}
 	t.Cleanup(enf2.Close)
