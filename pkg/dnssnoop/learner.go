@@ -52,8 +52,10 @@ type Learner struct {
 // Entry is one learned address of one pattern, as the agent shows it
 // (/debug/dns, explain).
 type Entry struct {
-	Pattern string     `json:"pattern"`
-	Name    string     `json:"name"` // the name asked for
+	Pattern string `json:"pattern"`
+	// Name is the name asked for; "" for an address the Learner found in
+	// the kernel's set when it started (adopt).
+	Name    string     `json:"name"`
 	Addr    netip.Addr `json:"address"`
 	Learned time.Time  `json:"learned"`
 	Expires time.Time  `json:"expires"`
@@ -108,9 +110,47 @@ func (l *Learner) SetPatterns(patterns []string) error {
 		ps = append(ps, learnPattern{pattern: p, prefix: compiler.DomainSetPrefix(p.String())})
 	}
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := map[string]bool{}
+	for _, p := range l.patterns {
+		old[p.prefix] = true
+	}
 	l.patterns = ps
-	l.mu.Unlock()
+	for _, p := range ps {
+		if !old[p.prefix] {
+			l.adopt(p)
+		}
+	}
 	return nil
+}
+
+// adopt makes what the kernel's sets of p hold known (a restarted agent's
+// Learner, or a pattern the table had before): a later answer then sets
+// their timeouts anew with a delete and an add, as for what it learned
+// itself. Their names are not known. A set that is not there, or a dump
+// that fails, adopts nothing: later answers then add plainly.
+func (l *Learner) adopt(p learnPattern) {
+	now := l.now()
+	for _, f := range nft.Families {
+		set, err := l.conn.GetSetByName(l.table, p.prefix+f.Suffix)
+		if err != nil {
+			continue
+		}
+		els, err := l.conn.GetSetElements(set)
+		if err != nil {
+			continue
+		}
+		for _, e := range els {
+			a, ok := netip.AddrFromSlice(e.Key)
+			if !ok || e.Expires <= 0 {
+				continue
+			}
+			el := element{set.Name, a.Unmap()}
+			if _, known := l.known[el]; !known {
+				l.known[el] = Entry{Pattern: p.pattern.String(), Addr: el.addr, Expires: now.Add(e.Expires)}
+			}
+		}
+	}
 }
 
 // Close releases the netlink socket.
@@ -320,8 +360,12 @@ type Learned struct {
 func (l Learned) Learned(pattern string, addr netip.Addr) (bool, string) {
 	for _, e := range l.Entries {
 		if e.Pattern == pattern && e.Addr == addr.Unmap() && e.Expires.After(l.Now) {
-			return true, fmt.Sprintf("%s answered %s at %s; it expires at %s (in %s) unless answered again",
-				e.Name, e.Addr, e.Learned.UTC().Format(time.RFC3339), e.Expires.UTC().Format(time.RFC3339), e.Expires.Sub(l.Now).Round(time.Second))
+			how := fmt.Sprintf("%s answered %s at %s", e.Name, e.Addr, e.Learned.UTC().Format(time.RFC3339))
+			if e.Name == "" {
+				how = fmt.Sprintf("an answer before the agent started taught %s", e.Addr)
+			}
+			return true, fmt.Sprintf("%s; it expires at %s (in %s) unless answered again",
+				how, e.Expires.UTC().Format(time.RFC3339), e.Expires.Sub(l.Now).Round(time.Second))
 		}
 	}
 	return false, ""

@@ -165,6 +165,35 @@ func TestLearner(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("learned again", wildcard+"4", map[netip.Addr]time.Duration{a4: 300 * time.Second, cdn: 30 * time.Second})
+
+	// A restarted agent's Learner adopts what the sets hold: it shows the
+	// addresses (without names), and a later answer sets their timeouts
+	// anew by delete and add, as for its own.
+	again, err := NewLearner(int(h), "netpol", LearnerOptions{Floor: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if err := again.SetPatterns([]string{"*.example.com", "www.example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	adopted := map[string]Entry{}
+	for _, e := range again.Entries() {
+		adopted[e.Pattern+" "+e.Addr.String()] = e
+	}
+	if e, ok := adopted["*.example.com 198.51.100.7"]; !ok || e.Name != "" || time.Until(e.Expires) > 30*time.Second || time.Until(e.Expires) < 20*time.Second {
+		t.Errorf("adopted %v, want *.example.com 198.51.100.7 expiring in 20-30 s, without a name", adopted)
+	}
+	if len(adopted) != 3 { // a4 in both patterns' sets, cdn in the wildcard's
+		t.Errorf("adopted %d entries, want 3: %v", len(adopted), adopted)
+	}
+	if _, err := again.Learn(answerSegment(t, "img.example.com", dns.TypeA, "img.example.com. 7 IN A 198.51.100.7")); err != nil {
+		t.Fatal(err)
+	}
+	check("refreshed after a restart", wildcard+"4", map[netip.Addr]time.Duration{a4: 300 * time.Second, cdn: 7 * time.Second})
+	if st := again.Stats(); st.Errors != 0 {
+		t.Errorf("%d answers failed after the restart", st.Errors)
+	}
 }
 
 // TestAnswerReleasedAfterCommit: an answer read from the queue reaches
