@@ -63,11 +63,11 @@ type Entry struct {
 
 // LearnerStats count what the Learner did.
 type LearnerStats struct {
-	Answers int64 // DNS messages read
-	Learned int64 // (pattern set, address) elements added or refreshed
-	Expired int64 // elements whose timeout ran out without a new answer
-	Errors  int64 // answers not committed (garbage, a failed transaction)
-	Known   int64 // elements learned and not expired now
+	Answers int64 `json:"answers"` // DNS messages read
+	Learned int64 `json:"learned"` // (pattern set, address) elements added or refreshed
+	Expired int64 `json:"expired"` // elements whose timeout ran out without a new answer
+	Errors  int64 `json:"errors"`  // answers not committed (garbage, a failed transaction)
+	Known   int64 `json:"known"`   // elements learned and not expired now
 }
 
 type learnPattern struct {

@@ -63,19 +63,20 @@ type dnsSnooper struct {
 type DNSStatus struct {
 	// Queue is the kernel's queue statement ("no queue": domainNames
 	// rules admit nothing on this node).
-	Queue    string
-	QueueNum uint16
-	Servers  []netip.AddrPort
-	Patterns []string
-	Stats    dnssnoop.LearnerStats
+	Queue    string                `json:"queue"`
+	QueueNum uint16                `json:"queueNum,omitempty"`
+	Servers  []netip.AddrPort      `json:"servers"`
+	Patterns []string              `json:"patterns"`
+	Stats    dnssnoop.LearnerStats `json:"stats"`
 	// QueuePackets and QueueErrors are the reader's counts.
-	QueuePackets, QueueErrors uint64
+	QueuePackets uint64 `json:"queuePackets"`
+	QueueErrors  uint64 `json:"queueErrors"`
 	// QueuedAnswers is what the queue rules' counters counted: answers
 	// handed to the queue, read or not. Past the queue's length the
 	// kernel lets answers pass unread (fail-open; it counts them nowhere
 	// else): QueuedAnswers - QueuePackets.
-	QueuedAnswers uint64
-	Entries       []dnssnoop.Entry
+	QueuedAnswers uint64           `json:"queuedAnswers"`
+	Entries       []dnssnoop.Entry `json:"entries"`
 }
 
 // startDNS detects the kernel's queue statement and starts reading the
@@ -112,7 +113,7 @@ func (p *Programmer) startDNS(netnsFd int, opts DNSOptions) error {
 	}
 	log := p.opts.Logger
 	d.queue, err = dnssnoop.Open(dnssnoop.Config{NetNS: qfd, Num: d.opts.QueueNum, MaxLen: d.opts.MaxQueueLen, Latency: d.opts.Latency},
-		d.learner.Handler(func(err error) { log.Warn("a DNS answer taught nothing", "err", err) }))
+		d.learner.Handler(func(err error) { log.Debug("a DNS answer taught nothing", "err", err) })) // counted: netpol_dns_answer_errors_total
 	if err != nil {
 		d.learner.Close()
 		closeNetNS()
