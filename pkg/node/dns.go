@@ -146,10 +146,10 @@ func (p *Programmer) dnsServers(snap *cluster.Snapshot) []netip.AddrPort {
 
 // ClusterDNS are the ready endpoints of Service kube-system/kube-dns, on
 // the ports named dns or dns-tcp (or numbered 53): not its metrics port.
-func ClusterDNS(slices []*discoveryv1.EndpointSlice) []netip.AddrPort {
+func ClusterDNS(endpointSlices []*discoveryv1.EndpointSlice) []netip.AddrPort {
 	ns, name, _ := strings.Cut(ClusterDNSService, "/")
 	var out []netip.AddrPort
-	for _, s := range slices {
+	for _, s := range endpointSlices {
 		if s == nil || s.Namespace != ns || s.Labels[discoveryv1.LabelServiceName] != name {
 			continue
 		}
