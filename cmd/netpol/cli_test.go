@@ -798,3 +798,23 @@ func TestExplainLearnedDomain(t *testing.T) {
 		}
 	}
 }
+
+// TestCompileDNS: `compile --dns native` renders the agent's DNS chains
+// with the state's cluster DNS; an unknown mode is an error.
+func TestCompileDNS(t *testing.T) {
+	out, _, err := run(t, "", "compile", "-f", "../../examples/lab-dns.yaml", "--node", "node-1", "--dns", "native")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"10.244.1.53 . udp . 53", "chain dns-forward", "counter queue flags bypass to 53"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if out, _, _ := run(t, "", "compile", "-f", "../../examples/lab-dns.yaml", "--node", "node-1"); strings.Contains(out, "dns-forward") {
+		t.Error("the DNS chains without --dns")
+	}
+	if _, _, err := run(t, "", "compile", "-f", "../../examples/lab-dns.yaml", "--node", "node-1", "--dns", "yes"); err == nil {
+		t.Error("--dns yes: no error")
+	}
+}

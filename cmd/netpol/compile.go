@@ -7,6 +7,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
+	nodepkg "github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/proxy"
 )
 
@@ -17,6 +18,8 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 		stats    bool
 		services bool
 		agent    agentPortFlags
+		dns      string
+		dnsQueue uint16
 	)
 	cmd := &cobra.Command{
 		Use:   "compile --node NAME",
@@ -27,7 +30,8 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 		Example: "  netpol compile -f examples/demo --node node-1\n" +
 			"  netpol compile -f examples/demo --node node-1 --services\n" +
 			"  netpol compile -f cluster.yaml --node node-2 --stats\n" +
-			"  netpol compile -f cluster.yaml --node node-1 --protect-agent-ports 9756 --agent-ports-allow 10.244.3.0/24",
+			"  netpol compile -f cluster.yaml --node node-1 --protect-agent-ports 9756 --agent-ports-allow 10.244.3.0/24\n" +
+			"  netpol compile -f examples/lab-dns.yaml --node node-1 --dns native",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if node == "" {
@@ -52,6 +56,17 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 				if opts.AgentPorts, err = agent.parse(); err != nil {
 					return err
 				}
+				switch dns {
+				case "none":
+				case "native", "xtables":
+					kind := nft.QueueNative
+					if dns == "xtables" {
+						kind = nft.QueueXtables
+					}
+					opts.DNS = &compiler.DNS{Queue: kind, QueueNum: dnsQueue, Servers: nodepkg.ClusterDNS(l.snap.EndpointSlices)}
+				default:
+					return fmt.Errorf("--dns %q: none, native or xtables", dns)
+				}
 				if t, err = compiler.Compile(l.evaluator.Resolved(), opts); err != nil {
 					return err
 				}
@@ -71,6 +86,8 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 	f.StringVar(&table, "table", compiler.DefaultTable, "name of the inet table")
 	f.BoolVar(&stats, "stats", false, "print the kernel object counts to stderr")
 	f.BoolVar(&services, "services", false, "print the Service NAT table instead of the policy table")
+	f.StringVar(&dns, "dns", "none", "the agent's DNS chains for domainNames (on by default in the agent): none, native (the nftables queue statement) or xtables (the NFQUEUE target through nft compat, for kernels without nft_queue; not nft syntax)")
+	f.Uint16Var(&dnsQueue, "dns-queue", nodepkg.DefaultDNSQueue, "with --dns: the queue number, as the agent's --dns-queue")
 	agent.register(cmd)
 	return cmd
 }

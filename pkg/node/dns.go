@@ -145,7 +145,8 @@ func (p *Programmer) dnsServers(snap *cluster.Snapshot) []netip.AddrPort {
 }
 
 // ClusterDNS are the ready endpoints of Service kube-system/kube-dns, on
-// the ports named dns or dns-tcp (or numbered 53): not its metrics port.
+// the ports named dns or dns-tcp (or numbered 53): not its metrics port;
+// sorted, each once.
 func ClusterDNS(endpointSlices []*discoveryv1.EndpointSlice) []netip.AddrPort {
 	ns, name, _ := strings.Cut(ClusterDNSService, "/")
 	var out []netip.AddrPort
@@ -177,7 +178,8 @@ func ClusterDNS(endpointSlices []*discoveryv1.EndpointSlice) []netip.AddrPort {
 			}
 		}
 	}
-	return out
+	slices.SortFunc(out, netip.AddrPort.Compare)
+	return slices.Compact(out)
 }
 
 // DomainPatterns are the canonical domainNames patterns of the model's

@@ -14,11 +14,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -360,7 +358,6 @@ func agentDNS(t testing.TB, snap *cluster.Snapshot, n *lab.Node) *compiler.DNS {
 	d := &compiler.DNS{Queue: queue, QueueNum: node.DefaultDNSQueue}
 	if snap != nil {
 		d.Servers = node.ClusterDNS(snap.EndpointSlices)
-		slices.SortFunc(d.Servers, netip.AddrPort.Compare)
 	}
 	return d
 }
