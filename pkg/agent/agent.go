@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,10 +23,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/netpol/netpol/pkg/cluster"
@@ -327,6 +330,11 @@ func Cleanup(opts Options) error {
 func (a *Agent) changed(resource string, objs ...any) {
 	a.metrics.events.WithLabelValues(resource).Inc()
 	tables := tablesFed(resource)
+	if resource == "endpointslices" && a.opts.NoProxy && !a.opts.NoDNS && clusterDNSSlice(objs) {
+		// With no NAT table to sync, the policy table's DNS servers
+		// follow kube-dns through a full sync (a rare event).
+		tables = node.Policy
+	}
 	if tables&node.Policy != 0 {
 		a.mu.Lock()
 		a.delta.record(resource, objs)
@@ -334,6 +342,21 @@ func (a *Agent) changed(resource string, objs ...any) {
 	}
 	a.markPending(time.Now(), tables)
 	a.trigger()
+}
+
+// clusterDNSSlice reports whether one of objs is an EndpointSlice of the
+// cluster DNS (node.ClusterDNSService), deleted ones included.
+func clusterDNSSlice(objs []any) bool {
+	ns, name, _ := strings.Cut(node.ClusterDNSService, "/")
+	for _, o := range objs {
+		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			o = d.Obj
+		}
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok && s.Namespace == ns && s.Labels[discoveryv1.LabelServiceName] == name {
+			return true
+		}
+	}
+	return false
 }
 
 // tablesFed are the tables a resource's objects feed: Services and

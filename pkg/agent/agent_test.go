@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/nft"
@@ -98,5 +101,29 @@ func TestHealth(t *testing.T) {
 				t.Errorf("health() = %v, want healthy=%v", err, tt.healthy)
 			}
 		})
+	}
+}
+
+// TestClusterDNSSlice: which EndpointSlice events move the cluster DNS
+// (a --no-proxy agent then syncs its policy table).
+func TestClusterDNSSlice(t *testing.T) {
+	slice := func(ns, svc string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svc + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: svc}}}
+	}
+	for _, c := range []struct {
+		name string
+		objs []any
+		want bool
+	}{
+		{"kube-dns", []any{slice("kube-system", "kube-dns")}, true},
+		{"kube-dns deleted, last state unknown", []any{cache.DeletedFinalStateUnknown{Key: "kube-system/kube-dns-1", Obj: slice("kube-system", "kube-dns")}}, true},
+		{"update: old and new", []any{slice("kube-system", "other"), slice("kube-system", "kube-dns")}, true},
+		{"another Service", []any{slice("kube-system", "metrics-server")}, false},
+		{"kube-dns in another namespace", []any{slice("default", "kube-dns")}, false},
+		{"no objects", nil, false},
+	} {
+		if got := clusterDNSSlice(c.objs); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }
