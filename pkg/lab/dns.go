@@ -158,16 +158,15 @@ func (p *plan) planDNS(snap *cluster.Snapshot, owner map[netip.Addr]string) erro
 		}
 	}
 	for _, a := range zone.Addresses() {
-		name := zoneNameOf(zone, a)
 		if why := usable(a); why != "" {
-			return fmt.Errorf("%s: data.%s: %s's address %s is a %s, which the lab cannot give the outside", what, dnsZoneKey, name, a, why)
+			return fmt.Errorf("%s: data.%s: %s's address %s is a %s, which the lab cannot give the outside", what, dnsZoneKey, zoneNameOf(zone, a), a, why)
 		}
 		prev := owner[a]
 		if prev == "" {
 			prev = serviceOwner[a]
 		}
 		if prev != "" && prev != "the outside" {
-			return fmt.Errorf("%s: data.%s: %s's address %s belongs to %s too (the lab gives the zone's addresses to the outside)", what, dnsZoneKey, name, a, prev)
+			return fmt.Errorf("%s: data.%s: %s's address %s belongs to %s too (the lab gives the zone's addresses to the outside)", what, dnsZoneKey, zoneNameOf(zone, a), a, prev)
 		}
 		owner[a] = "the outside"
 		d.addrs = append(d.addrs, a)
