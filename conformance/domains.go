@@ -120,7 +120,7 @@ func ExpectedDomains(ev *eval.Evaluator, snap *cluster.Snapshot, zone *domain.Zo
 		if err != nil {
 			return nil, err
 		}
-		dnsEp, err := ev.Endpoint(dnsPod, evalFamilyOf(src.Addr), src.Addr)
+		dnsEp, err := ev.Endpoint(dnsPod, eval.FamilyOf(src.Addr), src.Addr)
 		if err != nil {
 			return nil, err
 		}
@@ -164,20 +164,12 @@ func domainSources(snap *cluster.Snapshot) []string {
 	return out
 }
 
-func evalFamilyOf(a netip.Addr) eval.Family {
-	if a.Unmap().Is4() {
-		return eval.FamilyIPv4
-	}
-	return eval.FamilyIPv6
-}
-
-// firstOfFamily is the first (sorted) address of like's family.
+// firstOfFamily is the first address of like's family in addrs, which
+// Zone.Lookup and Lab.Resolve both give sorted and unmapped.
 func firstOfFamily(addrs []netip.Addr, like netip.Addr) (netip.Addr, bool) {
-	sorted := slices.Clone(addrs)
-	slices.SortFunc(sorted, netip.Addr.Compare)
-	for _, a := range sorted {
-		if a.Unmap().Is4() == like.Unmap().Is4() {
-			return a.Unmap(), true
+	for _, a := range addrs {
+		if a.Is4() == like.Unmap().Is4() {
+			return a, true
 		}
 	}
 	return netip.Addr{}, false

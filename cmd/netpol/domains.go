@@ -40,10 +40,8 @@ func expectedDomains(l *loaded, probes []eval.Probe, tcp bool) ([]conformance.Do
 	if zone == nil {
 		return nil, errors.New("--domains needs the lab's zone: ConfigMap kube-system/netpol-lab-dns with data.zone (see examples/lab-dns.yaml)")
 	}
-	if len(probes) == 0 {
-		if probes, err = tableProbes(l.evaluator.Table(eval.TableOptions{})); err != nil {
-			return nil, err
-		}
+	if probes, err = probesOrDeclared(l, probes); err != nil {
+		return nil, err
 	}
 	l.evaluator.LearnDomains(conformance.ZoneOracle(zone))
 	return conformance.ExpectedDomains(l.evaluator, l.snap, zone, conformance.DomainProbeOptions{Probes: probes, TCP: tcp})
@@ -68,14 +66,9 @@ func writeDomainRows(out io.Writer, rows []conformance.DomainRow, format string)
 // connecting; with compare, the evaluator's rows too and an error when
 // they differ.
 func probeDomains(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []eval.Probe, tcp, compare bool, output string) error {
-	l, lb, enf, err := startLabWith(ctx, cmd, in, prefix, probes, true)
+	l, lb, enf, probes, err := startLabWith(ctx, cmd, in, prefix, probes, true)
 	if err != nil {
 		return err
-	}
-	if len(probes) == 0 {
-		if probes, err = tableProbes(l.evaluator.Table(eval.TableOptions{})); err != nil {
-			return errors.Join(err, lb.Down())
-		}
 	}
 	stderr := cmd.ErrOrStderr()
 	zone := lb.Zone()

@@ -47,36 +47,35 @@ func signalContext(parent context.Context) (context.Context, context.CancelFunc)
 // as upstream's test servers do, so a closed port is never mistaken for a
 // policy denial.
 func startLab(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []eval.Probe) (*loaded, *lab.Lab, *conformance.Enforcer, error) {
-	return startLabWith(ctx, cmd, in, prefix, probes, false)
+	l, lb, enf, _, err := startLabWith(ctx, cmd, in, prefix, probes, false)
+	return l, lb, enf, err
 }
 
-// startLabWith is startLab; with domains the outside serves the probes on
-// the zone's addresses and the nodes learn from DNS answers, as the
-// agent does.
-func startLabWith(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []eval.Probe, domains bool) (*loaded, *lab.Lab, *conformance.Enforcer, error) {
+// startLabWith is startLab, and returns the probes served; with domains
+// the outside serves them on the zone's addresses and the nodes learn
+// from DNS answers, as the agent does.
+func startLabWith(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []eval.Probe, domains bool) (*loaded, *lab.Lab, *conformance.Enforcer, []eval.Probe, error) {
 	if len(in.files) == 0 {
-		return nil, nil, nil, errors.New("the lab is built from a state file: give -f PATH")
+		return nil, nil, nil, nil, errors.New("the lab is built from a state file: give -f PATH")
 	}
 	l, err := in.load(ctx, cmd.InOrStdin(), cmd.ErrOrStderr())
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if len(l.snap.Nodes) == 0 {
-		return nil, nil, nil, fmt.Errorf("the state in %s has no Node objects: the lab makes one network namespace per Node and puts each pod on its spec.nodeName; add the Nodes (kubectl get nodes -o yaml)", strings.Join(in.files, ", "))
+		return nil, nil, nil, nil, fmt.Errorf("the state in %s has no Node objects: the lab makes one network namespace per Node and puts each pod on its spec.nodeName; add the Nodes (kubectl get nodes -o yaml)", strings.Join(in.files, ", "))
 	}
 	if os.Geteuid() != 0 {
-		return nil, nil, nil, errors.New("the lab needs root (network namespaces and nftables)")
+		return nil, nil, nil, nil, errors.New("the lab needs root (network namespaces and nftables)")
 	}
-	if len(probes) == 0 {
-		if probes, err = tableProbes(l.evaluator.Table(eval.TableOptions{})); err != nil {
-			return nil, nil, nil, err
-		}
+	if probes, err = probesOrDeclared(l, probes); err != nil {
+		return nil, nil, nil, nil, err
 	}
 	// The lab names its namespaces PREFIX-underlay, PREFIX-n-0, ...: a
 	// prefix given with its dash ("netpol-x-") must not double it.
 	prefix = strings.TrimRight(prefix, "-")
 	if prefix != "" && !strings.HasPrefix(prefix+"-", labPrefix) {
-		return nil, nil, nil, fmt.Errorf("--prefix %q: lab prefixes start with %q", prefix, labPrefix)
+		return nil, nil, nil, nil, fmt.Errorf("--prefix %q: lab prefixes start with %q", prefix, labPrefix)
 	}
 	stderr := cmd.ErrOrStderr()
 	fmt.Fprintf(stderr, "lab: bringing up %d node(s) and %d pod(s) as network namespaces...\n", len(l.snap.Nodes), len(l.snap.Pods))
@@ -86,7 +85,7 @@ func startLabWith(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefi
 	}
 	lb, err := lab.Up(ctx, l.snap, opts)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	fmt.Fprintf(stderr, "lab %s is up: %s\n", lb.Prefix(), labSize(lb))
 	for _, n := range lb.Notes() {
@@ -99,9 +98,9 @@ func startLabWith(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefi
 	}
 	if _, err := enf.Sync(l.snap); err != nil {
 		enf.Close()
-		return nil, nil, nil, errors.Join(err, lb.Down())
+		return nil, nil, nil, nil, errors.Join(err, lb.Down())
 	}
-	return l, lb, enf, nil
+	return l, lb, enf, probes, nil
 }
 
 func newLabUpCommand(in *inputFlags) *cobra.Command {
@@ -572,6 +571,15 @@ func newLabDownCommand() *cobra.Command {
 }
 
 // tableProbes reads back the probes a table's columns stand for.
+// probesOrDeclared is probes, or when there are none every port the pods
+// declare (the evaluator's table's).
+func probesOrDeclared(l *loaded, probes []eval.Probe) ([]eval.Probe, error) {
+	if len(probes) > 0 {
+		return probes, nil
+	}
+	return tableProbes(l.evaluator.Table(eval.TableOptions{}))
+}
+
 func tableProbes(t *eval.Table) ([]eval.Probe, error) {
 	return eval.ParseProbes(t.Ports)
 }

@@ -121,7 +121,7 @@ func compileWith(r *eval.Resolved, opts Options, podsLater bool) (*compiler, err
 				}
 				dispatched[string(key)+m.Name] = true
 				m.Elements = append(m.Elements, nft.Element{Key: key, Verdict: &nft.Verdict{Kind: nft.Jump, Chain: chain}})
-				if key := c.dnsClientKey(classes[policy.Egress], a); d == policy.Egress && key != nil {
+				if d == policy.Egress && c.live.isDNSClient(chain) {
 					s := c.t.Sets[setDNSClients+f.Suffix]
 					s.Elements = append(s.Elements, nft.Element{Key: key})
 				}

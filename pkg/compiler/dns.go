@@ -97,14 +97,11 @@ func dnsServerElements(servers []netip.AddrPort, f *nft.Family) []nft.Element {
 	return out
 }
 
-// dnsClientKey is address a's dns-clients key when its pod's egress class
-// is egressChain, or nil when the class looks up no domain set (or the
-// table has no DNS objects).
-func (c *compiler) dnsClientKey(egressChain string, a netip.Addr) []byte {
-	if !c.live.dns || !c.live.domainClasses[egressChain] {
-		return nil
-	}
-	return nft.FamilyOf(a).AddrBytes(a)
+// isDNSClient reports whether the pods of an egress class chain are DNS
+// clients: the table has the DNS objects and the class looks up a domain
+// set.
+func (r *recipe) isDNSClient(egressChain string) bool {
+	return r.dns && r.domainClasses[egressChain]
 }
 
 // usesDomains reports whether a rule's peers include domain sets: its

@@ -629,7 +629,7 @@ func (l *Live) dispatchElements(a netip.Addr, f *nft.Family, pods []*PodState, o
 				out[elementRef{set: dispatchMap(d) + f.Suffix, key: key, verdict: classes[d], f: f}] = true
 			}
 		}
-		if l.recipe.dns && l.recipe.domainClasses[classes[policy.Egress]] {
+		if l.recipe.isDNSClient(classes[policy.Egress]) {
 			out[elementRef{set: setDNSClients + f.Suffix, key: key, f: f}] = true
 		}
 		if classes[policy.Egress] != "" || classes[policy.Ingress] != "" {

@@ -419,6 +419,14 @@ const (
 	FamilyIPv6    Family = "ipv6"
 )
 
+// FamilyOf is the family of address a.
+func FamilyOf(a netip.Addr) Family {
+	if a.Unmap().Is4() {
+		return FamilyIPv4
+	}
+	return FamilyIPv6
+}
+
 // ParseFamily reads "ipv4", "ipv6" or "" (the pod's primary address).
 func ParseFamily(s string) (Family, error) {
 	switch strings.ToLower(s) {

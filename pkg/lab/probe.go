@@ -240,7 +240,7 @@ func (l *Lab) observe(ctx context.Context, from, to string, pr eval.Probe, famil
 		o.Result = ResultNoAddress
 		return o
 	}
-	srcAddr, ok := pick(src.plan.addrs, evalFamily(dstAddr))
+	srcAddr, ok := pick(src.plan.addrs, eval.FamilyOf(dstAddr))
 	if !ok {
 		o.Result = ResultNoAddress
 		return o
@@ -268,13 +268,6 @@ func pick(addrs []netip.Addr, f eval.Family) (netip.Addr, bool) {
 		}
 	}
 	return netip.Addr{}, false
-}
-
-func evalFamily(a netip.Addr) eval.Family {
-	if a.Is4() {
-		return eval.FamilyIPv4
-	}
-	return eval.FamilyIPv6
 }
 
 func familyName(f eval.Family) string {
