@@ -23,6 +23,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 		clusterCIDRs []string
 		portsAllow   []string
 		dnsServers   []string
+		memoryRatio  float64
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -69,6 +70,15 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 				logger.Info("removed the nftables tables", "policy", opts.Table, "services", opts.ProxyTable)
 				return nil
 			}
+			limit, err := agent.SetMemoryLimit(memoryRatio, logger)
+			if err != nil {
+				return fmt.Errorf("--memory-limit-ratio: %w", err)
+			}
+			if limit.Source == "none" {
+				logger.Info("no memory limit: the garbage collector paces by GOGC alone")
+			} else {
+				logger.Info("soft memory limit", "bytes", limit.Bytes, "source", limit.Source)
+			}
 			a, err := agent.New(opts)
 			if err != nil {
 				return err
@@ -107,6 +117,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 	f.Uint16Var(&opts.DNSQueue, "dns-queue", node.DefaultDNSQueue, "NFQUEUE queue number the cluster DNS's answers to pods with domainNames rules are sent to")
 	f.StringSliceVar(&dnsServers, "dns-server", nil, "DNS servers besides the endpoints of Service kube-system/kube-dns whose answers teach domainNames addresses, as ADDRESS or ADDRESS:PORT (port 53 by default), comma-separated (a node-local cache)")
 	f.DurationVar(&opts.DNSTTLCeiling, "dns-ttl-ceiling", 0, "keep a learned address at most this long (default 0: its record's TTL, however long)")
+	f.Float64Var(&memoryRatio, "memory-limit-ratio", agent.DefaultMemoryLimitRatio, "the Go runtime's soft memory limit, as a share of the container's (cgroup's) memory limit: the garbage collector works harder near it instead of letting garbage grow the heap to twice what is live (0: off; GOMEMLIMIT, when set, wins)")
 	f.BoolVar(&cleanup, "cleanup", false, "remove everything the agent programmed (both tables) and exit")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

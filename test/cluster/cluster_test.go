@@ -151,7 +151,8 @@ type podInfo struct {
 	} `json:"metadata"`
 	Spec struct {
 		Containers []struct {
-			Image           string `json:"image"`
+			Image           string                      `json:"image"`
+			Resources       corev1.ResourceRequirements `json:"resources"`
 			SecurityContext struct {
 				Privileged   *bool `json:"privileged"`
 				Capabilities struct {
@@ -232,6 +233,17 @@ func TestCluster(t *testing.T) {
 	agent := agents[0]
 	t.Logf("agent %s Ready %s after apply", agent.Metadata.Name, time.Since(start).Round(time.Millisecond))
 	c := agent.Spec.Containers[0]
+	// The container's memory limit, as the kubelet set it in the
+	// container's cgroup, is where the agent's soft limit comes from.
+	limit := c.Resources.Limits.Memory()
+	if limit.IsZero() {
+		t.Errorf("the agent container has no memory limit")
+	} else {
+		want := fmt.Sprintf("msg=\"soft memory limit\" bytes=%d source=cgroup", uint64(float64(limit.Value())*0.9))
+		if logs := mustKubectl(t, "", "-n", "netpol-system", "logs", agent.Metadata.Name); !strings.Contains(logs, want) {
+			t.Errorf("the agent's log has no %q (90%% of its container's %s limit):\n%s", want, limit, logs)
+		}
+	}
 	if c.Image != "netpol.local/netpol:dev" {
 		t.Errorf("agent image %q", c.Image)
 	}

@@ -55,11 +55,27 @@ func BenchmarkPodChurn(b *testing.B) {
 		b.ReportMetric(ms(busy50)/ms(idle50), "ratio-p50")
 		b.ReportMetric(ms(busy99)/ms(idle99), "ratio-p99")
 		b.ReportMetric(ms(st.settled), "settle-ms")
+		// Where the latency goes: the API server's answers to the
+		// marker's writes, and the rest (watch, agent, kernel).
+		idleAfter, busyAfter := afterWrite(st.idle, st.idleWrite), afterWrite(st.busy, st.busyWrite)
+		for _, part := range []struct {
+			name       string
+			idle, busy []time.Duration
+		}{{"write", st.idleWrite, st.busyWrite}, {"after-write", idleAfter, busyAfter}} {
+			for _, q := range []float64{0.5, 0.99} {
+				i, c := benchstat.Percentile(part.idle, q), benchstat.Percentile(part.busy, q)
+				b.ReportMetric(ms(i), fmt.Sprintf("%s-idle-p%.0f-ms", part.name, q*100))
+				b.ReportMetric(ms(c), fmt.Sprintf("%s-churn-p%.0f-ms", part.name, q*100))
+			}
+		}
 		for name, a := range w.agent {
 			b.ReportMetric(rssMB(a), "rss-MB-"+name)
 		}
 		b.Logf("%d pod events in %v (%.0f/s), %d markers idle and %d under churn; latency idle p50 %v p99 %v, churn p50 %v p99 %v; kernels equal a full compile %v after the last write",
 			st.events, st.took.Round(time.Millisecond), st.rate(), len(st.idle), len(st.busy), idle50, idle99, busy50, busy99, st.settled.Round(time.Millisecond))
+		b.Logf("of which the API server's answers to the marker's writes: idle p50 %v p99 %v, churn p50 %v p99 %v; after them (watch, agent, kernel): idle p50 %v p99 %v, churn p50 %v p99 %v",
+			benchstat.Percentile(st.idleWrite, 0.5), benchstat.Percentile(st.idleWrite, 0.99), benchstat.Percentile(st.busyWrite, 0.5), benchstat.Percentile(st.busyWrite, 0.99),
+			benchstat.Percentile(idleAfter, 0.5), benchstat.Percentile(idleAfter, 0.99), benchstat.Percentile(busyAfter, 0.5), benchstat.Percentile(busyAfter, 0.99))
 	}
 }
 
@@ -81,7 +97,20 @@ type churnStats struct {
 	events     int64
 	took       time.Duration
 	idle, busy []time.Duration // marker programming latencies
-	settled    time.Duration   // last write to the kernels equal to a full compile
+	// idleWrite, busyWrite: the part of each marker latency until the API
+	// server answered its last write (the rest is the watch and the agent).
+	idleWrite, busyWrite []time.Duration
+	settled              time.Duration // last write to the kernels equal to a full compile
+}
+
+// afterWrite is each latency less its write part: from the API server's
+// answer to the kernels holding the change.
+func afterWrite(total, write []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(total))
+	for i := range total {
+		out[i] = total[i] - write[i]
+	}
+	return out
 }
 
 func (s churnStats) rate() float64 { return float64(s.events) / s.took.Seconds() }
@@ -97,8 +126,9 @@ func podChurn(w *world, rate int, dur time.Duration) churnStats {
 	client := w.fastClient(5000)
 	var st churnStats
 	markers := 0
-	marker := func() []time.Duration {
-		var out []time.Duration
+	// marker returns the latencies of a marker's add and removal, and the
+	// part of each until the API server answered its writes.
+	marker := func() (out, writes []time.Duration) {
 		ip := netip.AddrFrom4([4]byte{10, 250, byte(markers / 250), byte(markers%250 + 1)})
 		name := fmt.Sprintf("marker-%d", markers)
 		markers++
@@ -107,16 +137,19 @@ func podChurn(w *world, rate int, dur time.Duration) churnStats {
 		if err := createPod(w, client, apiOnlyPod("y", name, "node-1", "marker"), ip.String()); err != nil {
 			w.t.Fatal(err)
 		}
+		writes = append(writes, time.Since(written))
 		out = append(out, w.waitSets(ip, written, func(n map[string]int) bool { return w.more(n, before) }))
 		written = time.Now()
 		if err := client.CoreV1().Pods("y").Delete(w.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 			w.t.Fatal(err)
 		}
+		writes = append(writes, time.Since(written))
 		out = append(out, w.waitSets(ip, written, func(n map[string]int) bool { return !w.more(n, before) }))
-		return out
+		return out, writes
 	}
 	for range 10 {
-		st.idle = append(st.idle, marker()...)
+		lat, writes := marker()
+		st.idle, st.idleWrite = append(st.idle, lat...), append(st.idleWrite, writes...)
 		time.Sleep(250 * time.Millisecond)
 	}
 
@@ -182,7 +215,8 @@ func podChurn(w *world, rate int, dur time.Duration) churnStats {
 	}
 	deadline := start.Add(dur)
 	for time.Now().Before(deadline) {
-		st.busy = append(st.busy, marker()...)
+		lat, writes := marker()
+		st.busy, st.busyWrite = append(st.busy, lat...), append(st.busyWrite, writes...)
 		time.Sleep(250 * time.Millisecond)
 	}
 	close(stop)

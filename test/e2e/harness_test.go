@@ -77,6 +77,9 @@ type world struct {
 	lab   *lab.Lab
 	kcfg  string // the agents' kubeconfig (deploy/'s service account)
 	agent map[string]*agentProc
+	// agentCgroup, when set, is the cgroup startAgent starts agents in
+	// (memoryCgroup: a container's memory limit).
+	agentCgroup string
 	// convergence records, per change, the time from the API write to the
 	// kernel of every node matching the compiled live state.
 	convergence []time.Duration
@@ -260,6 +263,9 @@ func (w *world) startAgent(n *lab.Node) *agentProc {
 	a.cmd = exec.Command(netpolBin, "agent", "--kubeconfig", w.kcfg, "--node-name", n.Name, "--netns", n.NetNS,
 		"--health-bind-address", a.health, "--metrics-bind-address", a.metrics, "--debug-bind-address", a.debug,
 		"--log-format", "json")
+	if w.agentCgroup != "" {
+		a.cmd = inCgroup(a.cmd, w.agentCgroup)
+	}
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := a.cmd.Start(); err != nil {

@@ -20,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -57,7 +58,11 @@ import (
 // NETPOL_SCALE_RESTART=1 runs each binary a second time on the tables the
 // first one left (it is killed, as a crash or an upgrade stops it): the
 // restart reads the kernel's tables back and diffs against them; its
-// figures carry the name with "-restart".
+// figures carry the name with "-restart". NETPOL_SCALE_MEMORY_LIMITS
+// ("512Mi,400Mi") runs each binary again in a memory cgroup with each
+// limit, as the kubelet runs a container with resources.limits.memory
+// (the agent's soft limit follows it: --memory-limit-ratio); its figures
+// carry the name with "-limit" and the limit.
 func BenchmarkAgentScale(b *testing.B) {
 	requireRoot(b)
 	sizes, err := benchstat.EnvInts("NETPOL_SCALE_PODS", []int{10000})
@@ -98,20 +103,37 @@ func agentScale(b *testing.B, pods int) {
 		}
 	}
 	restart := os.Getenv("NETPOL_SCALE_RESTART") != ""
+	type run struct{ name, path, cgroup string }
+	var runs []run
+	for _, bin := range bins {
+		runs = append(runs, run{bin.name, bin.path, ""})
+	}
+	if v := os.Getenv("NETPOL_SCALE_MEMORY_LIMITS"); v != "" {
+		for _, f := range strings.Split(v, ",") {
+			q, err := resource.ParseQuantity(f)
+			if err != nil {
+				b.Fatalf("NETPOL_SCALE_MEMORY_LIMITS: %q: %v", f, err)
+			}
+			dir := memoryCgroup(b, fmt.Sprintf("netpol-scale-limit-%s", f), q.Value())
+			for _, bin := range bins {
+				runs = append(runs, run{bin.name + "-limit" + f, bin.path, dir})
+			}
+		}
+	}
 	for b.Loop() {
-		for _, bin := range bins {
+		for _, r := range runs {
 			// A network namespace of its own for each binary: one that
 			// found the tables of the one before would adopt them (a
 			// restart's read-back and diff), not program them.
 			if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 				b.Fatalf("ip netns add: %v: %s", err, out)
 			}
-			runScaleAgent(b, pods, bin.name, bin.path, kcfg, ns)
+			runScaleAgent(b, pods, r.name, r.path, r.cgroup, kcfg, ns)
 			if restart {
 				// The same binary again, on the tables the first left
 				// (it was killed): an upgrade's or a crash's restart,
 				// which reads the kernel's tables back and diffs.
-				runScaleAgent(b, pods, bin.name+"-restart", bin.path, kcfg, ns)
+				runScaleAgent(b, pods, r.name+"-restart", r.path, r.cgroup, kcfg, ns)
 			}
 			if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
 				b.Fatalf("ip netns delete: %v: %s", err, out)
@@ -141,9 +163,9 @@ func removeStaleScaleNamespaces(b *testing.B) {
 	}
 }
 
-// runScaleAgent starts one agent binary on node-1, waits for it to be
-// ready, reports its figures and stops it.
-func runScaleAgent(b *testing.B, pods int, name, bin, kcfg, ns string) {
+// runScaleAgent starts one agent binary on node-1 (in cgroup, when set),
+// waits for it to be ready, reports its figures and stops it.
+func runScaleAgent(b *testing.B, pods int, name, bin, cgroup, kcfg, ns string) {
 	addrs := freeAddrs(b, 3)
 	a := &agentProc{health: addrs[0], metrics: addrs[1], debug: addrs[2]}
 	logf, err := os.CreateTemp("", "netpol-agent-scale-*.log")
@@ -165,6 +187,9 @@ func runScaleAgent(b *testing.B, pods int, name, bin, kcfg, ns string) {
 	if profileDir != "" {
 		a.cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
 	}
+	if cgroup != "" {
+		a.cmd = inCgroup(a.cmd, cgroup)
+	}
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	started := time.Now()
@@ -181,6 +206,10 @@ func runScaleAgent(b *testing.B, pods int, name, bin, kcfg, ns string) {
 			// hold (the debug listener is up from the start).
 			startup++
 			saveProfileIfUp("http://"+a.debug+"/debug/pprof/heap", filepath.Join(profileDir, fmt.Sprintf("%s-%d-startup-%02d.pprof", name, pods, startup)))
+		}
+		if processExited(a.cmd.Process.Pid) {
+			data, _ := os.ReadFile(a.log)
+			b.Fatalf("%s: agent exited before ready (killed at its cgroup's memory limit?):\n%s", name, tail(string(data), 20))
 		}
 		if time.Since(started) > 10*time.Minute {
 			data, _ := os.ReadFile(a.log)
@@ -351,4 +380,16 @@ func writeSnapshot(b *testing.B, env *testenv.Env, snap *cluster.Snapshot) {
 		_, err := dyn.Resource(gvr).Create(ctx, admin[i], opts)
 		return err
 	})
+}
+
+// processExited reports whether the child pid has exited (a zombie not
+// yet waited for).
+func processExited(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// pid (comm) state ...: comm may hold spaces, the state follows its ")".
+	rest := stat[strings.LastIndexByte(string(stat), ')')+1:]
+	return len(rest) > 1 && rest[1] == 'Z'
 }
