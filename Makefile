@@ -89,11 +89,14 @@ bench-churn: e2e-deps build
 # BenchmarkAgentScale, root): time to ready, first sync, peak RSS. Writing
 # the 100,000-pod cluster takes the API server several minutes.
 SCALE_PODS ?= 10000,100000
+# Each size again with the agent in a memory cgroup of each limit (a
+# container's resources.limits.memory; the agent's soft limit is 90% of it).
+SCALE_MEMORY_LIMITS ?= 512Mi
 # etcd built from source (hack/build-etcd.sh): kube-apiserver then streams
 # the agent's initial lists (WatchList), as on a cluster with a supported
 # etcd; with Debian's etcd 3.4 it sends them as one LIST each.
 bench-scale: e2e-deps build
-	ETCD_BIN=$$(hack/build-etcd.sh) NETPOL_SCALE_PODS=$(SCALE_PODS) \
+	ETCD_BIN=$$(hack/build-etcd.sh) NETPOL_SCALE_PODS=$(SCALE_PODS) NETPOL_SCALE_MEMORY_LIMITS=$(SCALE_MEMORY_LIMITS) \
 		$(GO) test -tags e2e -run '^$$' -bench BenchmarkAgentScale -benchtime 1x -count 1 -v -timeout 2h ./test/e2e
 
 # A short run of every fuzz target.
