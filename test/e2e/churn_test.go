@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -57,25 +58,29 @@ func BenchmarkPodChurn(b *testing.B) {
 		b.ReportMetric(ms(st.settled), "settle-ms")
 		// Where the latency goes: the API server's answers to the
 		// marker's writes, and the rest (watch, agent, kernel).
-		idleAfter, busyAfter := afterWrite(st.idle, st.idleWrite), afterWrite(st.busy, st.busyWrite)
+		var parts []string
 		for _, part := range []struct {
-			name       string
+			name, what string
 			idle, busy []time.Duration
-		}{{"write", st.idleWrite, st.busyWrite}, {"after-write", idleAfter, busyAfter}} {
+		}{
+			{"write", "the API server's answers to the marker's writes", st.idleWrite, st.busyWrite},
+			{"after-write", "after them (watch, agent, kernel)", afterWrite(st.idle, st.idleWrite), afterWrite(st.busy, st.busyWrite)},
+		} {
+			line := part.what + ":"
 			for _, q := range []float64{0.5, 0.99} {
 				i, c := benchstat.Percentile(part.idle, q), benchstat.Percentile(part.busy, q)
 				b.ReportMetric(ms(i), fmt.Sprintf("%s-idle-p%.0f-ms", part.name, q*100))
 				b.ReportMetric(ms(c), fmt.Sprintf("%s-churn-p%.0f-ms", part.name, q*100))
+				line += fmt.Sprintf(" p%.0f idle %v churn %v", q*100, i, c)
 			}
+			parts = append(parts, line)
 		}
 		for name, a := range w.agent {
 			b.ReportMetric(rssMB(a), "rss-MB-"+name)
 		}
 		b.Logf("%d pod events in %v (%.0f/s), %d markers idle and %d under churn; latency idle p50 %v p99 %v, churn p50 %v p99 %v; kernels equal a full compile %v after the last write",
 			st.events, st.took.Round(time.Millisecond), st.rate(), len(st.idle), len(st.busy), idle50, idle99, busy50, busy99, st.settled.Round(time.Millisecond))
-		b.Logf("of which the API server's answers to the marker's writes: idle p50 %v p99 %v, churn p50 %v p99 %v; after them (watch, agent, kernel): idle p50 %v p99 %v, churn p50 %v p99 %v",
-			benchstat.Percentile(st.idleWrite, 0.5), benchstat.Percentile(st.idleWrite, 0.99), benchstat.Percentile(st.busyWrite, 0.5), benchstat.Percentile(st.busyWrite, 0.99),
-			benchstat.Percentile(idleAfter, 0.5), benchstat.Percentile(idleAfter, 0.99), benchstat.Percentile(busyAfter, 0.5), benchstat.Percentile(busyAfter, 0.99))
+		b.Logf("of which %s", strings.Join(parts, "; "))
 	}
 }
 
