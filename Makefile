@@ -60,6 +60,7 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 ./pkg/eval ./pkg/compiler
 	$(GO) test -run '^$$' -bench . -benchtime 2x -count 1 ./pkg/dataplane
 	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./pkg/nft
+	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./pkg/proxy
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./pkg/dnssnoop
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./conformance
 	$(MAKE) e2e-deps
@@ -87,7 +88,9 @@ bench-churn: e2e-deps build
 # One `netpol agent` process against the real test API server holding a
 # synthetic cluster of each size in SCALE_PODS (test/e2e
 # BenchmarkAgentScale, root): time to ready, first sync, peak RSS. Writing
-# the 100,000-pod cluster takes the API server several minutes.
+# the 100,000-pod cluster takes the API server several minutes;
+# NETPOL_SCALE_KEEP=/dev/shm/DIR in the environment keeps it for the next
+# run.
 SCALE_PODS ?= 10000,100000
 # Each size again with the agent in a memory cgroup of each limit (a
 # container's resources.limits.memory; the agent's soft limit is 90% of it).

@@ -61,6 +61,10 @@ type Options struct {
 	// StartTimeout bounds the wait for etcd and for kube-apiserver's
 	// /readyz, each (default 60s).
 	StartTimeout time.Duration
+	// EtcdDataDir, when set, holds etcd's data and is kept after Stop: a
+	// later run starts on the objects an earlier one wrote (a benchmark
+	// that takes minutes to write them).
+	EtcdDataDir string
 }
 
 // User is a static-token user (kube-apiserver --token-auth-file).
@@ -94,6 +98,7 @@ type Env struct {
 
 	timeout     time.Duration
 	etcdDataDir string
+	keptEtcdDir string
 	apiBin      string
 	apiArgs     []string
 	readyClient *http.Client
@@ -136,7 +141,7 @@ func New(ctx context.Context, opts Options) (e *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e = &Env{apiBin: apiBin, timeout: opts.StartTimeout}
+	e = &Env{apiBin: apiBin, timeout: opts.StartTimeout, keptEtcdDir: opts.EtcdDataDir}
 	if e.timeout <= 0 {
 		e.timeout = 60 * time.Second
 	}
@@ -314,7 +319,9 @@ func (e *Env) startEtcd(ctx context.Context, bin string) error {
 	// Data on tmpfs where there is one: etcd fsyncs every write, and the
 	// data is thrown away anyway.
 	dataDir := filepath.Join(e.Dir, "etcd")
-	if st, err := os.Stat(shmDir); err == nil && st.IsDir() {
+	if e.keptEtcdDir != "" {
+		dataDir = e.keptEtcdDir
+	} else if st, err := os.Stat(shmDir); err == nil && st.IsDir() {
 		dir, err := makeOwnedDir(shmDir, "netpol-testenv-etcd-")
 		if err != nil {
 			return err

@@ -17,11 +17,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
+	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -73,13 +77,26 @@ func newSources(kube kubernetes.Interface, dyn dynamic.Interface, log *slog.Logg
 		inf.AddEventHandler(s.handler(resource))
 		return cache.NewGenericLister(inf.GetIndexer(), schema.GroupResource{Resource: resource})
 	}
+	// The stores are read by key only (Get, never a namespace's List):
+	// informers without the factory's namespace index, which holds every
+	// key a second time (8 MB at 100,000 pods).
+	informer := func(obj runtime.Object, newInformer func(kubernetes.Interface, time.Duration, cache.Indexers) cache.SharedIndexInformer) cache.SharedIndexInformer {
+		return s.core.InformerFor(obj, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return newInformer(c, resync, cache.Indexers{})
+		})
+	}
+	allNamespaces := func(newInformer func(kubernetes.Interface, string, time.Duration, cache.Indexers) cache.SharedIndexInformer) func(kubernetes.Interface, time.Duration, cache.Indexers) cache.SharedIndexInformer {
+		return func(c kubernetes.Interface, resync time.Duration, ix cache.Indexers) cache.SharedIndexInformer {
+			return newInformer(c, metav1.NamespaceAll, resync, ix)
+		}
+	}
 	s.listers = coreListers{
-		pods:            watch("pods", s.core.Core().V1().Pods().Informer()),
-		namespaces:      watch("namespaces", s.core.Core().V1().Namespaces().Informer()),
-		nodes:           watch("nodes", s.core.Core().V1().Nodes().Informer()),
-		services:        watch("services", s.core.Core().V1().Services().Informer()),
-		endpointSlices:  watch("endpointslices", s.core.Discovery().V1().EndpointSlices().Informer()),
-		networkPolicies: watch("networkpolicies", s.core.Networking().V1().NetworkPolicies().Informer()),
+		pods:            watch("pods", informer(&corev1.Pod{}, allNamespaces(coreinformers.NewPodInformer))),
+		namespaces:      watch("namespaces", informer(&corev1.Namespace{}, coreinformers.NewNamespaceInformer)),
+		nodes:           watch("nodes", informer(&corev1.Node{}, coreinformers.NewNodeInformer)),
+		services:        watch("services", informer(&corev1.Service{}, allNamespaces(coreinformers.NewServiceInformer))),
+		endpointSlices:  watch("endpointslices", informer(&discoveryv1.EndpointSlice{}, allNamespaces(discoveryinformers.NewEndpointSliceInformer))),
+		networkPolicies: watch("networkpolicies", informer(&networkingv1.NetworkPolicy{}, allNamespaces(networkinginformers.NewNetworkPolicyInformer))),
 	}
 	s.crds = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, metav1.NamespaceAll, nil)
 	s.crds.ForResource(gvrCRD).Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

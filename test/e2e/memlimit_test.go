@@ -43,7 +43,7 @@ func TestAgentMemoryLimit(t *testing.T) {
 }
 
 // memoryCgroup makes a memory cgroup named name with a limit of limit
-// bytes, under the test process's own (cgroup v1's memory controller, or
+// bytes (none if negative), under the test process's own (cgroup v1's memory controller, or
 // v2's unified hierarchy), removed at cleanup; it skips where neither can
 // be written. Processes join it by writing their pid to its cgroup.procs.
 func memoryCgroup(t testing.TB, name string, limit int64) string {
@@ -62,7 +62,11 @@ func memoryCgroup(t testing.TB, name string, limit int64) string {
 			t.Logf("removing cgroup %s: %v", dir, err)
 		}
 	})
-	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+	value := strconv.FormatInt(limit, 10)
+	if limit < 0 && limitFile == "memory.max" {
+		value = "max"
+	}
+	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(value), 0o644); err != nil {
 		t.Fatalf("limiting cgroup %s: %v", dir, err)
 	}
 	return dir

@@ -53,16 +53,22 @@ import (
 // runs this tree's agent with --profiling and GODEBUG=gctrace=1 and keeps, in DIR,
 // its heap profiles every 250 ms until ready (as of the last collection)
 // and once settled (after a collection: in-use, and allocated since the
-// start)
-// and its log (one line per garbage collection: the heap's size at each).
+// start), a CPU profile of its first 20 s (the informers' lists and the
+// first sync), and its log (one line per garbage collection: the heap's
+// size at each). NETPOL_SCALE_KEEP=DIR keeps etcd's data in DIR (on tmpfs:
+// /dev/shm/...) and a later run with the same DIR and size starts on the
+// objects written then, in seconds instead of the 10 minutes writing
+// 100,000 pods takes.
 // NETPOL_SCALE_RESTART=1 runs each binary a second time on the tables the
 // first one left (it is killed, as a crash or an upgrade stops it): the
 // restart reads the kernel's tables back and diffs against them; its
 // figures carry the name with "-restart". NETPOL_SCALE_MEMORY_LIMITS
-// ("512Mi,400Mi") runs each binary again in a memory cgroup with each
-// limit, as the kubelet runs a container with resources.limits.memory
-// (the agent's soft limit follows it: --memory-limit-ratio); its figures
-// carry the name with "-limit" and the limit.
+// ("512Mi,400Mi"; "none" for a cgroup without a limit) runs each binary
+// again in a memory cgroup with each limit, as the kubelet runs a
+// container with resources.limits.memory (the agent's soft limit follows
+// it: --memory-limit-ratio); its figures carry the name with "-limit" and
+// the limit, and add the cgroup's peak usage and, on cgroup v1, the peak of
+// the kernel memory charged to it (the nftables objects of the tables).
 func BenchmarkAgentScale(b *testing.B) {
 	requireRoot(b)
 	sizes, err := benchstat.EnvInts("NETPOL_SCALE_PODS", []int{10000})
@@ -81,13 +87,30 @@ func agentScale(b *testing.B, pods int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	env := testenv.Start(b, testenv.Options{})
+	// NETPOL_SCALE_KEEP=DIR keeps etcd's data in DIR/etcd-PODS: a later
+	// run starts on the objects this one wrote instead of writing them again.
+	var opts testenv.Options
+	var written string
+	if dir := os.Getenv("NETPOL_SCALE_KEEP"); dir != "" {
+		opts.EtcdDataDir = filepath.Join(dir, fmt.Sprintf("etcd-%d", pods))
+		written = filepath.Join(dir, fmt.Sprintf("etcd-%d.written", pods))
+	}
+	env := testenv.Start(b, opts)
 	installCRDs(b, env)
 	kcfg := agentKubeconfig(b, env)
-	start := time.Now()
-	writeSnapshot(b, env, snap)
-	b.Logf("wrote %d pods, %d Services, %d NetworkPolicies, %d admin policies in %v", len(snap.Pods), len(snap.Services),
-		len(snap.NetworkPolicies), len(snap.AdminPolicies)+len(snap.BaselinePolicies)+len(snap.ClusterPolicies), time.Since(start).Round(time.Second))
+	if _, err := os.Stat(written); written != "" && err == nil {
+		b.Logf("the objects of %d pods are in %s from an earlier run", pods, opts.EtcdDataDir)
+	} else {
+		start := time.Now()
+		writeSnapshot(b, env, snap)
+		b.Logf("wrote %d pods, %d Services, %d NetworkPolicies, %d admin policies in %v", len(snap.Pods), len(snap.Services),
+			len(snap.NetworkPolicies), len(snap.AdminPolicies)+len(snap.BaselinePolicies)+len(snap.ClusterPolicies), time.Since(start).Round(time.Second))
+		if written != "" {
+			if err := os.WriteFile(written, nil, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 
 	removeStaleScaleNamespaces(b)
 	ns := fmt.Sprintf("%s%d", scaleNetNSPrefix, os.Getpid())
@@ -110,11 +133,15 @@ func agentScale(b *testing.B, pods int) {
 	}
 	if v := os.Getenv("NETPOL_SCALE_MEMORY_LIMITS"); v != "" {
 		for _, f := range strings.Split(v, ",") {
-			q, err := resource.ParseQuantity(f)
-			if err != nil {
-				b.Fatalf("NETPOL_SCALE_MEMORY_LIMITS: %q: %v", f, err)
+			limit := int64(-1) // "none": a cgroup without a limit, to read its peak
+			if f != "none" {
+				q, err := resource.ParseQuantity(f)
+				if err != nil {
+					b.Fatalf("NETPOL_SCALE_MEMORY_LIMITS: %q: %v", f, err)
+				}
+				limit = q.Value()
 			}
-			dir := memoryCgroup(b, fmt.Sprintf("netpol-scale-limit-%s", f), q.Value())
+			dir := memoryCgroup(b, fmt.Sprintf("netpol-scale-limit-%s", f), limit)
 			for _, bin := range bins {
 				runs = append(runs, run{bin.name + "-limit" + f, bin.path, dir})
 			}
@@ -188,6 +215,7 @@ func runScaleAgent(b *testing.B, pods int, name, bin, cgroup, kcfg, ns string) {
 		a.cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
 	}
 	if cgroup != "" {
+		resetCgroupPeaks(b, cgroup)
 		a.cmd = inCgroup(a.cmd, cgroup)
 	}
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
@@ -198,6 +226,21 @@ func runScaleAgent(b *testing.B, pods int, name, bin, cgroup, kcfg, ns string) {
 	}
 	logf.Close()
 	defer a.kill()
+	var cpuProfile sync.WaitGroup
+	defer cpuProfile.Wait()
+	if profileDir != "" {
+		// The CPU from the start to well after ready: the informers'
+		// lists and the first sync (both tables, and the kernel's share).
+		cpuProfile.Go(func() {
+			for time.Since(started) < 10*time.Second {
+				saveProfileIfUp("http://"+a.debug+"/debug/pprof/profile?seconds=20", filepath.Join(profileDir, fmt.Sprintf("%s-%d-cpu.pprof", name, pods)))
+				if _, err := os.Stat(filepath.Join(profileDir, fmt.Sprintf("%s-%d-cpu.pprof", name, pods))); err == nil {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
 	startup := 0
 	for !a.ready() {
 		if profileDir != "" && time.Since(started) > time.Duration(startup)*250*time.Millisecond {
@@ -242,6 +285,46 @@ func runScaleAgent(b *testing.B, pods int, name, bin, cgroup, kcfg, ns string) {
 	b.ReportMetric(float64(rss)/1024, "rss-MB-"+name)
 	b.Logf("%s, %d pods: ready %v after start (first sync %.2f s); VmHWM %.0f MiB, VmRSS %.0f MiB",
 		name, pods, ready.Round(time.Millisecond), syncSeconds, float64(hwm)/1024, float64(rss)/1024)
+	if cgroup != "" {
+		// What the container's limit is held against: the process's
+		// memory and the kernel memory charged to it, the tables'
+		// nftables objects among them.
+		peak, kernel := cgroupPeaks(cgroup)
+		if peak > 0 {
+			b.ReportMetric(float64(peak)/(1<<20), "cgroup-peak-MB-"+name)
+		}
+		if kernel > 0 {
+			b.ReportMetric(float64(kernel)/(1<<20), "cgroup-kernel-peak-MB-"+name)
+		}
+		b.Logf("%s: the cgroup's peak usage %.0f MiB, of it kernel memory %.0f MiB", name, float64(peak)/(1<<20), float64(kernel)/(1<<20))
+	}
+}
+
+// resetCgroupPeaks starts a memory cgroup's high-water marks again (cgroup
+// v1's max_usage files; v2's memory.peak, where the kernel lets it be
+// reset).
+func resetCgroupPeaks(b *testing.B, cgroup string) {
+	for _, f := range []string{"memory.max_usage_in_bytes", "memory.kmem.max_usage_in_bytes", "memory.peak"} {
+		path := filepath.Join(cgroup, f)
+		if _, err := os.Stat(path); err == nil {
+			if err := os.WriteFile(path, []byte("0"), 0o644); err != nil && f != "memory.peak" {
+				b.Fatalf("resetting %s: %v", path, err)
+			}
+		}
+	}
+}
+
+// cgroupPeaks reads a memory cgroup's peak usage and, on cgroup v1, the
+// peak of the kernel memory charged to it (0: not known).
+func cgroupPeaks(cgroup string) (peak, kernel int64) {
+	read := func(f string) int64 {
+		v, _ := strconv.ParseInt(readTrimmed(filepath.Join(cgroup, f)), 10, 64)
+		return v
+	}
+	if peak = read("memory.max_usage_in_bytes"); peak == 0 {
+		peak = read("memory.peak")
+	}
+	return peak, read("memory.kmem.max_usage_in_bytes")
 }
 
 func saveProfile(b *testing.B, url, path string) {
