@@ -79,7 +79,7 @@ func newSources(kube kubernetes.Interface, dyn dynamic.Interface, log *slog.Logg
 	}
 	// The stores are read by key only (Get, never a namespace's List):
 	// informers without the factory's namespace index, which holds every
-	// key a second time (8 MB at 100,000 pods).
+	// key a second time (35 bytes per object: BenchmarkLeanPods).
 	informer := func(obj runtime.Object, newInformer func(kubernetes.Interface, time.Duration, cache.Indexers) cache.SharedIndexInformer) cache.SharedIndexInformer {
 		return s.core.InformerFor(obj, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 			return newInformer(c, resync, cache.Indexers{})

@@ -231,10 +231,11 @@ func runScaleAgent(b *testing.B, pods int, name, bin, cgroup, kcfg, ns string) {
 	if profileDir != "" {
 		// The CPU from the start to well after ready: the informers'
 		// lists and the first sync (both tables, and the kernel's share).
+		path := filepath.Join(profileDir, fmt.Sprintf("%s-%d-cpu.pprof", name, pods))
 		cpuProfile.Go(func() {
+			// Asked for as soon as the debug listener answers.
 			for time.Since(started) < 10*time.Second {
-				saveProfileIfUp("http://"+a.debug+"/debug/pprof/profile?seconds=20", filepath.Join(profileDir, fmt.Sprintf("%s-%d-cpu.pprof", name, pods)))
-				if _, err := os.Stat(filepath.Join(profileDir, fmt.Sprintf("%s-%d-cpu.pprof", name, pods))); err == nil {
+				if saveProfileIfUp("http://"+a.debug+"/debug/pprof/profile?seconds=20", path) {
 					return
 				}
 				time.Sleep(10 * time.Millisecond)
@@ -342,16 +343,16 @@ func saveProfile(b *testing.B, url, path string) {
 	}
 }
 
-// saveProfileIfUp saves the profile at url when the agent answers.
-func saveProfileIfUp(url, path string) {
+// saveProfileIfUp saves the profile at url when the agent answers, and
+// reports whether it did.
+func saveProfileIfUp(url, path string) bool {
 	resp, err := http.Get(url)
 	if err != nil {
-		return
+		return false
 	}
 	defer resp.Body.Close()
-	if data, err := io.ReadAll(resp.Body); err == nil && resp.StatusCode == http.StatusOK {
-		os.WriteFile(path, data, 0o644)
-	}
+	data, err := io.ReadAll(resp.Body)
+	return err == nil && resp.StatusCode == http.StatusOK && os.WriteFile(path, data, 0o644) == nil
 }
 
 // writeSnapshot creates every object of snap through the API, 32 writers
