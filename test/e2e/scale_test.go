@@ -55,10 +55,11 @@ import (
 // and once settled (after a collection: in-use, and allocated since the
 // start), a CPU profile of its first 20 s (the informers' lists and the
 // first sync), and its log (one line per garbage collection: the heap's
-// size at each). NETPOL_SCALE_KEEP=DIR keeps etcd's data in DIR (on tmpfs:
-// /dev/shm/...) and a later run with the same DIR and size starts on the
-// objects written then, in seconds instead of the 10 minutes writing
-// 100,000 pods takes.
+// size at each); NETPOL_SCALE_PROFILE_GC=1 collects before each heap
+// profile (the live heap exactly; the agent's times suffer).
+// NETPOL_SCALE_KEEP=DIR keeps etcd's data in DIR (on tmpfs: /dev/shm/...)
+// and a later run with the same DIR and size starts on the objects written
+// then, in seconds instead of the 10 minutes writing 100,000 pods takes.
 // NETPOL_SCALE_RESTART=1 runs each binary a second time on the tables the
 // first one left (it is killed, as a crash or an upgrade stops it): the
 // restart reads the kernel's tables back and diffs against them; its
@@ -247,9 +248,15 @@ func runScaleAgent(b *testing.B, pods int, name, bin, cgroup, kcfg, ns string) {
 		if profileDir != "" && time.Since(started) > time.Duration(startup)*250*time.Millisecond {
 			// The heap as of the last collection, every 250 ms until
 			// ready: what the informers' initial lists and the first sync
-			// hold (the debug listener is up from the start).
+			// hold (the debug listener is up from the start). With
+			// NETPOL_SCALE_PROFILE_GC each profile collects first: the
+			// live heap exactly, at the cost of the agent's times.
 			startup++
-			saveProfileIfUp("http://"+a.debug+"/debug/pprof/heap", filepath.Join(profileDir, fmt.Sprintf("%s-%d-startup-%02d.pprof", name, pods, startup)))
+			url := "http://" + a.debug + "/debug/pprof/heap"
+			if os.Getenv("NETPOL_SCALE_PROFILE_GC") != "" {
+				url += "?gc=1"
+			}
+			saveProfileIfUp(url, filepath.Join(profileDir, fmt.Sprintf("%s-%d-startup-%02d.pprof", name, pods, startup)))
 		}
 		if processExited(a.cmd.Process.Pid) {
 			data, _ := os.ReadFile(a.log)
