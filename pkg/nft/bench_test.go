@@ -65,10 +65,11 @@ func BenchmarkApplyIncremental(b *testing.B) {
 // BenchmarkApplyFresh programs a fresh table holding one verdict map of
 // 200,000 addresses (each a jump to a chain, as the policy table's
 // dispatch maps) into an empty network namespace: the first sync's
-// transaction. Besides its time it reports the live heap the Apply holds
-// at its peak over what the table itself holds (apply-peak-live-bytes/elem,
-// sampled by collecting back to back, which slows the Apply down) and the
-// cache it keeps (cache-bytes/elem).
+// transaction. Besides its time it reports the transaction's size on the
+// wire (the Applier's estimate, from above: wire-bytes/elem), the live
+// heap the Apply holds at its peak over what the table itself holds
+// (apply-peak-live-bytes/elem, sampled by collecting back to back, which
+// slows the Apply down) and the cache it keeps (cache-bytes/elem).
 func BenchmarkApplyFresh(b *testing.B) {
 	const n = 200000
 	desired := func() *Table {
@@ -95,14 +96,23 @@ func BenchmarkApplyFresh(b *testing.B) {
 		b.StopTimer()
 		runtime.GC()
 		b.ReportMetric(float64(liveHeap()-before)/n, "cache-bytes/elem")
+		a.Close()
 		// The same transaction again into a fresh namespace, sampled.
 		a2, _ := newTestApplier(b)
+		p, err := a2.Plan(d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(planBytes(p))/n, "wire-bytes/elem")
+		// The baseline again: the first Applier's cache stays reachable
+		// (its cleanup holds it) and is not this Apply's.
+		runtime.GC()
+		before = liveHeap()
 		peak := watchPeakLive()
 		if _, err := a2.Apply(d); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(peak()-before)/n, "apply-peak-live-bytes/elem")
-		a.Close()
 		a2.Close()
 		b.StartTimer()
 	}

@@ -45,7 +45,8 @@ func TestAgentMemoryLimit(t *testing.T) {
 // memoryCgroup makes a memory cgroup named name with a limit of limit
 // bytes (none if negative), under the test process's own (cgroup v1's
 // memory controller, or v2's unified hierarchy), removed at cleanup; it
-// skips where neither can be written. Processes join it by writing their pid to its cgroup.procs.
+// skips where neither can be written. Processes join it by writing their
+// pid to its cgroup.procs.
 func memoryCgroup(t testing.TB, name string, limit int64) string {
 	t.Helper()
 	parent, limitFile, err := ownMemoryCgroup()

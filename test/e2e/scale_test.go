@@ -127,10 +127,9 @@ func agentScale(b *testing.B, pods int) {
 		}
 	}
 	restart := os.Getenv("NETPOL_SCALE_RESTART") != ""
-	type run struct{ name, path, cgroup string }
-	var runs []run
+	var runs []scaleRun
 	for _, bin := range bins {
-		runs = append(runs, run{bin.name, bin.path, ""})
+		runs = append(runs, scaleRun{name: bin.name, path: bin.path})
 	}
 	if v := os.Getenv("NETPOL_SCALE_MEMORY_LIMITS"); v != "" {
 		for _, f := range strings.Split(v, ",") {
@@ -144,7 +143,7 @@ func agentScale(b *testing.B, pods int) {
 			}
 			dir := memoryCgroup(b, fmt.Sprintf("netpol-scale-limit-%s", f), limit)
 			for _, bin := range bins {
-				runs = append(runs, run{bin.name + "-limit" + f, bin.path, dir})
+				runs = append(runs, scaleRun{name: bin.name + "-limit" + f, path: bin.path, cgroup: dir, limited: limit >= 0})
 			}
 		}
 	}
@@ -156,12 +155,14 @@ func agentScale(b *testing.B, pods int) {
 			if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 				b.Fatalf("ip netns add: %v: %s", err, out)
 			}
-			runScaleAgent(b, pods, r.name, r.path, r.cgroup, kcfg, ns)
+			runScaleAgent(b, pods, r, kcfg, ns)
 			if restart {
 				// The same binary again, on the tables the first left
 				// (it was killed): an upgrade's or a crash's restart,
 				// which reads the kernel's tables back and diffs.
-				runScaleAgent(b, pods, r.name+"-restart", r.path, r.cgroup, kcfg, ns)
+				again := r
+				again.name += "-restart"
+				runScaleAgent(b, pods, again, kcfg, ns)
 			}
 			if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
 				b.Fatalf("ip netns delete: %v: %s", err, out)
@@ -191,9 +192,17 @@ func removeStaleScaleNamespaces(b *testing.B) {
 	}
 }
 
-// runScaleAgent starts one agent binary on node-1 (in cgroup, when set),
-// waits for it to be ready, reports its figures and stops it.
-func runScaleAgent(b *testing.B, pods int, name, bin, cgroup, kcfg, ns string) {
+// scaleRun is one agent run: its name in the figures, the binary, and the
+// memory cgroup it runs in (none: ""), which has a limit when limited.
+type scaleRun struct {
+	name, path, cgroup string
+	limited            bool
+}
+
+// runScaleAgent starts one agent binary on node-1 (in its cgroup, when
+// set), waits for it to be ready, reports its figures and stops it.
+func runScaleAgent(b *testing.B, pods int, r scaleRun, kcfg, ns string) {
+	name, bin, cgroup := r.name, r.path, r.cgroup
 	addrs := freeAddrs(b, 3)
 	a := &agentProc{health: addrs[0], metrics: addrs[1], debug: addrs[2]}
 	logf, err := os.CreateTemp("", "netpol-agent-scale-*.log")
@@ -243,6 +252,10 @@ func runScaleAgent(b *testing.B, pods int, name, bin, cgroup, kcfg, ns string) {
 			}
 		})
 	}
+	heapProfile := "http://" + a.debug + "/debug/pprof/heap"
+	if os.Getenv("NETPOL_SCALE_PROFILE_GC") != "" {
+		heapProfile += "?gc=1"
+	}
 	startup := 0
 	for !a.ready() {
 		if profileDir != "" && time.Since(started) > time.Duration(startup)*250*time.Millisecond {
@@ -252,15 +265,11 @@ func runScaleAgent(b *testing.B, pods int, name, bin, cgroup, kcfg, ns string) {
 			// NETPOL_SCALE_PROFILE_GC each profile collects first: the
 			// live heap exactly, at the cost of the agent's times.
 			startup++
-			url := "http://" + a.debug + "/debug/pprof/heap"
-			if os.Getenv("NETPOL_SCALE_PROFILE_GC") != "" {
-				url += "?gc=1"
-			}
-			saveProfileIfUp(url, filepath.Join(profileDir, fmt.Sprintf("%s-%d-startup-%02d.pprof", name, pods, startup)))
+			saveProfileIfUp(heapProfile, filepath.Join(profileDir, fmt.Sprintf("%s-%d-startup-%02d.pprof", name, pods, startup)))
 		}
 		if processExited(a.cmd.Process.Pid) {
 			data, _ := os.ReadFile(a.log)
-			if cgroup == "" {
+			if !r.limited {
 				b.Fatalf("%s: agent exited before ready:\n%s", name, tail(string(data), 20))
 			}
 			// Under a memory limit that is a result: the limit is below
