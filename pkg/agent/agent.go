@@ -630,7 +630,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		a.metrics.setCounts(r.Counts)
 		if r.Stats.Messages > 0 {
 			a.metrics.transactionSize.Observe(float64(r.Stats.Messages))
-			a.log.Info("programmed", "messages", r.Stats.Messages, "elements-added", r.Stats.ElementsAdded,
+			a.log.Info("programmed", "messages", r.Stats.Messages, "transactions", r.Stats.Transactions, "elements-added", r.Stats.ElementsAdded,
 				"elements-deleted", r.Stats.ElementsDeleted, "chains-rewritten", r.Stats.ChainsRewritten,
 				"chains-added", r.Stats.ChainsAdded, "rules", r.Counts.Rules, "incremental", r.Incremental)
 		}
@@ -654,7 +654,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 			messages += r.Stats.Messages
 			if r.Stats.Messages > 0 {
 				a.metrics.transactionSize.Observe(float64(r.Stats.Messages))
-				a.log.Info("programmed services", "messages", r.Stats.Messages, "elements-added", r.Stats.ElementsAdded,
+				a.log.Info("programmed services", "messages", r.Stats.Messages, "transactions", r.Stats.Transactions, "elements-added", r.Stats.ElementsAdded,
 					"elements-deleted", r.Stats.ElementsDeleted, "chains-added", r.Stats.ChainsAdded, "sets", r.Counts.Sets)
 			}
 		}

@@ -19,6 +19,13 @@ import (
 // with a buffer its size (as nft does).
 const sockBuf = 4 << 20
 
+// stageBytes bounds (on the wire, estimated from above) each transaction
+// of a staged plan (Plan.stages): a table created with hundreds of
+// thousands of elements is sent a few MiB at a time, so that its encoded
+// messages and the socket's send buffer stay that size instead of the
+// table's (BenchmarkApplyFresh).
+const stageBytes = 2 << 20
+
 // ErrClosed is returned by an Applier after Close.
 var ErrClosed = errors.New("nft: applier closed")
 
@@ -37,8 +44,8 @@ type Kernel interface {
 var _ Kernel = (*Applier)(nil)
 
 // Applier makes one inet table in one network namespace match a desired
-// Table, one kernel transaction per Apply. It is safe for concurrent use
-// (calls are serialised).
+// Table, one kernel transaction per Apply (see Apply for the exception).
+// It is safe for concurrent use (calls are serialised).
 type Applier struct {
 	mu     sync.Mutex
 	table  string
@@ -57,6 +64,8 @@ type Applier struct {
 	nl       *netlink.Conn // for the generation; opened on first use
 	// mem, in a Fake, stands in for the kernel.
 	mem *memKernel
+	// stageBytes bounds a staged transaction (0: the stageBytes const).
+	stageBytes int
 }
 
 // NewApplier returns an Applier for the inet table in the network namespace
@@ -85,6 +94,12 @@ func NewApplier(netnsFd int, table string) (*Applier, error) {
 // The kernel rejects a bad transaction as a whole, so on error it is
 // unchanged; the cache is dropped either way.
 //
+// The exception is a large plan for a table that no packet reaches yet
+// (absent, or without base chains): it goes in bounded stages, base
+// chains last (see Plan.stages). A failure part way leaves a table that
+// still no packet reaches, and the next Apply reads it back and completes
+// it.
+//
 // Rules carry their ID as comment. desired.Name, if set, must be the
 // Applier's table.
 func (a *Applier) Apply(desired *Table) (Stats, error) {
@@ -103,14 +118,16 @@ func (a *Applier) Apply(desired *Table) (Stats, error) {
 		// else means another commit came in between, which Verify
 		// must not take for ours.
 		before, berr := a.generation()
-		if err := a.transact(plan); err != nil {
+		n, err := a.transact(plan)
+		if err != nil {
 			a.cache = nil
 			a.genKnown = false
 			return Stats{}, err
 		}
 		after, aerr := a.generation()
-		a.genKnown = a.genKnown && berr == nil && aerr == nil && before == a.gen && after == before+1
+		a.genKnown = a.genKnown && berr == nil && aerr == nil && before == a.gen && after == before+uint32(n)
 		a.gen = after
+		plan.Stats.Transactions = n
 	}
 	a.commit(plan, desired)
 	return plan.Stats, nil
@@ -173,12 +190,30 @@ func (a *Applier) readKernel(indexed bool) (*Table, error) {
 	return readTable(a.conn, a.nsFd, a.table, indexed)
 }
 
-// transact sends the plan as one transaction.
-func (a *Applier) transact(p *Plan) error {
-	if a.mem != nil {
-		return a.mem.exec(p)
+// transact sends the plan, staged if it is a large one for a table no
+// packet reaches (Plan.stages), and returns how many transactions were
+// committed.
+func (a *Applier) transact(p *Plan) (int, error) {
+	limit := a.stageBytes
+	if limit == 0 {
+		limit = stageBytes
 	}
-	return a.send(p)
+	stages := p.stages(limit)
+	for i, stage := range stages {
+		var err error
+		if a.mem != nil {
+			err = a.mem.exec(stage)
+		} else {
+			err = a.send(stage)
+		}
+		if err != nil {
+			if len(stages) > 1 {
+				err = fmt.Errorf("stage %d of %d (the table has no base chain yet: nothing enforced changed): %w", i+1, len(stages), err)
+			}
+			return i, err
+		}
+	}
+	return len(stages), nil
 }
 
 // Plan returns what Apply(desired) would send now, without sending it.
@@ -328,19 +363,24 @@ func (a *Applier) fitBuffer(p *Plan) {
 func planBytes(p *Plan) int {
 	n := 0
 	for _, op := range p.Ops {
-		switch op.Kind {
-		case OpAddElements, OpDeleteElements:
-			n += 256
-			for _, e := range op.Elements {
-				n += elementBytes(op.Set, e)
-			}
-		case OpAddRule:
-			n += 512 + 64*len(op.Rule.Exprs)
-		default:
-			n += 512
-		}
+		n += opBytes(op)
 	}
 	return n
+}
+
+// opBytes estimates (from above) the netlink encoding of one operation.
+func opBytes(op Op) int {
+	switch op.Kind {
+	case OpAddElements, OpDeleteElements:
+		n := 256
+		for _, e := range op.Elements {
+			n += elementBytes(op.Set, e)
+		}
+		return n
+	case OpAddRule:
+		return 512 + 64*len(op.Rule.Exprs)
+	}
+	return 512
 }
 
 // send queues the plan and flushes it as one batch.

@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"math"
 	"runtime"
 	"runtime/metrics"
 	"sync/atomic"
@@ -64,12 +65,15 @@ func BenchmarkApplyIncremental(b *testing.B) {
 
 // BenchmarkApplyFresh programs a fresh table holding one verdict map of
 // 200,000 addresses (each a jump to a chain, as the policy table's
-// dispatch maps) into an empty network namespace: the first sync's
-// transaction. Besides its time it reports the transaction's size on the
-// wire (the Applier's estimate, from above: wire-bytes/elem), the live
-// heap the Apply holds at its peak over what the table itself holds
-// (apply-peak-live-bytes/elem, sampled by collecting back to back, which
-// slows the Apply down) and the cache it keeps (cache-bytes/elem).
+// dispatch maps) and a base chain that looks it up into an empty network
+// namespace: the first sync's transaction. Besides its time it reports
+// the transactions' size on the wire (the Applier's estimate, from above:
+// wire-bytes/elem), the live heap the Apply holds at its peak over what
+// the table itself holds (apply-peak-live-bytes/elem, sampled by
+// collecting back to back, which slows the Apply down) and the cache it
+// keeps (cache-bytes/elem). "staged" is the Applier as it is (Plan.stages,
+// stageBytes per transaction); "one-transaction" sends the table whole,
+// as the Applier did before it staged, for the ratio.
 func BenchmarkApplyFresh(b *testing.B) {
 	const n = 200000
 	desired := func() *Table {
@@ -81,40 +85,56 @@ func BenchmarkApplyFresh(b *testing.B) {
 				Verdict: &Verdict{Kind: Jump, Chain: "pod-class-with-a-long-name-0001"}})
 		}
 		t.AddSet(s)
+		t.AddChain(&Chain{Name: "forward", Base: &Hook{Type: "filter", Hook: "forward", Policy: "accept"},
+			Rules: []*Rule{NewRule().Vmap(IPv4, Src, "dispatch4")}})
 		return t
 	}
-	for b.Loop() {
-		b.StopTimer()
-		a, _ := newTestApplier(b)
-		d := desired()
-		runtime.GC()
-		before := liveHeap()
-		b.StartTimer()
-		if _, err := a.Apply(d); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		runtime.GC()
-		b.ReportMetric(float64(liveHeap()-before)/n, "cache-bytes/elem")
-		a.Close()
-		// The same transaction again into a fresh namespace, sampled.
-		a2, _ := newTestApplier(b)
-		p, err := a2.Plan(d)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(float64(planBytes(p))/n, "wire-bytes/elem")
-		// The baseline again: the first Applier's cache stays reachable
-		// (its cleanup holds it) and is not this Apply's.
-		runtime.GC()
-		before = liveHeap()
-		peak := watchPeakLive()
-		if _, err := a2.Apply(d); err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(float64(peak()-before)/n, "apply-peak-live-bytes/elem")
-		a2.Close()
-		b.StartTimer()
+	for _, mode := range []struct {
+		name       string
+		stageBytes int
+	}{{"one-transaction", math.MaxInt}, {"staged", 0}} {
+		b.Run(mode.name, func(b *testing.B) {
+			applier := func() *Applier {
+				a, _ := newTestApplier(b)
+				a.stageBytes = mode.stageBytes
+				return a
+			}
+			for b.Loop() {
+				b.StopTimer()
+				a := applier()
+				d := desired()
+				runtime.GC()
+				before := liveHeap()
+				b.StartTimer()
+				st, err := a.Apply(d)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(st.Transactions), "transactions")
+				runtime.GC()
+				b.ReportMetric(float64(liveHeap()-before)/n, "cache-bytes/elem")
+				a.Close()
+				// The same transaction again into a fresh namespace, sampled.
+				a2 := applier()
+				p, err := a2.Plan(d)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(planBytes(p))/n, "wire-bytes/elem")
+				// The baseline again: the first Applier's cache stays
+				// reachable (its cleanup holds it) and is not this Apply's.
+				runtime.GC()
+				before = liveHeap()
+				peak := watchPeakLive()
+				if _, err := a2.Apply(d); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(peak()-before)/n, "apply-peak-live-bytes/elem")
+				a2.Close()
+				b.StartTimer()
+			}
+		})
 	}
 }
 

@@ -39,6 +39,7 @@ func Diff(current, desired *Table) *Plan {
 	if cur == nil {
 		cur = &Table{Name: name}
 	}
+	p.unhooked = !hasBaseChain(cur)
 	if current == nil || (isEmpty(current) && !isEmpty(desired)) {
 		p.add(Op{Kind: OpAddTable})
 	}
@@ -104,6 +105,15 @@ func Diff(current, desired *Table) *Plan {
 }
 
 func isEmpty(t *Table) bool { return len(t.Chains) == 0 && len(t.Sets) == 0 }
+
+func hasBaseChain(t *Table) bool {
+	for _, c := range t.Chains {
+		if c.Base != nil {
+			return true
+		}
+	}
+	return false
+}
 
 // addElements adds one operation per message-sized chunk.
 func (p *Plan) addElements(kind OpKind, s *Set, elems []Element) {

@@ -42,10 +42,15 @@ type Stats struct {
 	ElementsAdded, ElementsDeleted              int
 	// Messages is the number of netlink messages in the batch.
 	Messages int
+	// Transactions is how many kernel transactions Apply committed: 0
+	// when nothing changed, 1 but for a staged plan (Plan.stages). Plan
+	// leaves it 0.
+	Transactions int
 }
 
 // Plan is the ordered list of operations that turns one table state into
-// another; Applier sends it as one transaction.
+// another; Applier sends it as one transaction (or, for a large plan for a
+// table no packet reaches yet, in stages: see stages).
 type Plan struct {
 	Table string
 	Ops   []Op
@@ -56,6 +61,54 @@ type Plan struct {
 	revisions map[string]uint64
 	// indexes of the added sets' elements, for the cache.
 	indexes map[string]*setIndex
+	// unhooked: the table the plan starts from has no base chain, so no
+	// packet reaches it (see stages).
+	unhooked bool
+}
+
+// stages splits the plan into the transactions Apply sends. A plan is one
+// transaction, so that its changes land together, unless the table it
+// starts from has no base chain (it is absent, or a staged Apply stopped
+// part way) and its encoding is over limit bytes. No packet reaches such a
+// table: packets enter a table only through its base chains. So the plan
+// goes as everything but the base chains (in Diff's order, in which each
+// operation finds what it needs made or cleared by those before it), cut
+// into transactions of at most limit bytes (or one operation); then the
+// base chains with their rules, last and whole. Rules and map verdicts
+// never name a base chain, so nothing before them needs one.
+func (p *Plan) stages(limit int) []*Plan {
+	if len(p.Ops) == 0 {
+		return nil
+	}
+	if !p.unhooked || planBytes(p) <= limit {
+		return []*Plan{p}
+	}
+	var stages []*Plan
+	var base []Op
+	cur, size := &Plan{Table: p.Table}, 0
+	for _, op := range p.Ops {
+		if (op.Kind == OpAddChain || op.Kind == OpAddRule) && op.Chain.Base != nil {
+			base = append(base, op)
+			continue
+		}
+		n := opBytes(op)
+		if size+n > limit && len(cur.Ops) > 0 {
+			stages = append(stages, cur)
+			cur, size = &Plan{Table: p.Table}, 0
+		}
+		cur.Ops = append(cur.Ops, op)
+		size += n
+	}
+	if len(cur.Ops) > 0 {
+		stages = append(stages, cur)
+	}
+	if len(base) > 0 {
+		stages = append(stages, &Plan{Table: p.Table, Ops: base})
+	}
+	for _, s := range stages {
+		s.Stats.Messages = len(s.Ops)
+	}
+	return stages
 }
 
 // Empty reports whether the plan changes nothing.

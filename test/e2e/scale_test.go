@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,7 +50,9 @@ import (
 // memory (VmHWM, VmRSS) — the whole process, nothing left out.
 // NETPOL_SCALE_BINS ("name=path,...") runs other agent binaries too, one
 // after the other against the same objects (an earlier build, for ratios
-// in one run); the metrics carry each one's name. NETPOL_SCALE_PROFILE=DIR
+// in one run); the metrics carry each one's name. NETPOL_SCALE_VARIANTS
+// ("name=flags,...", e.g. "ratio80=--memory-limit-ratio=0.8") runs this tree's
+// agent again with those flags, named so. NETPOL_SCALE_PROFILE=DIR
 // runs this tree's agent with --profiling and GODEBUG=gctrace=1 and keeps, in DIR,
 // its heap profiles every 250 ms until ready (as of the last collection)
 // and once settled (after a collection: in-use, and allocated since the
@@ -116,21 +119,27 @@ func agentScale(b *testing.B, pods int) {
 	removeStaleScaleNamespaces(b)
 	ns := fmt.Sprintf("%s%d", scaleNetNSPrefix, os.Getpid())
 	b.Cleanup(func() { exec.Command("ip", "netns", "delete", ns).Run() }) // after a failed run
-	bins := []struct{ name, path string }{{"netpol", netpolBin}}
+	bins := []scaleRun{{name: "netpol", path: netpolBin}}
+	if v := os.Getenv("NETPOL_SCALE_VARIANTS"); v != "" {
+		for _, f := range strings.Split(v, ",") {
+			name, flags, ok := strings.Cut(f, "=")
+			if !ok {
+				b.Fatalf("NETPOL_SCALE_VARIANTS: %q is not name=flags", f)
+			}
+			bins = append(bins, scaleRun{name: name, path: netpolBin, args: strings.Fields(flags)})
+		}
+	}
 	if v := os.Getenv("NETPOL_SCALE_BINS"); v != "" {
 		for _, f := range strings.Split(v, ",") {
 			name, path, ok := strings.Cut(f, "=")
 			if !ok {
 				b.Fatalf("NETPOL_SCALE_BINS: %q is not name=path", f)
 			}
-			bins = append(bins, struct{ name, path string }{name, path})
+			bins = append(bins, scaleRun{name: name, path: path})
 		}
 	}
 	restart := os.Getenv("NETPOL_SCALE_RESTART") != ""
-	var runs []scaleRun
-	for _, bin := range bins {
-		runs = append(runs, scaleRun{name: bin.name, path: bin.path})
-	}
+	runs := slices.Clone(bins)
 	if v := os.Getenv("NETPOL_SCALE_MEMORY_LIMITS"); v != "" {
 		for _, f := range strings.Split(v, ",") {
 			limit := int64(-1) // "none": a cgroup without a limit, to read its peak
@@ -143,7 +152,9 @@ func agentScale(b *testing.B, pods int) {
 			}
 			dir := memoryCgroup(b, fmt.Sprintf("netpol-scale-limit-%s", f), limit)
 			for _, bin := range bins {
-				runs = append(runs, scaleRun{name: bin.name + "-limit" + f, path: bin.path, cgroup: dir, limited: limit >= 0})
+				bin.name += "-limit" + f
+				bin.cgroup, bin.limited = dir, limit >= 0
+				runs = append(runs, bin)
 			}
 		}
 	}
@@ -192,10 +203,12 @@ func removeStaleScaleNamespaces(b *testing.B) {
 	}
 }
 
-// scaleRun is one agent run: its name in the figures, the binary, and the
-// memory cgroup it runs in (none: ""), which has a limit when limited.
+// scaleRun is one agent run: its name in the figures, the binary and
+// flags of its own, and the memory cgroup it runs in (none: ""), which has
+// a limit when limited.
 type scaleRun struct {
 	name, path, cgroup string
+	args               []string
 	limited            bool
 }
 
@@ -213,6 +226,7 @@ func runScaleAgent(b *testing.B, pods int, r scaleRun, kcfg, ns string) {
 	defer os.Remove(a.log)
 	args := []string{"agent", "--kubeconfig", kcfg, "--node-name", "node-1", "--netns", ns, "--no-status",
 		"--health-bind-address", a.health, "--metrics-bind-address", a.metrics, "--debug-bind-address", a.debug, "--log-format", "json"}
+	args = append(args, r.args...)
 	profileDir := os.Getenv("NETPOL_SCALE_PROFILE")
 	if bin != netpolBin {
 		profileDir = "" // an earlier build may not know --profiling
