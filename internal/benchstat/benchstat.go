@@ -1,15 +1,18 @@
 // Package benchstat is what the benchmarks and scale harnesses share:
-// percentiles of their samples, a process's memory from /proc, and sizes
-// given in the environment.
+// percentiles of their samples, a process's memory from /proc and its own
+// live heap, and sizes given in the environment.
 package benchstat
 
 import (
 	"cmp"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Percentile is the p-quantile (0 to 1) of vals by nearest rank; the zero
@@ -61,4 +64,39 @@ func EnvInts(name string, def []int) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// LiveHeap is the live heap as of the last collection (call runtime.GC
+// first for the live heap now).
+func LiveHeap() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// WatchPeakLive collects garbage back to back until the returned function
+// is called, which returns the largest live heap a collection found. The
+// collections slow down what runs meanwhile: measure its time apart.
+func WatchPeakLive() func() uint64 {
+	var peak atomic.Uint64
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			runtime.GC()
+			if v := LiveHeap(); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stop)
+		<-done
+		return peak.Load()
+	}
 }

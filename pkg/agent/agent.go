@@ -587,7 +587,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		}
 	}
 	if due != 0 {
-		snap, pods, err := a.src.snapshot(due&node.Policy != 0)
+		snap, pods, podCount, err := a.src.snapshot(due&node.Policy != 0)
 		var sources []any
 		if err == nil && due&node.Policy != 0 {
 			sources, policies, err = a.src.policySources()
@@ -602,7 +602,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		}
 		// A Service or EndpointSlice change syncs the NAT table only: the
 		// policy model is not rebuilt for it.
-		in := &node.Input{Snapshot: snap, Pods: pods, CheckLive: checkLive}
+		in := &node.Input{Snapshot: snap, Pods: pods, PodCount: podCount, CheckLive: checkLive}
 		var problems []error
 		if due&node.Policy != 0 {
 			in.Model, problems = a.policyModels.Build(sources, loadPolicy)

@@ -356,7 +356,7 @@ func (sb *scaleBench) failedTables() node.Tables {
 // checkKernel: after every event the fake kernel holds exactly what a
 // from-scratch compile of the informers' state gives.
 func (sb *scaleBench) checkKernel(b *testing.B) {
-	snap, pods, err := sb.h.agent.src.snapshot(true)
+	snap, pods, _, err := sb.h.agent.src.snapshot(true)
 	if err != nil {
 		b.Fatal(err)
 	}

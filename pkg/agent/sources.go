@@ -274,9 +274,9 @@ var policyKinds = map[string]string{
 // snapshot builds the cluster snapshot from the caches, without the
 // policies (policySources gives them) and without pods: with withPods,
 // pods yields their thin copies in (namespace, name) order, each made as
-// it is read (node.Input.Pods); the NAT table reads none. Objects are
-// shared with the caches and must not be changed.
-func (s *sources) snapshot(withPods bool) (snap *cluster.Snapshot, pods iter.Seq[*corev1.Pod], err error) {
+// it is read (node.Input.Pods), podCount of them; the NAT table reads
+// none. Objects are shared with the caches and must not be changed.
+func (s *sources) snapshot(withPods bool) (snap *cluster.Snapshot, pods iter.Seq[*corev1.Pod], podCount int, err error) {
 	snap = cluster.New()
 	each := func(l cache.GenericLister, add func(any)) error {
 		objs, err := l.List(labels.Everything())
@@ -299,16 +299,16 @@ func (s *sources) snapshot(withPods bool) (snap *cluster.Snapshot, pods iter.Seq
 			}
 			var recs []*leanPod
 			err := each(s.listers.pods, func(o any) { recs = append(recs, o.(*leanPod)) })
-			pods = thinPodsInOrder(recs)
+			pods, podCount = thinPodsInOrder(recs), len(recs)
 			return err
 		}(),
 		each(s.listers.services, func(o any) { snap.Services = append(snap.Services, o.(*corev1.Service)) }),
 		each(s.listers.endpointSlices, func(o any) { snap.EndpointSlices = append(snap.EndpointSlices, o.(*discoveryv1.EndpointSlice)) }),
 	)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
-	return snap, pods, nil
+	return snap, pods, podCount, nil
 }
 
 // nodes lists the cached Nodes.

@@ -2,6 +2,7 @@ package compiler_test
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -41,7 +42,9 @@ func BenchmarkCompile(b *testing.B) {
 // a new one; measured as a candidate for the first sync, and slower while
 // it matches selectors pod by pod). The cluster is the agent scale harness's at
 // NETPOL_BENCH_PODS pods (default 10,000): one namespace and one node per
-// 100 pods, a NetworkPolicy per 10, an admin policy per 100.
+// 100 pods, a NetworkPolicy per 10, an admin policy per 100. resolved also
+// reports the largest live heap one compile holds over what was live
+// before (peak-live-MB, from a separate run: sampling slows it).
 func BenchmarkNodeTable(b *testing.B) {
 	sizes, err := benchstat.EnvInts("NETPOL_BENCH_PODS", []int{10000})
 	if err != nil {
@@ -65,6 +68,17 @@ func BenchmarkNodeTable(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			// Once more, untimed: the largest live heap it holds over
+			// what was live before (the agent's first sync's share).
+			runtime.GC()
+			before := benchstat.LiveHeap()
+			peak := benchstat.WatchPeakLive()
+			live, err := compiler.NewLive(eval.New(snap, model).Resolved(), opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(peak()-before)/1e6, "peak-live-MB")
+			runtime.KeepAlive(live)
 		})
 		b.Run(fmt.Sprintf("pods=%d/from-pods", n), func(b *testing.B) {
 			for b.Loop() {

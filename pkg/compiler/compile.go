@@ -731,11 +731,21 @@ func (c *compiler) networkPolicyRules(plan *eval.Plan, pod int, named string) *n
 	tier.profiles = map[string][]portBox{}
 	for _, f := range nft.Families {
 		al := buildAllowList(c.allowItems(plan, pod, f), f)
-		for a, ports := range al.pods {
-			id := tier.profile(ports)
-			s := c.t.Sets[allowSetName(tier.list, "pods", id, f)]
+		// Per profile: its set, found once, and how many addresses it
+		// gets (the elements are allocated once).
+		sets, counts := make([]*nft.Set, len(al.profiles)), make([]int, len(al.profiles))
+		for _, k := range al.pods {
+			counts[k]++
+		}
+		for a, k := range al.pods {
+			s := sets[k]
 			if s == nil {
-				s = c.t.AddSet(tier.podSet(id, f))
+				id := tier.profile(al.profiles[k])
+				if s = c.t.Sets[allowSetName(tier.list, "pods", id, f)]; s == nil {
+					s = c.t.AddSet(tier.podSet(id, f))
+				}
+				s.Elements = slices.Grow(s.Elements, counts[k])
+				sets[k] = s
 			}
 			s.Elements = append(s.Elements, nft.Element{Key: f.AddrBytes(a)})
 		}
@@ -761,7 +771,8 @@ func (c *compiler) allowItems(plan *eval.Plan, pod int, f *nft.Family) []allowIt
 		}
 		// Peers: pod addresses, and networks (ipBlocks, nodes, or
 		// every address for a rule without peers).
-		var pods, nets []addrRange
+		var pods []netip.Addr
+		var nets []addrRange
 		if r.AllPeers {
 			nets = []addrRange{fullRange(f)}
 		} else {
@@ -775,10 +786,10 @@ func (c *compiler) allowItems(plan *eval.Plan, pod int, f *nft.Family) []allowIt
 				return
 			}
 			if len(pods) > 0 {
-				items = append(items, allowItem{pods, ports, true})
+				items = append(items, allowItem{pods: pods, ports: ports})
 			}
 			if len(nets) > 0 {
-				items = append(items, allowItem{nets, ports, false})
+				items = append(items, allowItem{addrs: nets, ports: ports})
 			}
 		}
 		if r.AllPorts {
@@ -805,7 +816,7 @@ func (c *compiler) allowItems(plan *eval.Plan, pod int, f *nft.Family) []allowIt
 			}
 			for _, a := range dst.Addrs {
 				if inFamily(a, f) && (c.r.PeerPods(pi, d, ri, j) || containsAddr(nets, a)) {
-					items = append(items, allowItem{[]addrRange{singleAddr(a)}, boxes, true})
+					items = append(items, allowItem{pods: []netip.Addr{a}, ports: boxes})
 				}
 			}
 		}
@@ -815,12 +826,12 @@ func (c *compiler) allowItems(plan *eval.Plan, pod int, f *nft.Family) []allowIt
 
 // podAddrs is the addresses in family f of the pods rule ri matches as
 // pod peers.
-func (c *compiler) podAddrs(pi int, d policy.Direction, ri int, f *nft.Family) []addrRange {
-	var out []addrRange
+func (c *compiler) podAddrs(pi int, d policy.Direction, ri int, f *nft.Family) []netip.Addr {
+	var out []netip.Addr
 	for _, j := range c.r.PeerPodList(pi, d, ri) {
 		for _, a := range c.r.Pod(j).Addrs {
 			if inFamily(a, f) {
-				out = append(out, singleAddr(a))
+				out = append(out, a)
 			}
 		}
 	}

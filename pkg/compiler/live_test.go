@@ -99,7 +99,7 @@ func TestResolvedFromPodSequence(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s/%s: %v", w.name, n.Name, err)
 			}
-			got, err := compiler.Compile(eval.NewFromPods(&noPods, model, reused).Resolved(), opts)
+			got, err := compiler.Compile(eval.NewFromPods(&noPods, model, reused, 0).Resolved(), opts)
 			if err != nil {
 				t.Fatalf("%s/%s from the sequence: %v", w.name, n.Name, err)
 			}

@@ -3,6 +3,7 @@ package compiler
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -168,13 +169,13 @@ func portElements(boxes []portBox) []nft.Element {
 	return out
 }
 
-// allowItem allows connections to or from addrs on ports. pods marks
-// addresses of pods (single addresses that come and go with pods), as
-// opposed to networks (ipBlocks, node addresses, "every peer").
+// allowItem allows connections to or from pods (pod addresses: single
+// addresses that come and go with pods) or addrs (networks: ipBlocks, node
+// addresses, "every peer") on ports; an item has one or the other.
 type allowItem struct {
+	pods  []netip.Addr
 	addrs []addrRange
 	ports []portBox
-	pods  bool
 }
 
 // piece is a range of addresses with the ports allowed to or from it.
@@ -189,25 +190,66 @@ type piece struct {
 // sets), each with the ports allowed. An address is allowed a port if its
 // pod entry or its network piece allows it.
 type allowList struct {
-	pods map[netip.Addr][]portBox
-	nets []piece
+	// pods maps each pod address to its ports: an index into profiles,
+	// which holds each distinct combination of items once (a class
+	// allowed from 100,000 pods by a few rules has a few combinations).
+	pods     map[netip.Addr]int32
+	profiles [][]portBox // canonical
+	nets     []piece
+}
+
+// podPorts are the ports allowed to or from pod address a (nil: none).
+func (al allowList) podPorts(a netip.Addr) []portBox {
+	if k, ok := al.pods[a]; ok {
+		return al.profiles[k]
+	}
+	return nil
 }
 
 func buildAllowList(items []allowItem, f *nft.Family) allowList {
 	var netItems []allowItem
-	podPorts := map[netip.Addr][]portBox{}
-	for _, it := range items {
-		if !it.pods {
-			netItems = append(netItems, it)
+	// Each address is at a combination of the pod items that name it;
+	// a combination and one more item lead to another, made once.
+	type step struct{ from, item int32 }
+	at := map[netip.Addr]int32{}
+	var combos [][]portBox // the items' ports, concatenated
+	next := map[step]int32{}
+	for i, it := range items {
+		if len(it.pods) == 0 {
+			if len(it.addrs) > 0 {
+				netItems = append(netItems, it)
+			}
 			continue
 		}
-		for _, r := range it.addrs {
-			podPorts[r.lo] = append(podPorts[r.lo], it.ports...)
+		for _, a := range it.pods {
+			from, ok := at[a]
+			if !ok {
+				from = -1
+			}
+			to, ok := next[step{from, int32(i)}]
+			if !ok {
+				ports := it.ports
+				if from >= 0 {
+					ports = append(slices.Clip(combos[from]), it.ports...)
+				}
+				to = int32(len(combos))
+				combos = append(combos, ports)
+				next[step{from, int32(i)}] = to
+			}
+			at[a] = to
 		}
 	}
-	al := allowList{pods: make(map[netip.Addr][]portBox, len(podPorts)), nets: flatten(netItems, f)}
-	for a, boxes := range podPorts {
-		al.pods[a] = canonicalPorts(boxes)
+	// Only the combinations addresses end at, renumbered, canonical.
+	al := allowList{pods: at, nets: flatten(netItems, f)}
+	final := map[int32]int32{}
+	for a, k := range at {
+		n, ok := final[k]
+		if !ok {
+			n = int32(len(al.profiles))
+			final[k] = n
+			al.profiles = append(al.profiles, canonicalPorts(combos[k]))
+		}
+		at[a] = n
 	}
 	return al
 }

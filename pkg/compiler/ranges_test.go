@@ -3,6 +3,7 @@ package compiler
 import (
 	"math/rand"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/netpol/netpol/pkg/nft"
@@ -71,14 +72,15 @@ func TestAllowListEquivalent(t *testing.T) {
 	for round := 0; round < 300; round++ {
 		var items []allowItem
 		for i := rng.Intn(6) + 1; i > 0; i-- {
-			it := allowItem{pods: rng.Intn(2) == 0}
+			var it allowItem
+			pods := rng.Intn(2) == 0
 			for j := rng.Intn(3) + 1; j > 0; j-- {
 				lo := rng.Intn(60)
-				hi := lo + rng.Intn(8)
-				if it.pods {
-					hi = lo
+				if pods {
+					it.pods = append(it.pods, addr(lo))
+					continue
 				}
-				it.addrs = append(it.addrs, addrRange{addr(lo), addr(hi)})
+				it.addrs = append(it.addrs, addrRange{addr(lo), addr(lo + rng.Intn(8))})
 			}
 			if rng.Intn(8) == 0 {
 				it.ports = []portBox{allProtocolsAndPorts}
@@ -111,9 +113,9 @@ func TestAllowListEquivalent(t *testing.T) {
 			}
 			want := false
 			for _, it := range items {
-				want = want || (containsAddr(it.addrs, a) && in(it.ports))
+				want = want || ((containsAddr(it.addrs, a) || slices.Contains(it.pods, a)) && in(it.ports))
 			}
-			got := in(al.pods[a])
+			got := in(al.podPorts(a))
 			if p := al.netPiece(a); p != nil {
 				got = got || in(p.ports)
 			}

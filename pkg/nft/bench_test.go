@@ -3,9 +3,9 @@ package nft
 import (
 	"math"
 	"runtime"
-	"runtime/metrics"
-	"sync/atomic"
 	"testing"
+
+	"github.com/netpol/netpol/internal/benchstat"
 )
 
 // BenchmarkApplyIncremental measures one Apply that adds an element and one
@@ -104,7 +104,7 @@ func BenchmarkApplyFresh(b *testing.B) {
 				a := applier()
 				d := desired()
 				runtime.GC()
-				before := liveHeap()
+				before := benchstat.LiveHeap()
 				b.StartTimer()
 				st, err := a.Apply(d)
 				if err != nil {
@@ -113,7 +113,7 @@ func BenchmarkApplyFresh(b *testing.B) {
 				b.StopTimer()
 				b.ReportMetric(float64(st.Transactions), "transactions")
 				runtime.GC()
-				b.ReportMetric(float64(liveHeap()-before)/n, "cache-bytes/elem")
+				b.ReportMetric(float64(benchstat.LiveHeap()-before)/n, "cache-bytes/elem")
 				a.Close()
 				// The same transaction again into a fresh namespace, sampled.
 				a2 := applier()
@@ -125,8 +125,8 @@ func BenchmarkApplyFresh(b *testing.B) {
 				// The baseline again: the first Applier's cache stays
 				// reachable (its cleanup holds it) and is not this Apply's.
 				runtime.GC()
-				before = liveHeap()
-				peak := watchPeakLive()
+				before = benchstat.LiveHeap()
+				peak := benchstat.WatchPeakLive()
 				if _, err := a2.Apply(d); err != nil {
 					b.Fatal(err)
 				}
@@ -135,37 +135,5 @@ func BenchmarkApplyFresh(b *testing.B) {
 				b.StartTimer()
 			}
 		})
-	}
-}
-
-func liveHeap() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
-}
-
-// watchPeakLive collects garbage back to back until the returned function
-// is called, which returns the largest live heap a collection found.
-func watchPeakLive() func() uint64 {
-	var peak atomic.Uint64
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			runtime.GC()
-			if v := liveHeap(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			default:
-			}
-		}
-	}()
-	return func() uint64 {
-		close(stop)
-		<-done
-		return peak.Load()
 	}
 }

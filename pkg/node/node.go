@@ -167,6 +167,9 @@ type Input struct {
 	// 100,000 thin pods of 1,240 bytes were the largest part of its first
 	// sync's memory).
 	Pods iter.Seq[*corev1.Pod]
+	// PodCount is how many pods Pods yields, about (0: unknown): the
+	// resolution's index is sized once.
+	PodCount int
 }
 
 // Prepare builds the policy model and the resolution of snap.
@@ -182,7 +185,7 @@ func (in *Input) prepare() {
 			in.Model = policy.Build(in.Snapshot)
 		}
 		if in.Pods != nil {
-			in.Resolved = eval.NewFromPods(in.Snapshot, in.Model, in.Pods).Resolved()
+			in.Resolved = eval.NewFromPods(in.Snapshot, in.Model, in.Pods, in.PodCount).Resolved()
 		} else {
 			in.Resolved = eval.New(in.Snapshot, in.Model).Resolved()
 		}
