@@ -66,10 +66,10 @@ func New(snap *cluster.Snapshot, model *policy.Model) *Evaluator {
 // name) order, instead of snap.Pods (not read). The evaluator keeps no
 // yielded pod, only strings, label maps and port lists they hold, so a
 // caller may make each pod for its step alone and reuse it: the agent
-// makes none of its 100,000 thin pods at once. n is how many pods the
-// sequence yields, about (0: unknown), so that the index is sized once.
-func NewFromPods(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*corev1.Pod], n int) *Evaluator {
-	return &Evaluator{ix: buildIndexFrom(snap, model, pods, n), model: model}
+// makes none of its 100,000 thin pods at once. podCount is how many pods
+// the sequence yields, about (0: unknown), so that the index is sized once.
+func NewFromPods(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*corev1.Pod], podCount int) *Evaluator {
+	return &Evaluator{ix: buildIndexFrom(snap, model, pods, podCount), model: model}
 }
 
 // Verdict is the answer for one connection.

@@ -166,13 +166,13 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 // buildIndexFrom indexes the pods of the sequence (snap's are not read),
 // which yields them in (namespace, name) order. A yielded pod is read
 // during its step only; the index keeps strings, label maps and port
-// lists it holds, never the pod. n is how many pods it yields, about (0:
-// unknown): the pod lists and maps are made that size (grown one append
-// at a time, 100,000 pods' lists took five times their size).
-func buildIndexFrom(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*corev1.Pod], n int) *index {
-	ix := &index{podByKey: make(map[string]int, n), podByIP: make(map[netip.Addr]int, n), nodeByIP: map[netip.Addr]int{},
+// lists it holds, never the pod. podCount is how many pods it yields,
+// about (0: unknown): the pod lists and maps are made that size (grown one
+// append at a time, 100,000 pods' lists took five times their size).
+func buildIndexFrom(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*corev1.Pod], podCount int) *index {
+	ix := &index{podByKey: make(map[string]int, podCount), podByIP: make(map[netip.Addr]int, podCount), nodeByIP: map[netip.Addr]int{},
 		identsByNamespace: map[string][]int{}, selected: map[string]*selection{},
-		pods: make([]podInfo, 0, n), identOf: make([]int32, 0, n)}
+		pods: make([]podInfo, 0, podCount), identOf: make([]int32, 0, podCount)}
 	identByKey := map[string]int{}
 	nodeByName := map[string]int{}
 	for _, n := range snap.Nodes {
