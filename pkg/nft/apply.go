@@ -411,6 +411,7 @@ var setIDs atomic.Uint32
 func queue(conn *nftables.Conn, table string, p *Plan) error {
 	kt := &nftables.Table{Name: table, Family: nftables.TableFamilyINet}
 	added := map[string]*nftables.Set{} // sets created in this batch
+	var enc elementEncoder
 	kset := func(s *Set) *nftables.Set {
 		if ks := added[s.Name]; ks != nil {
 			return ks
@@ -449,11 +450,11 @@ func queue(conn *nftables.Conn, table string, p *Plan) error {
 			conn.DelSet(&nftables.Set{Table: kt, Name: op.Set.Name})
 			delete(added, op.Set.Name)
 		case OpAddElements:
-			if err := conn.SetAddElements(kset(op.Set), kernelElements(op.Set, op.Elements, false)); err != nil {
+			if err := conn.SetAddElements(kset(op.Set), enc.encode(op.Set, op.Elements, false)); err != nil {
 				return fmt.Errorf("add elements to set %s: %w", op.Set.Name, err)
 			}
 		case OpDeleteElements:
-			if err := conn.SetDeleteElements(kset(op.Set), kernelElements(op.Set, op.Elements, true)); err != nil {
+			if err := conn.SetDeleteElements(kset(op.Set), enc.encode(op.Set, op.Elements, true)); err != nil {
 				return fmt.Errorf("delete elements of set %s: %w", op.Set.Name, err)
 			}
 		default:

@@ -3,6 +3,8 @@ package nft
 import (
 	"bytes"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -412,6 +414,48 @@ func TestKernelElementsRoundTrip(t *testing.T) {
 		if _, mismatch := fromKernelElements(v4, b.kes); mismatch == "" {
 			t.Errorf("%s: accepted", b.name)
 		}
+	}
+}
+
+// TestElementEncoderReuse: one batch's encoder hands every operation the
+// same list and shares verdict expressions; each operation's elements are
+// still what kernelElements makes of them alone.
+func TestElementEncoderReuse(t *testing.T) {
+	sets := []*Set{
+		{Name: "pods4", Fields: []FieldType{FieldIPv4}, Verdict: true, Elements: []Element{
+			to(single("10.0.0.1"), jump("class-a")), to(single("10.0.0.2"), jump("class-b")), to(single("10.0.0.3"), jump("class-a"))}},
+		{Name: "nets4", Fields: []FieldType{FieldIPv4}, Interval: true, Elements: []Element{cidr("10.1.0.0/16"), single("192.0.2.7")}},
+		{Name: "hosts4", Fields: []FieldType{FieldIPv4}, Elements: []Element{single("10.0.0.1")}},
+		{Name: "pods4", Fields: []FieldType{FieldIPv4}, Verdict: true, Elements: []Element{to(single("10.0.0.4"), jump("class-b"))}},
+	}
+	var enc elementEncoder
+	var firstB *expr.Verdict
+	for i, s := range sets {
+		for _, del := range []bool{false, true} {
+			got := slices.Clone(enc.encode(s, s.Elements, del))
+			if want := kernelElements(s, s.Elements, del); !reflect.DeepEqual(got, want) {
+				t.Errorf("set %d (%s, delete %v): encoded %+v, want %+v", i, s.Name, del, got, want)
+			}
+			if s.Verdict && !del {
+				if got[0].VerdictData == nil || got[0].VerdictData.Chain != s.Elements[0].Verdict.Chain {
+					t.Fatalf("set %d: verdict %+v", i, got[0].VerdictData)
+				}
+				if i == 0 && got[0].VerdictData != got[2].VerdictData {
+					t.Errorf("two jumps to class-a carry two expressions")
+				}
+				for _, ke := range got {
+					if ke.VerdictData.Chain == "class-b" {
+						if firstB != nil && ke.VerdictData != firstB {
+							t.Errorf("the jump to class-b has a second expression in a later operation")
+						}
+						firstB = ke.VerdictData
+					}
+				}
+			}
+		}
+	}
+	if firstB == nil {
+		t.Fatal("no jump to class-b encoded")
 	}
 }
 

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -48,11 +50,28 @@ func (s *Set) rbtree() bool { return s.Interval && !s.Concat() }
 // for a single value). Deletes
 // carry no verdict: the kernel finds map entries by key.
 func kernelElements(s *Set, elems []Element, del bool) []nftables.SetElement {
-	out := make([]nftables.SetElement, 0, len(elems))
+	return new(elementEncoder).encode(s, elems, del)
+}
+
+// elementEncoder encodes the element operations of one batch. google/nftables
+// marshals each operation's elements into its message before returning, so
+// the encoder hands every operation the same list and one verdict
+// expression per distinct verdict: a first sync's hundreds of thousands of
+// elements are otherwise that many kernel elements and verdicts allocated
+// and dropped, garbage the collector meets while the heap is at its peak.
+type elementEncoder struct {
+	out      []nftables.SetElement
+	verdicts map[Verdict]*expr.Verdict
+}
+
+// encode returns elems as kernelElements does, in a list the next call
+// reuses.
+func (enc *elementEncoder) encode(s *Set, elems []Element, del bool) []nftables.SetElement {
+	out := slices.Grow(enc.out[:0], len(elems))
 	for _, e := range elems {
 		ke := nftables.SetElement{Key: e.Key}
 		if s.Verdict && !del && e.Verdict != nil {
-			ke.VerdictData = e.Verdict.expr()
+			ke.VerdictData = enc.verdict(*e.Verdict)
 		}
 		if s.Data != nil && !del {
 			ke.Val = e.Data
@@ -79,7 +98,21 @@ func kernelElements(s *Set, elems []Element, del bool) []nftables.SetElement {
 			out = append(out, ke)
 		}
 	}
+	enc.out = out
 	return out
+}
+
+// verdict is v's expression, one per distinct verdict (read only).
+func (enc *elementEncoder) verdict(v Verdict) *expr.Verdict {
+	if x, ok := enc.verdicts[v]; ok {
+		return x
+	}
+	if enc.verdicts == nil {
+		enc.verdicts = map[Verdict]*expr.Verdict{}
+	}
+	x := v.expr()
+	enc.verdicts[v] = x
+	return x
 }
 
 // chunkElements splits elements into groups whose encoding stays under

@@ -42,6 +42,15 @@ var elementHash = func(id []byte) uint64 { return maphash.Bytes(indexSeed, id) }
 func newSetIndex(s *Set) *setIndex {
 	idx := &setIndex{at: make([]uint32, 0, len(s.Elements)), pos: make(map[uint64]int32, len(s.Elements))}
 	buf := make([]byte, 0, 256)
+	// The arena made once at its size: grown by appends, a first sync's
+	// arenas left as much again in garbage, at the sync's peak.
+	size := 0
+	var length [binary.MaxVarintLen64]byte
+	for _, e := range s.Elements {
+		buf = appendElementID(buf[:0], normalElement(s, e))
+		size += binary.PutUvarint(length[:], uint64(len(buf))) + len(buf)
+	}
+	idx.ids = make([]byte, 0, size)
 	for _, e := range s.Elements {
 		buf = idx.insert(normalElement(s, e), buf)
 	}

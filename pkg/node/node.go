@@ -241,14 +241,18 @@ func (r Result) Failed() Tables {
 
 // Sync programs the chosen tables from in; the NAT table is skipped with
 // NoProxy. A table's failure does not keep the other from being synced.
-// The two tables are synced concurrently (they share nothing but the
-// snapshot, which neither changes); the policy model and resolution are
+// The NAT table is synced concurrently with the policy table's send, once
+// the policy compile is done (the tables share nothing but the snapshot,
+// which neither changes); the policy model and resolution are
 // built here when in lacks them (Input.Model is set afterwards; a
 // resolution built here is dropped once compiled).
 func (p *Programmer) Sync(in *Input, tables Tables) Result {
 	var res Result
 	var services sync.WaitGroup
-	if tables&Services != 0 && p.proxy != nil {
+	syncServices := func() {
+		if tables&Services == 0 || p.proxy == nil {
+			return
+		}
 		services.Go(func() {
 			r := &res.Services
 			r.Ran = true
@@ -271,6 +275,12 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 			// does not need it (45 MB at 100,000 pods).
 			in.Resolved = nil
 		}
+		// The NAT table is built and sent beside the policy table's
+		// send, not its compile: the resolution and the compile's
+		// garbage are gone before the NAT build's come (at 100,000 pods
+		// that is what lets the first sync fit a 400Mi container; the
+		// kernel takes one table's transaction at a time anyway).
+		syncServices()
 		if err == nil {
 			r.Table = live.Table()
 			if in.CheckLive && p.live != nil {
@@ -282,12 +292,15 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		if r.Err == nil {
 			r.Err = p.learnPatterns(in.Model, r.Table)
 		}
-	} else if tables&Services != 0 {
+	} else {
+		syncServices()
 		// An EndpointSlice change may move the cluster DNS.
-		if err := p.syncDNSServers(in.Snapshot); err != nil {
-			services.Wait()
-			res.Services.Err = errors.Join(res.Services.Err, err)
-			return res
+		if tables&Services != 0 {
+			if err := p.syncDNSServers(in.Snapshot); err != nil {
+				services.Wait()
+				res.Services.Err = errors.Join(res.Services.Err, err)
+				return res
+			}
 		}
 	}
 	services.Wait()
