@@ -277,9 +277,8 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		}
 		// The NAT table is built and sent beside the policy table's
 		// send, not its compile: the resolution and the compile's
-		// garbage are gone before the NAT build's come (at 100,000 pods
-		// that is what lets the first sync fit a 400Mi container; the
-		// kernel takes one table's transaction at a time anyway).
+		// garbage are unreachable before the NAT build starts (the first
+		// sync's peak; docs/benchmarks.md, issue 14's sixth stop).
 		syncServices()
 		if err == nil {
 			r.Table = live.Table()
