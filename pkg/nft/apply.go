@@ -62,6 +62,11 @@ type Applier struct {
 	gen      uint32
 	genKnown bool
 	nl       *netlink.Conn // for the generation; opened on first use
+	// wireConn sends element-only transactions (elementWire), with
+	// socket buffers of wireBuf bytes; opened on first use.
+	wireConn *netlink.Conn
+	wireBuf  int
+	wire     elementWire
 	// mem, in a Fake, stands in for the kernel.
 	mem *memKernel
 	// stageBytes bounds a staged transaction (0: the stageBytes const).
@@ -199,6 +204,8 @@ func (a *Applier) transact(p *Plan) (int, error) {
 		limit = stageBytes
 	}
 	stages := p.stages(limit)
+	// The stages share one wire buffer; it goes with the call.
+	defer func() { a.wire = elementWire{seq: a.wire.seq} }()
 	for i, stage := range stages {
 		var err error
 		if a.mem != nil {
@@ -318,6 +325,7 @@ func (a *Applier) Close() error {
 		a.nl.Close()
 		a.nl = nil
 	}
+	a.closeWire()
 	if a.nsFd >= 0 {
 		if cerr := unix.Close(a.nsFd); err == nil {
 			err = cerr
@@ -386,6 +394,9 @@ func opBytes(op Op) int {
 // send queues the plan and flushes it as one batch.
 func (a *Applier) send(p *Plan) error {
 	a.fitBuffer(p)
+	if p.elementsOnly() {
+		return a.sendElements(p)
+	}
 	if err := a.ensureConn(); err != nil {
 		return err
 	}
@@ -402,6 +413,47 @@ func (a *Applier) send(p *Plan) error {
 		return fmt.Errorf("table %s: transaction of %d messages failed: %w", a.table, len(p.Ops), err)
 	}
 	return nil
+}
+
+// sendElements sends an element-only plan as one batch it encodes itself
+// (elementWire).
+func (a *Applier) sendElements(p *Plan) error {
+	if err := a.wire.encode(a.table, p); err != nil {
+		return fmt.Errorf("table %s: %w", a.table, err)
+	}
+	if a.wireConn == nil || a.wireBuf < a.buf {
+		a.closeWire()
+		nl, err := dialNetfilter(a.nsFd)
+		if err != nil {
+			return err
+		}
+		// An error echoes the refused message whole: the receive buffer
+		// holds that, as it is twice the batch (fitBuffer). (Capped
+		// acks would be smaller, but the netlink library cannot read
+		// them with the extended acks that name what was refused.)
+		if err := nl.SetOption(netlink.ExtendedAcknowledge, true); err != nil {
+			nl.Close()
+			return fmt.Errorf("nft: netlink connection: %w", err)
+		}
+		if err := setBuffers(nl, a.buf); err != nil {
+			nl.Close()
+			return fmt.Errorf("nft: netlink connection: %w", err)
+		}
+		a.wireConn, a.wireBuf = nl, a.buf
+	}
+	if err := a.wire.send(a.wireConn); err != nil {
+		// A fresh socket for the next call: no stale acks can be left.
+		a.closeWire()
+		return fmt.Errorf("table %s: transaction of %d messages failed: %w", a.table, len(p.Ops), err)
+	}
+	return nil
+}
+
+func (a *Applier) closeWire() {
+	if a.wireConn != nil {
+		a.wireConn.Close()
+		a.wireConn = nil
+	}
 }
 
 // setIDs numbers the sets added in batches (see queue).

@@ -344,6 +344,13 @@ func TestFailedApplyChangesNothing(t *testing.T) {
 			errno: unix.EEXIST,
 		},
 		{
+			name: "overlapping range, element operations only",
+			change: func(d *Table) {
+				d.Sets["peers4"].Elements = append(d.Sets["peers4"].Elements, span("10.255.255.0", "11.0.0.5"))
+			},
+			errno: unix.EEXIST,
+		},
+		{
 			name: "vmap entry jumps to a missing chain",
 			change: func(d *Table) {
 				d.Sets["pods4"].Elements = append(d.Sets["pods4"].Elements, to(single("10.1.0.60"), jump("nowhere")))

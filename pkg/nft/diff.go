@@ -79,11 +79,14 @@ func Diff(current, desired *Table) *Plan {
 	}
 	p.Stats.ChainsAdded = len(chains.added) + len(chains.recreated)
 	p.Stats.ChainsRewritten = chains.rewritten
-	// 7
+	// 7: the sets, then their elements, so that a staged plan's
+	// element operations come in transactions of their own (elementWire)
 	p.indexes = make(map[string]*setIndex, len(sets.added))
 	for _, s := range sets.added {
 		p.add(Op{Kind: OpAddSet, Set: s})
 		p.Stats.SetsAdded++
+	}
+	for _, s := range sets.added {
 		idx := indexOf(s)
 		if s.index == nil { // made here: the cache may keep it
 			p.indexes[s.Name] = idx

@@ -73,8 +73,10 @@ type Plan struct {
 // table: packets enter a table only through its base chains. So the plan
 // goes as everything but the base chains (in Diff's order, in which each
 // operation finds what it needs made or cleared by those before it), cut
-// into transactions of at most limit bytes (or one operation); then the
-// base chains with their rules, last and whole. Rules and map verdicts
+// into transactions of at most limit bytes (or one operation), and where
+// element operations start or stop (the Applier encodes element-only
+// transactions itself: elementWire); then the base chains with their
+// rules, last and whole. Rules and map verdicts
 // never name a base chain, so nothing before them needs one.
 func (p *Plan) stages(limit int) []*Plan {
 	if len(p.Ops) == 0 {
@@ -92,7 +94,7 @@ func (p *Plan) stages(limit int) []*Plan {
 			continue
 		}
 		n := opBytes(op)
-		if size+n > limit && len(cur.Ops) > 0 {
+		if len(cur.Ops) > 0 && (size+n > limit || isElementOp(op) != isElementOp(cur.Ops[len(cur.Ops)-1])) {
 			stages = append(stages, cur)
 			cur, size = &Plan{Table: p.Table}, 0
 		}

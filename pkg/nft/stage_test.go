@@ -34,6 +34,16 @@ func unhook(t *Table) *Table {
 	return t
 }
 
+func countElementOps(p *Plan) int {
+	n := 0
+	for _, op := range p.Ops {
+		if isElementOp(op) {
+			n++
+		}
+	}
+	return n
+}
+
 func isBaseOp(op Op) bool {
 	return (op.Kind == OpAddChain || op.Kind == OpAddRule) && op.Chain.Base != nil
 }
@@ -77,6 +87,7 @@ func TestStages(t *testing.T) {
 			}
 			want = append(want, base...)
 			var got []string
+			elementStages := 0
 			for i, s := range stages {
 				if s.Stats.Messages != len(s.Ops) {
 					t.Errorf("stage %d: %d messages counted, %d operations", i, s.Stats.Messages, len(s.Ops))
@@ -91,6 +102,17 @@ func TestStages(t *testing.T) {
 				if !last && len(s.Ops) > 1 && planBytes(s) > tt.limit {
 					t.Errorf("stage %d: %d bytes over the %d-byte limit", i, planBytes(s), tt.limit)
 				}
+				// Element operations travel alone (elementWire).
+				if n := countElementOps(s); n > 0 && n < len(s.Ops) {
+					t.Errorf("stage %d mixes %d element operations with %d others", i, n, len(s.Ops)-n)
+				} else if n > 0 {
+					elementStages++
+				}
+			}
+			// Most of a big table is elements: most stages are element
+			// operations only.
+			if elementStages < len(stages)/2 {
+				t.Errorf("%d of %d stages are element operations only", elementStages, len(stages))
 			}
 			if strings.Join(got, "\n") != strings.Join(want, "\n") {
 				t.Errorf("stages hold other operations than the plan:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
