@@ -19,6 +19,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -315,6 +316,34 @@ func leanTransform(obj any) (any, error) {
 }
 
 var _ cache.TransformFunc = leanTransform
+
+// leanPolicy is the transform of the admin, baseline and cluster policy
+// informers, whose objects are unstructured: like leanMeta, it drops
+// managedFields (a decoded map of every field the policy sets, per
+// manager) and annotations; spec and status stay (the status writer
+// compares the conditions). The input is not changed: the maps are
+// shallow copies.
+func leanPolicy(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	meta, ok := u.Object["metadata"].(map[string]any)
+	if !ok {
+		return obj, nil
+	}
+	lean := make(map[string]any, len(meta))
+	for k, v := range meta {
+		if k != "managedFields" && k != "annotations" {
+			lean[k] = v
+		}
+	}
+	out := maps.Clone(u.Object)
+	out["metadata"] = lean
+	return &unstructured.Unstructured{Object: out}, nil
+}
+
+var _ cache.TransformFunc = leanPolicy
 
 // leanService keeps what the proxy reads: not the selector (endpoints
 // come from EndpointSlices), and values that many Services repeat

@@ -13,8 +13,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
 
@@ -361,3 +364,54 @@ func TestLeanEndpointSlice(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A policy object loses managedFields and annotations, nothing the policy
+// model or the status writer reads, and the informer's input is not
+// changed.
+func TestLeanPolicy(t *testing.T) {
+	const anp = `{"apiVersion":"policy.networking.k8s.io/v1alpha1","kind":"AdminNetworkPolicy",
+	 "metadata":{"name":"deny-db","uid":"u1","resourceVersion":"7","generation":3,"labels":{"team":"db"},
+	  "annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{}"},
+	  "managedFields":[{"manager":"kubectl","operation":"Apply","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:priority":{}}}}]},
+	 "spec":{"priority":10,"subject":{"namespaces":{}},
+	  "ingress":[{"name":"deny","action":"Deny","from":[{"namespaces":{"matchLabels":{"kubernetes.io/metadata.name":"web"}}}]}]},
+	 "status":{"conditions":[{"type":"Ready","status":"True","reason":"Valid","message":"netpol enforces this policy","lastTransitionTime":"2026-12-01T00:00:00Z","observedGeneration":3}]}}`
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON([]byte(anp)); err != nil {
+		t.Fatal(err)
+	}
+	before := u.DeepCopy()
+	got, err := leanPolicy(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lean := got.(*unstructured.Unstructured)
+	if !equality.Semantic.DeepEqual(u, before) {
+		t.Error("the input was changed")
+	}
+	if lean.GetManagedFields() != nil || lean.GetAnnotations() != nil {
+		t.Errorf("kept managedFields %v, annotations %v", lean.GetManagedFields(), lean.GetAnnotations())
+	}
+	if lean.GetName() != "deny-db" || lean.GetUID() != "u1" || lean.GetResourceVersion() != "7" || lean.GetGeneration() != 3 || lean.GetLabels()["team"] != "db" {
+		t.Errorf("metadata %v", lean.Object["metadata"])
+	}
+	for _, field := range []string{"spec", "status", "apiVersion", "kind"} {
+		if !equality.Semantic.DeepEqual(lean.Object[field], before.Object[field]) {
+			t.Errorf("%s changed: %v", field, lean.Object[field])
+		}
+	}
+	// The model reads the same policy from both.
+	full, errs := loadPolicy(before)
+	leanSnap, leanErrs := loadPolicy(lean)
+	if len(errs) > 0 || len(leanErrs) > 0 {
+		t.Fatalf("load: %v / %v", errs, leanErrs)
+	}
+	if len(full.AdminPolicies) != 1 || !equality.Semantic.DeepEqual(full.AdminPolicies[0].Spec, leanSnap.AdminPolicies[0].Spec) {
+		t.Errorf("the lean policy loads differently:\n%+v\n%+v", full.AdminPolicies, leanSnap.AdminPolicies)
+	}
+	// Anything else passes unchanged.
+	np := &networkingv1.NetworkPolicy{}
+	if out, _ := leanPolicy(np); out != any(np) {
+		t.Error("a typed object was replaced")
+	}
+}

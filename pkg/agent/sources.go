@@ -230,7 +230,11 @@ func (s *sources) discoverPolicies(ctx context.Context) error {
 	p := &policyInformers{gvrs: gvrs, stop: make(chan struct{}),
 		factory: dynamicinformer.NewFilteredDynamicSharedInformerFactory(s.dyn, 0, metav1.NamespaceAll, nil)}
 	for _, gvr := range gvrs {
-		p.factory.ForResource(gvr).Informer().AddEventHandler(s.handler(gvr.Resource))
+		inf := p.factory.ForResource(gvr).Informer()
+		if err := inf.SetTransform(leanPolicy); err != nil {
+			return err // only after the informer started: never here
+		}
+		inf.AddEventHandler(s.handler(gvr.Resource))
 	}
 	p.factory.Start(p.stop)
 	for gvr, ok := range p.factory.WaitForCacheSync(ctx.Done()) {
