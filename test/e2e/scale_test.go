@@ -304,6 +304,9 @@ func runScaleAgent(b *testing.B, pods int, r scaleRun, kcfg, ns string) {
 	time.Sleep(5 * time.Second) // settled: nothing changes any more
 	hwm, _ := benchstat.ProcStatusKiB(a.cmd.Process.Pid, "VmHWM")
 	rss, _ := benchstat.ProcStatusKiB(a.cmd.Process.Pid, "VmRSS")
+	// The mapped binary's pages count in VmRSS, but the cgroup is charged
+	// for them only if it read them first.
+	rssFile, _ := benchstat.ProcStatusKiB(a.cmd.Process.Pid, "RssFile")
 	if profileDir != "" {
 		saveProfile(b, "http://"+a.debug+"/debug/pprof/heap?gc=1", filepath.Join(profileDir, fmt.Sprintf("%s-%d-heap.pprof", name, pods)))
 		if data, err := os.ReadFile(a.log); err == nil {
@@ -314,8 +317,8 @@ func runScaleAgent(b *testing.B, pods int, r scaleRun, kcfg, ns string) {
 	b.ReportMetric(syncSeconds, "first-sync-s-"+name)
 	b.ReportMetric(float64(hwm)/1024, "peak-rss-MB-"+name)
 	b.ReportMetric(float64(rss)/1024, "rss-MB-"+name)
-	b.Logf("%s, %d pods: ready %v after start (first sync %.2f s); VmHWM %.0f MiB, VmRSS %.0f MiB",
-		name, pods, ready.Round(time.Millisecond), syncSeconds, float64(hwm)/1024, float64(rss)/1024)
+	b.Logf("%s, %d pods: ready %v after start (first sync %.2f s); VmHWM %.0f MiB, VmRSS %.0f MiB (file-backed %.0f MiB)",
+		name, pods, ready.Round(time.Millisecond), syncSeconds, float64(hwm)/1024, float64(rss)/1024, float64(rssFile)/1024)
 	if cgroup != "" {
 		// What the container's limit is held against: the process's
 		// memory and the kernel memory charged to it, the tables'
