@@ -350,20 +350,15 @@ func TestChunkElements(t *testing.T) {
 // attribute, the one whose 16-bit length must not wrap.
 func encodedListBytes(t *testing.T, kes []nftables.SetElement) int {
 	t.Helper()
-	var sent []netlink.Message
-	conn, err := nftables.New(nftables.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
-		sent = append(sent, req...)
-		return req, nil
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, sent := capturingConn(t)
 	kt := &nftables.Table{Name: "netpol", Family: nftables.TableFamilyINet}
 	if err := conn.SetAddElements(&nftables.Set{Table: kt, Name: "s"}, kes); err != nil {
 		t.Fatal(err)
 	}
-	_ = conn.Flush() // the fake socket's replies are not real acks
-	for _, m := range sent {
+	if err := conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range *sent {
 		if m.Header.Type != netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWSETELEM) {
 			continue
 		}

@@ -75,6 +75,21 @@ func newTestApplier(tb testing.TB) (*Applier, int) {
 	return a, fd
 }
 
+// capturingConn is a library connection whose batches are kept, not sent
+// (a fake socket that answers nothing, which Flush takes for success).
+func capturingConn(tb testing.TB) (*nftables.Conn, *[]netlink.Message) {
+	tb.Helper()
+	var sent []netlink.Message
+	conn, err := nftables.New(nftables.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
+		sent = append(sent, req...)
+		return nil, nil
+	}))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return conn, &sent
+}
+
 // inspectConn is a plain library connection for checks behind the
 // Applier's back.
 func inspectConn(tb testing.TB, fd int) *nftables.Conn {

@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Transactions of element operations only (most of a staged first sync,
-// and most incremental updates) are encoded here into one reused buffer
+// Transactions of element operations only (the element stages of a staged
+// first sync, and any update that changes only elements) are encoded here into one reused buffer
 // instead of by google/nftables. The library builds each element as
 // attribute structs and byte slices, marshals them, copies the result into
 // the message and netlink's SendMessages copies it again into the batch:

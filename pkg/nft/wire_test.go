@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 )
 
@@ -31,20 +30,14 @@ func elementPlan() *Plan {
 // numbers and port ids are the sender's).
 func TestElementWireMatchesLibrary(t *testing.T) {
 	p := elementPlan()
-	var sent []netlink.Message
-	conn, err := nftables.New(nftables.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
-		sent = append(sent, req...)
-		return nil, nil
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, captured := capturingConn(t)
 	if err := queue(conn, "netpol", p); err != nil {
 		t.Fatal(err)
 	}
 	if err := conn.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	sent := *captured
 
 	var w elementWire
 	if err := w.encode("netpol", p); err != nil {
