@@ -421,31 +421,41 @@ func (a *Applier) sendElements(p *Plan) error {
 	if err := a.wire.encode(a.table, p); err != nil {
 		return fmt.Errorf("table %s: %w", a.table, err)
 	}
-	if a.wireConn == nil || a.wireBuf < a.buf {
-		a.closeWire()
-		nl, err := dialNetfilter(a.nsFd)
-		if err != nil {
-			return err
-		}
-		// An error echoes the refused message whole: the receive buffer
-		// holds that, as it is twice the batch (fitBuffer). (Capped
-		// acks would be smaller, but the netlink library cannot read
-		// them with the extended acks that name what was refused.)
-		if err := nl.SetOption(netlink.ExtendedAcknowledge, true); err != nil {
-			nl.Close()
-			return fmt.Errorf("nft: netlink connection: %w", err)
-		}
-		if err := setBuffers(nl, a.buf); err != nil {
-			nl.Close()
-			return fmt.Errorf("nft: netlink connection: %w", err)
-		}
-		a.wireConn, a.wireBuf = nl, a.buf
+	if err := a.ensureWire(); err != nil {
+		return err
 	}
 	if err := a.wire.send(a.wireConn); err != nil {
 		// A fresh socket for the next call: no stale acks can be left.
 		a.closeWire()
 		return fmt.Errorf("table %s: transaction of %d messages failed: %w", a.table, len(p.Ops), err)
 	}
+	return nil
+}
+
+// ensureWire opens the element socket, again if fitBuffer grew the buffer
+// since.
+func (a *Applier) ensureWire() error {
+	if a.wireConn != nil && a.wireBuf >= a.buf {
+		return nil
+	}
+	a.closeWire()
+	nl, err := dialNetfilter(a.nsFd)
+	if err != nil {
+		return err
+	}
+	// An error echoes the refused message whole: the receive buffer holds
+	// that, as it is twice the batch (fitBuffer). (Capped acks would be
+	// smaller, but the netlink library cannot read them with the extended
+	// acks that name what was refused.)
+	if err := nl.SetOption(netlink.ExtendedAcknowledge, true); err != nil {
+		nl.Close()
+		return fmt.Errorf("nft: netlink connection: %w", err)
+	}
+	if err := setBuffers(nl, a.buf); err != nil {
+		nl.Close()
+		return fmt.Errorf("nft: netlink connection: %w", err)
+	}
+	a.wireConn, a.wireBuf = nl, a.buf
 	return nil
 }
 

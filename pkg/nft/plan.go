@@ -76,8 +76,8 @@ type Plan struct {
 // into transactions of at most limit bytes (or one operation), and where
 // element operations start or stop (the Applier encodes element-only
 // transactions itself: elementWire); then the base chains with their
-// rules, last and whole. Rules and map verdicts
-// never name a base chain, so nothing before them needs one.
+// rules, last and whole. Rules and map verdicts never name a base chain,
+// so nothing before them needs one.
 func (p *Plan) stages(limit int) []*Plan {
 	if len(p.Ops) == 0 {
 		return nil

@@ -13,8 +13,9 @@ import (
 )
 
 // Transactions of element operations only (the element stages of a staged
-// first sync, and any update that changes only elements) are encoded here into one reused buffer
-// instead of by google/nftables. The library builds each element as
+// first sync, and any update that changes only elements) are encoded here
+// into one reused buffer instead of by google/nftables. The library builds
+// each element as
 // attribute structs and byte slices, marshals them, copies the result into
 // the message and netlink's SendMessages copies it again into the batch:
 // all garbage once sent. At 100,000 pods that garbage, allocated while the
@@ -168,6 +169,11 @@ func (w *elementWire) attr(typ uint16, data []byte) {
 	w.buf = binary.NativeEndian.AppendUint16(w.buf, uint16(4+len(data)))
 	w.buf = binary.NativeEndian.AppendUint16(w.buf, typ)
 	w.buf = append(w.buf, data...)
+	w.pad()
+}
+
+// pad aligns the buffer to 4 bytes, as netlink attributes are.
+func (w *elementWire) pad() {
 	for len(w.buf)%4 != 0 {
 		w.buf = append(w.buf, 0)
 	}
@@ -185,9 +191,7 @@ func (w *elementWire) stringAttr(typ uint16, s string) {
 	w.buf = binary.NativeEndian.AppendUint16(w.buf, typ)
 	w.buf = append(w.buf, s...)
 	w.buf = append(w.buf, 0)
-	for len(w.buf)%4 != 0 {
-		w.buf = append(w.buf, 0)
-	}
+	w.pad()
 }
 
 // valueAttr appends typ{NFTA_DATA_VALUE: v}, nested.
