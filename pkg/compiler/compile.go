@@ -543,9 +543,9 @@ func podSubjects(peers []policy.Peer) []policy.Subject {
 // bytes each) was the compile's largest allocation in use at the peak of
 // a 100,000-pod first sync (heap profile).
 func (c *compiler) podElements(pi int, d policy.Direction, ri int, f *nft.Family) []nft.Element {
-	pods := c.r.PeerPodList(pi, d, ri)
+	pods := c.r.EachPeerPod(pi, d, ri)
 	n := 0 // the family's addresses: the other family's set is often empty
-	for _, j := range pods {
+	for j := range pods {
 		for _, a := range c.r.Pod(j).Addrs {
 			if inFamily(a, f) {
 				n++
@@ -557,7 +557,7 @@ func (c *compiler) podElements(pi int, d policy.Direction, ri int, f *nft.Family
 	}
 	seen := make(map[netip.Addr]struct{}, n)
 	out := make([]nft.Element, 0, n)
-	for _, j := range pods {
+	for j := range pods {
 		for _, a := range c.r.Pod(j).Addrs {
 			if _, dup := seen[a]; inFamily(a, f) && !dup {
 				seen[a] = struct{}{}
@@ -828,7 +828,7 @@ func (c *compiler) allowItems(plan *eval.Plan, pod int, f *nft.Family) []allowIt
 // pod peers.
 func (c *compiler) podAddrs(pi int, d policy.Direction, ri int, f *nft.Family) []netip.Addr {
 	var out []netip.Addr
-	for _, j := range c.r.PeerPodList(pi, d, ri) {
+	for j := range c.r.EachPeerPod(pi, d, ri) {
 		for _, a := range c.r.Pod(j).Addrs {
 			if inFamily(a, f) {
 				out = append(out, a)

@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"iter"
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
@@ -94,8 +95,8 @@ func (r *Resolved) PeerNodes(pi int, d policy.Direction, ri int, node int) bool 
 	return r.ix.policies[pi].rules(d)[ri].nodes.has(node)
 }
 
-// PeerPodList lists the pods rule ri of policy pi (direction d) matches
+// EachPeerPod yields the pods rule ri of policy pi (direction d) matches
 // as pod peers, in pod order.
-func (r *Resolved) PeerPodList(pi int, d policy.Direction, ri int) []int {
+func (r *Resolved) EachPeerPod(pi int, d policy.Direction, ri int) iter.Seq[int] {
 	return r.ix.policies[pi].rules(d)[ri].pods.members()
 }

@@ -56,12 +56,13 @@ type CompileOptions struct {
 func Compile(m *Model, opts CompileOptions) (*nft.Table, error) {
 	tb := newTableBuilder(opts)
 	var frags []*fragment
+	var contributions []contribution
 	for _, p := range m.Services {
-		f, err := compilePort(p, m.NodePortAddresses)
+		f, more, err := compilePort(p, m.NodePortAddresses, contributions)
 		if err != nil {
 			return nil, err
 		}
-		frags = append(frags, f)
+		frags, contributions = append(frags, f), more
 	}
 	tb.change(nil, frags)
 	return tb.table(m.ClusterCIDRs), nil
@@ -122,24 +123,28 @@ const (
 
 // compilePort computes one ServicePort's fragment. It depends on nothing
 // but the port and the NodePort addresses, so a port that did not change
-// keeps its fragment.
-func compilePort(p *ServicePort, nodePortAddresses []netip.Addr) (*fragment, error) {
+// keeps its fragment. The fragment's contributions are appended to buf,
+// which is returned (the Syncer reuses one buffer for every Service: a
+// first sync made 25 MB of them at 100,000 pods, each list garbage once
+// the shared sets held its elements).
+func compilePort(p *ServicePort, nodePortAddresses []netip.Addr, buf []contribution) (*fragment, []contribution, error) {
 	proto, ok := policy.IPProtocol(p.Protocol)
 	if !ok {
-		return nil, fmt.Errorf("service port %s: unsupported protocol %q", p, p.Protocol)
+		return nil, buf, fmt.Errorf("service port %s: unsupported protocol %q", p, p.Protocol)
 	}
 	if !p.ClusterIP.IsValid() || p.Port < 1 || p.Port > 65535 {
-		return nil, fmt.Errorf("service port %s: invalid ClusterIP %s or port %d", p, p.ClusterIP, p.Port)
+		return nil, buf, fmt.Errorf("service port %s: invalid ClusterIP %s or port %d", p, p.ClusterIP, p.Port)
 	}
 	f := nft.FamilyOf(p.ClusterIP)
 	reachable := p.ReachableEndpoints()
+	start := len(buf)
 	// Room for a ClusterIP port's contributions: a hairpin pair and a
 	// backend per endpoint, and its frontend's few.
-	fr := &fragment{elems: make([]contribution, 0, 2*len(reachable)+4)}
+	fr := &fragment{elems: slices.Grow(buf, 2*len(reachable)+4)}
 	add := func(set string, e nft.Element) { fr.add(f, set, e) }
 	for _, ep := range reachable {
 		if nft.FamilyOf(ep.Address) != f || ep.Port < 1 || ep.Port > 65535 {
-			return nil, fmt.Errorf("service port %s: endpoint %s: not an %s address and port", p, ep, p.Family)
+			return nil, buf, fmt.Errorf("service port %s: endpoint %s: not an %s address and port", p, ep, p.Family)
 		}
 		a := f.AddrBytes(ep.Address)
 		add(setHairpin, nft.Element{Key: nft.Key(a, a)})
@@ -172,7 +177,10 @@ func compilePort(p *ServicePort, nodePortAddresses []netip.Addr) (*fragment, err
 			}
 		}
 	}
-	return fr, nil
+	// The fragment's own contributions, capped: an append to them cannot
+	// write over the next port's in buf.
+	buf, fr.elems = fr.elems, fr.elems[start:len(fr.elems):len(fr.elems)]
+	return fr, buf, nil
 }
 
 // externalAddrPorts are where the port is reached from outside: the

@@ -40,6 +40,10 @@ type Syncer struct {
 	nodeKnown bool
 	bySvc     map[svcKey][]*discoveryv1.EndpointSlice // reused between syncs
 	gen       uint64                                  // counts syncs
+	// built and rebuilt hold the contributions of a Service's new and old
+	// fragments until tableBuilder.change has them, reused from one
+	// Service to the next.
+	built, rebuilt []contribution
 }
 
 // syncedService is one Service as last built.
@@ -111,14 +115,16 @@ func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
 			added = append(added, k)
 		}
 		s.tb.change(oldFrags, fresh.frags)
-		forgetContributions(fresh.frags)
+		s.forgetContributions(oldFrags, fresh.frags)
 		s.services[k] = fresh
 	}
 	s.order = insertSorted(s.order, added)
 	if len(s.order) != len(snap.Services) { // some Service is gone
 		for k, old := range s.services {
 			if old.gen != s.gen {
-				s.tb.change(s.contributions(m, old), nil)
+				oldFrags := s.contributions(m, old)
+				s.tb.change(oldFrags, nil)
+				s.forgetContributions(oldFrags, nil)
 				delete(s.services, k)
 			}
 		}
@@ -170,7 +176,8 @@ func compareKeys(a, b svcKey) int {
 // Service is rebuilt at the next Sync.
 func (s *Syncer) contributions(m *Model, ss *syncedService) []*fragment {
 	for i, fr := range ss.frags {
-		again, err := compilePort(ss.ports[i], s.npa)
+		again, more, err := compilePort(ss.ports[i], s.npa, s.rebuilt)
+		s.rebuilt = more
 		if err != nil {
 			m.Errors = append(m.Errors, fmt.Errorf("%s/%s port %s compiled before and not now (all Services are rebuilt at the next sync): %w",
 				ss.svc.Namespace, ss.svc.Name, ss.ports[i].PortName, err))
@@ -182,10 +189,19 @@ func (s *Syncer) contributions(m *Model, ss *syncedService) []*fragment {
 	return ss.frags
 }
 
-func forgetContributions(frags []*fragment) {
-	for _, fr := range frags {
+// forgetContributions drops the fragments' contributions once the shared
+// sets have them, and empties the buffers they were in for the next
+// Service (cleared: they hold the elements' bytes).
+func (s *Syncer) forgetContributions(old, fresh []*fragment) {
+	for _, fr := range old {
 		fr.elems = nil
 	}
+	for _, fr := range fresh {
+		fr.elems = nil
+	}
+	clear(s.built)
+	clear(s.rebuilt)
+	s.built, s.rebuilt = s.built[:0], s.rebuilt[:0]
 }
 
 // build builds one Service's ports and fragments with the node's inputs.
@@ -197,7 +213,8 @@ func (s *Syncer) build(node *Model, svc *corev1.Service, esl []*discoveryv1.Endp
 	sortPorts(b.m.Services)
 	ss := &syncedService{svc: svc, slices: slices.Clone(esl), health: b.m.HealthChecks, errs: b.m.Errors}
 	for _, p := range b.m.Services {
-		fr, err := compilePort(p, node.NodePortAddresses)
+		fr, more, err := compilePort(p, node.NodePortAddresses, s.built)
+		s.built = more
 		if err != nil {
 			ss.errs = append(ss.errs, err)
 			continue
