@@ -273,7 +273,7 @@ func runScaleAgent(b *testing.B, pods int, r scaleRun, kcfg, ns string) {
 		}
 	})
 	defer sampling.Wait()
-	defer close(stopSampling) // runs first: a killed agent's figures are not read
+	defer close(stopSampling) // deferred after Wait, so it runs before it
 	var cpuProfile sync.WaitGroup
 	defer cpuProfile.Wait()
 	if profileDir != "" {
