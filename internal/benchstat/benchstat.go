@@ -1,6 +1,6 @@
 // Package benchstat is what the benchmarks and scale harnesses share:
-// percentiles of their samples, a process's memory from /proc and its own
-// live heap, and sizes given in the environment.
+// percentiles of their samples, a process's memory and CPU time from
+// /proc and its own live heap, and sizes given in the environment.
 package benchstat
 
 import (
@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // Percentile is the p-quantile (0 to 1) of vals by nearest rank; the zero
@@ -46,6 +47,32 @@ func ProcStatusKiB(pid int, field string) (kib int64, name string) {
 		}
 	}
 	return kib, name
+}
+
+// userHZ is the unit of /proc/PID/stat's times: USER_HZ, 100 on every
+// Linux architecture (what sysconf(_SC_CLK_TCK) returns).
+const userHZ = 100
+
+// ProcCPU is the CPU time (user and system) a process has used so far, from
+// /proc/PID/stat; ok is false when the process is gone.
+func ProcCPU(pid int) (cpu time.Duration, ok bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses,
+	// so the fields are counted from its last ")"; utime and stime are
+	// the stat's 14th and 15th fields, the 12th and 13th after comm.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * time.Second / userHZ, true
 }
 
 // EnvInts reads the comma-separated positive integers of environment

@@ -4,6 +4,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestPercentile(t *testing.T) {
@@ -31,6 +32,27 @@ func TestProcStatusKiB(t *testing.T) {
 	}
 	if kib, name := ProcStatusKiB(-1, "VmRSS"); kib != 0 || name != "" {
 		t.Errorf("no process: got %d, %q", kib, name)
+	}
+}
+
+func TestProcCPU(t *testing.T) {
+	before, ok := ProcCPU(os.Getpid())
+	if !ok {
+		t.Fatal("own CPU time: not read")
+	}
+	// Spin until the kernel has charged this process at least 50 ms more
+	// (5 ticks): the reading must follow the process's own use.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if now, _ := ProcCPU(os.Getpid()); now >= before+50*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s of spinning, and the CPU time read stayed under %v", before+50*time.Millisecond)
+		}
+	}
+	if _, ok := ProcCPU(-1); ok {
+		t.Error("no process: got a CPU time")
 	}
 }
 

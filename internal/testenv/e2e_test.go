@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -524,9 +525,16 @@ func testRestart(t *testing.T, env *testenv.Env) {
 		ObjectMeta: metav1.ObjectMeta{Name: "survivor"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	etcdPID, apiPID := env.PIDs()
+	if etcdPID <= 0 || apiPID <= 0 || !processAlive(etcdPID) || !processAlive(apiPID) {
+		t.Fatalf("PIDs() = %d, %d: want both children's, alive", etcdPID, apiPID)
+	}
 	start := time.Now()
 	env.StopAPIServer()
 	t.Logf("stopped in %v", time.Since(start).Round(time.Millisecond))
+	if e, a := env.PIDs(); e != etcdPID || a != 0 {
+		t.Errorf("PIDs() with the apiserver stopped = %d, %d: want %d, 0", e, a, etcdPID)
+	}
 	if _, err := env.Client.CoreV1().ConfigMaps("default").Get(ctx, "survivor", metav1.GetOptions{}); err == nil {
 		t.Fatal("a request succeeded while the apiserver was stopped")
 	}
@@ -535,6 +543,9 @@ func testRestart(t *testing.T, env *testenv.Env) {
 		t.Fatal(err)
 	}
 	t.Logf("restarted and ready in %v", time.Since(start).Round(time.Millisecond))
+	if _, a := env.PIDs(); a <= 0 || a == apiPID || !processAlive(a) {
+		t.Errorf("PIDs() after the restart: apiserver %d, want a new live process (was %d)", a, apiPID)
+	}
 	cm, err := env.Client.CoreV1().ConfigMaps("default").Get(ctx, "survivor", metav1.GetOptions{})
 	if err != nil || cm.Data["k"] != "v" {
 		t.Fatalf("after restart: %v %v", cm, err)
@@ -543,6 +554,9 @@ func testRestart(t *testing.T, env *testenv.Env) {
 		t.Error("StartAPIServer while running: want an error")
 	}
 }
+
+// processAlive reports whether pid is a running process (signal 0).
+func processAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
 func cnpYAML(name, version string) string {
 	return `apiVersion: policy.networking.k8s.io/` + version + `

@@ -515,6 +515,25 @@ func (e *Env) StopAPIServer() {
 	}
 }
 
+// PIDs are the process IDs of etcd and kube-apiserver (0 for one not
+// running), for benchmarks that read what the children cost (/proc).
+func (e *Env) PIDs() (etcd, apiserver int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pid := func(p *process) int {
+		if p == nil || p.cmd.Process == nil {
+			return 0
+		}
+		select {
+		case <-p.done:
+			return 0
+		default:
+			return p.cmd.Process.Pid
+		}
+	}
+	return pid(e.etcd), pid(e.apiserver)
+}
+
 // Stop stops kube-apiserver and etcd and removes the environment's files.
 // It is idempotent.
 func (e *Env) Stop() {

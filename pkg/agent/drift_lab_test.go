@@ -245,6 +245,13 @@ func TestDebugDNS(t *testing.T) {
 	}
 	snap, l := e2eLab(t, "")
 	a := labAgent(t, snap, l.Node("node-1"), time.Minute)
+	// Ready first: an agent stopped before its caches synced fails its
+	// Run, which the cleanup reports (seen under a loaded make test).
+	for deadline := time.Now().Add(30 * time.Second); !a.ready.Load(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the agent was not ready within 30s")
+		}
+	}
 	rec := httptest.NewRecorder()
 	a.debugMux().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/dns", nil))
 	if rec.Code != http.StatusOK {

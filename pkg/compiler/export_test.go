@@ -3,7 +3,6 @@ package compiler
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,7 +21,7 @@ import (
 func NewLiveFromPods(pods []*PodState, nsLabels func(ns string) labels.Set, nodes []*corev1.Node, model *policy.Model, opts Options) (*Live, error) {
 	l := &Live{opts: opts, node: opts.Node, table: nft.NewTable(opts.Table),
 		recipe: &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}, classes: map[string][2]string{}},
-		pods:   make(map[string]*PodState, len(pods)), byAddr: make(map[netip.Addr][]*PodState, len(pods)),
+		pods:   make(map[string]*PodState, len(pods)), byAddr: newAddrIndex(len(pods)),
 		byNamespace: map[string]map[string]*PodState{}, nsLabels: map[string]labels.Set{}, local: map[string]int{},
 		pos: map[string]map[string]int{}, classUsers: map[string]int{}}
 	if opts.DNS != nil {

@@ -274,7 +274,7 @@ type Live struct {
 	recipe *recipe
 	table  *nft.Table
 	pods   map[string]*PodState
-	byAddr map[netip.Addr][]*PodState
+	byAddr addrIndex
 	// byNamespace lists the pods of each namespace.
 	byNamespace map[string]map[string]*PodState
 	nsLabels    map[string]labels.Set
@@ -308,7 +308,7 @@ func NewLive(r *eval.Resolved, opts Options) (*Live, error) {
 		s.Revision = revisions.Add(1)
 	}
 	l := &Live{opts: opts, node: opts.Node, recipe: c.live, table: c.t, pods: make(map[string]*PodState, r.NumPods()),
-		byAddr: make(map[netip.Addr][]*PodState, r.NumPods()), byNamespace: map[string]map[string]*PodState{},
+		byAddr: newAddrIndex(r.NumPods()), byNamespace: map[string]map[string]*PodState{},
 		nsLabels: map[string]labels.Set{}, local: map[string]int{}, pos: map[string]map[string]int{}, classUsers: map[string]int{}}
 	if opts.DNS != nil {
 		l.dnsServers = slices.Clone(opts.DNS.Servers)
@@ -333,7 +333,7 @@ func (l *Live) isLocal(p *PodState) bool { return !p.HostNetwork && p.Node == l.
 func (l *Live) add(p *PodState) {
 	l.pods[p.Key] = p
 	for _, a := range p.Addrs {
-		l.byAddr[a] = append(l.byAddr[a], p)
+		l.byAddr.add(a, p)
 	}
 	if l.byNamespace[p.Namespace] == nil {
 		l.byNamespace[p.Namespace] = map[string]*PodState{}
@@ -350,12 +350,7 @@ func (l *Live) add(p *PodState) {
 func (l *Live) remove(p *PodState) {
 	delete(l.pods, p.Key)
 	for _, a := range p.Addrs {
-		rest := slices.DeleteFunc(l.byAddr[a], func(q *PodState) bool { return q == p })
-		if len(rest) == 0 {
-			delete(l.byAddr, a)
-		} else {
-			l.byAddr[a] = rest
-		}
+		l.byAddr.remove(a, p)
 	}
 	delete(l.byNamespace[p.Namespace], p.Key)
 	if len(l.byNamespace[p.Namespace]) == 0 {
@@ -489,7 +484,8 @@ func (l *Live) localChangesKnown(ch Changes) error {
 	local := map[netip.Addr]int{}
 	count := func(a netip.Addr, except map[string]bool) int {
 		n := 0
-		for _, p := range l.byAddr[a] {
+		var buf [2]*PodState
+		for _, p := range l.byAddr.at(a, buf[:0]) {
 			if l.isLocal(p) && !except[p.Key] {
 				n++
 			}
@@ -569,8 +565,9 @@ func (l *Live) elements(addrs map[netip.Addr]bool) map[elementRef]bool {
 // defines, and with dispatch the dispatch entries.
 func (l *Live) recipeElements(rec *recipe, addrs map[netip.Addr]bool, dispatch bool) map[elementRef]bool {
 	out := map[elementRef]bool{}
+	var buf [2]*PodState
 	for a := range addrs {
-		pods := l.byAddr[a]
+		pods := l.byAddr.at(a, buf[:0])
 		if len(pods) == 0 {
 			continue
 		}

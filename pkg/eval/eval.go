@@ -63,7 +63,8 @@ func New(snap *cluster.Snapshot, model *policy.Model) *Evaluator {
 }
 
 // NewFromPods is New with the pods given as a sequence, in (namespace,
-// name) order, instead of snap.Pods (not read). The evaluator keeps no
+// name) order (another order costs a map for the lookups by name),
+// instead of snap.Pods (not read). The evaluator keeps no
 // yielded pod, only strings, label maps and port lists they hold, so a
 // caller may make each pod for its step alone and reuse it: the agent
 // makes none of its 100,000 thin pods at once. podCount is how many pods
@@ -170,7 +171,7 @@ func (e *Evaluator) resolve(s string, family Family, peer netip.Addr) (Endpoint,
 	if !strings.Contains(s, "/") {
 		return Endpoint{}, fmt.Errorf("%q is neither namespace/pod nor an IP address", s)
 	}
-	i, ok := e.ix.podByKey[s]
+	i, ok := e.ix.podByName(s)
 	if !ok {
 		return Endpoint{}, fmt.Errorf("pod %s is not in the snapshot", s)
 	}

@@ -94,9 +94,17 @@ type compiledRule struct {
 // index holds the snapshot resolved for fast lookups: every selector is
 // matched once, here, and evaluation only tests bits.
 type index struct {
-	pods     []podInfo
-	podByKey map[string]int
-	podByIP  map[netip.Addr]int // pod-network pods only
+	pods []podInfo
+	// podsSorted says pods are in (namespace, name) order, as the
+	// sequences given are: a pod is then found by binary search. The
+	// lookups by key and by address serve explain's queries, not a
+	// compile, so the agent's full syncs do not build 100,000-entry maps
+	// for them: by key is a search, by address a map made on first use.
+	podsSorted bool
+	byKeyOnce  sync.Once
+	podByKey   map[string]int // only when the pods came unsorted
+	byIPOnce   sync.Once
+	podByIP    map[netip.Addr]int // pod-network pods only
 	// idents group the pod-network pods by namespace and labels: pods
 	// that share both are selected by the same selectors, so selectors
 	// are matched against identities and policies walked by them, not by
@@ -174,9 +182,8 @@ func buildIndex(snap *cluster.Snapshot, model *policy.Model) *index {
 // about (0: unknown): the pod lists and maps are made that size (grown one
 // append at a time, 100,000 pods' lists took five times their size).
 func buildIndexFrom(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*corev1.Pod], podCount int) *index {
-	ix := &index{podByKey: make(map[string]int, podCount), podByIP: make(map[netip.Addr]int, podCount), nodeByIP: map[netip.Addr]int{},
-		identsByNamespace: map[string][]int{}, selected: map[string]*selection{},
-		pods: make([]podInfo, 0, podCount), identOf: make([]int32, 0, podCount)}
+	ix := &index{nodeByIP: map[netip.Addr]int{}, identsByNamespace: map[string][]int{}, selected: map[string]*selection{},
+		pods: make([]podInfo, 0, podCount), identOf: make([]int32, 0, podCount), podsSorted: true}
 	identByKey := map[string]int{}
 	nodeByName := map[string]int{}
 	for _, n := range snap.Nodes {
@@ -214,14 +221,13 @@ func buildIndexFrom(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*
 		pi.addrs = cluster.PodAddresses(p)
 		pi.ports = cluster.ContainerPorts(p)
 		idx := len(ix.pods)
-		ix.podByKey[pi.key] = idx
+		if idx > 0 && comparePod(&ix.pods[idx-1], pi.namespace, p.Name) >= 0 {
+			ix.podsSorted = false
+		}
 		ident := int32(-1)
 		if !pi.hostNetwork {
 			ident = int32(ix.identity(identByKey, p.Namespace, pi.nsLabels, p.Labels))
 			ix.idents[ident].pods = append(ix.idents[ident].pods, idx)
-			for _, a := range pi.addrs {
-				ix.podByIP[a] = idx
-			}
 		} else if pi.node < 0 {
 			for _, a := range pi.addrs {
 				if n, ok := ix.nodeByIP[a]; ok {
@@ -478,11 +484,49 @@ func (ix *index) podEndpoint(i int, f Family) (Endpoint, bool) {
 	return ep, ok
 }
 
+// comparePod orders a pod by (namespace, name) against another's.
+func comparePod(p *podInfo, namespace, name string) int {
+	return cmp.Or(strings.Compare(p.namespace, namespace), strings.Compare(p.key[len(p.namespace)+1:], name))
+}
+
+// podByName finds a pod by its "namespace/name" key.
+func (ix *index) podByName(key string) (int, bool) {
+	if !ix.podsSorted {
+		ix.byKeyOnce.Do(func() {
+			ix.podByKey = make(map[string]int, len(ix.pods))
+			for i := range ix.pods {
+				ix.podByKey[ix.pods[i].key] = i
+			}
+		})
+		i, ok := ix.podByKey[key]
+		return i, ok
+	}
+	namespace, name, _ := strings.Cut(key, "/")
+	return slices.BinarySearchFunc(ix.pods, name, func(p podInfo, name string) int { return comparePod(&p, namespace, name) })
+}
+
+// podByAddr finds the pod-network pod with address a (unmapped).
+func (ix *index) podByAddr(a netip.Addr) (int, bool) {
+	ix.byIPOnce.Do(func() {
+		ix.podByIP = make(map[netip.Addr]int, len(ix.pods))
+		for i := range ix.pods {
+			if ix.identOf[i] < 0 {
+				continue // host network: its addresses are its node's
+			}
+			for _, a := range ix.pods[i].addrs {
+				ix.podByIP[a] = i
+			}
+		}
+	})
+	i, ok := ix.podByIP[a]
+	return i, ok
+}
+
 // addrEndpoint makes the endpoint for a bare address: the pod-network pod
 // that has it, else a node (or host-network pod's node), else external.
 func (ix *index) addrEndpoint(a netip.Addr) Endpoint {
 	a = a.Unmap()
-	if i, ok := ix.podByIP[a]; ok {
+	if i, ok := ix.podByAddr(a); ok {
 		return Endpoint{Pod: i, Addr: a, Node: -1}
 	}
 	ep := Endpoint{Pod: -1, Addr: a, Node: -1}

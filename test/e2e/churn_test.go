@@ -5,7 +5,11 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net/netip"
+	"os"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +34,7 @@ func TestPodChurnLosesNothing(t *testing.T) {
 	t.Logf("%d pod events in %v (%.0f/s); a marker pod programmed: idle p50 %v p99 %v, under churn p50 %v p99 %v",
 		st.events, st.took.Round(time.Millisecond), st.rate(), benchstat.Percentile(st.idle, 0.5), benchstat.Percentile(st.idle, 0.99),
 		benchstat.Percentile(st.busy, 0.5), benchstat.Percentile(st.busy, 0.99))
+	t.Logf("CPU during the churn, %% of one core (%d cores): %v", runtime.NumCPU(), st.cpu)
 }
 
 // BenchmarkPodChurn (issue 14): pod events at NETPOL_CHURN_RATE per second
@@ -78,9 +83,15 @@ func BenchmarkPodChurn(b *testing.B) {
 		for name, a := range w.agent {
 			b.ReportMetric(rssMB(a), "rss-MB-"+name)
 		}
+		cpu := fmt.Sprintf("CPU during the churn, %% of one core (%d cores):", runtime.NumCPU())
+		for _, c := range st.cpu {
+			b.ReportMetric(c.percent, "cpu-pct-"+c.name)
+			cpu += fmt.Sprintf(" %s %.0f", c.name, c.percent)
+		}
 		b.Logf("%d pod events in %v (%.0f/s), %d markers idle and %d under churn; latency idle p50 %v p99 %v, churn p50 %v p99 %v; kernels equal a full compile %v after the last write",
 			st.events, st.took.Round(time.Millisecond), st.rate(), len(st.idle), len(st.busy), idle50, idle99, busy50, busy99, st.settled.Round(time.Millisecond))
 		b.Logf("of which %s", strings.Join(parts, "; "))
+		b.Log(cpu)
 	}
 }
 
@@ -106,6 +117,52 @@ type churnStats struct {
 	// server answered its last write (the rest is the watch and the agent).
 	idleWrite, busyWrite []time.Duration
 	settled              time.Duration // last write to the kernels equal to a full compile
+	cpu                  []cpuShare    // what each process used during the churn
+}
+
+// cpuShare is a process's CPU time over a span, in percent of one core.
+type cpuShare struct {
+	name    string
+	percent float64
+}
+
+// cpuMeter measures the CPU of the processes that share the machine in a
+// churn: the API server, etcd, this test process (the writers and the
+// marker's poll) and each agent. On a machine with few cores the churn's
+// latencies follow who had the cores, so the benchmark says so.
+type cpuMeter struct {
+	names []string
+	pids  []int
+	start []time.Duration
+	at    time.Time
+}
+
+func (w *world) meterCPU() *cpuMeter {
+	etcd, api := w.env.PIDs()
+	m := &cpuMeter{names: []string{"apiserver", "etcd", "test"}, pids: []int{api, etcd, os.Getpid()}, at: time.Now()}
+	for _, name := range slices.Sorted(maps.Keys(w.agent)) {
+		m.names = append(m.names, "agent-"+name)
+		m.pids = append(m.pids, w.agent[name].cmd.Process.Pid)
+	}
+	for _, pid := range m.pids {
+		used, ok := benchstat.ProcCPU(pid)
+		if !ok {
+			w.t.Fatalf("CPU time of pid %d: the process is gone", pid)
+		}
+		m.start = append(m.start, used)
+	}
+	return m
+}
+
+// shares is each process's CPU since the meter started.
+func (m *cpuMeter) shares() []cpuShare {
+	span := time.Since(m.at)
+	out := make([]cpuShare, len(m.pids))
+	for i, pid := range m.pids {
+		used, _ := benchstat.ProcCPU(pid)
+		out[i] = cpuShare{m.names[i], 100 * float64(used-m.start[i]) / float64(span)}
+	}
+	return out
 }
 
 // afterWrite is each latency less its write part: from the API server's
@@ -185,6 +242,7 @@ func podChurn(w *world, rate int, dur time.Duration) churnStats {
 	// Deleted at once: there is no kubelet to finish a graceful deletion.
 	now := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
 	var next, events, failures atomic.Int64
+	meter := w.meterCPU()
 	start := time.Now()
 	for range 64 {
 		wg.Go(func() {
@@ -224,6 +282,7 @@ func podChurn(w *world, rate int, dur time.Duration) churnStats {
 		st.busy, st.busyWrite = append(st.busy, lat...), append(st.busyWrite, writes...)
 		time.Sleep(250 * time.Millisecond)
 	}
+	st.cpu = meter.shares()
 	close(stop)
 	wg.Wait()
 	st.took, st.events = time.Since(start), events.Load()
