@@ -32,7 +32,7 @@ var lastRevision atomic.Uint64
 // may contribute the same element: a ClusterIP, a hairpin pair).
 type setState struct {
 	spec     *nft.Set // name and type only
-	elems    []nft.Element
+	elems    elemStore
 	slots    map[string]slot // element ID -> where it is, how many contribute it
 	revision uint64          // 0 until the set first has elements
 	// before holds, for each element touched since the last table, what
@@ -137,7 +137,7 @@ func (s *setState) touch(id string) {
 	}
 	var was *nft.Element
 	if sl, ok := s.slots[id]; ok {
-		e := s.elems[sl.pos]
+		e := *s.elems.at(int(sl.pos))
 		was = &e
 	}
 	s.before[id] = was
@@ -151,8 +151,8 @@ func (s *setState) add(e nft.Element) {
 		return
 	}
 	s.touch(id)
-	s.slots[id] = slot{pos: int32(len(s.elems)), refs: 1}
-	s.elems = append(s.elems, e)
+	s.slots[id] = slot{pos: int32(s.elems.len()), refs: 1}
+	s.elems.push(e)
 }
 
 func (s *setState) remove(e nft.Element) {
@@ -166,16 +166,14 @@ func (s *setState) remove(e nft.Element) {
 		return
 	}
 	s.touch(id)
-	last := int32(len(s.elems) - 1)
-	if sl.pos != last {
-		s.elems[sl.pos] = s.elems[last]
-		moved := elementID(s.elems[sl.pos])
-		m := s.slots[moved]
+	if last := int32(s.elems.len() - 1); sl.pos != last {
+		moved := s.elems.at(int(sl.pos))
+		*moved = *s.elems.at(int(last))
+		m := s.slots[elementID(*moved)]
 		m.pos = sl.pos
-		s.slots[moved] = m
+		s.slots[elementID(*moved)] = m
 	}
-	s.elems[last] = nft.Element{}
-	s.elems = s.elems[:last]
+	s.elems.pop()
 	delete(s.slots, id)
 }
 
@@ -188,7 +186,7 @@ func (s *setState) finish(next func() uint64) *nft.SetChanges {
 	}
 	s.changed = false
 	if s.revision == 0 {
-		if len(s.elems) > 0 {
+		if s.elems.len() > 0 {
 			s.revision = next()
 		}
 		return nil
@@ -197,7 +195,7 @@ func (s *setState) finish(next func() uint64) *nft.SetChanges {
 	for id, was := range s.before {
 		var now *nft.Element
 		if sl, ok := s.slots[id]; ok {
-			now = &s.elems[sl.pos]
+			now = s.elems.at(int(sl.pos))
 		}
 		switch {
 		case was == nil && now != nil:
@@ -232,11 +230,11 @@ func (tb *tableBuilder) table(clusterCIDRs []netip.Prefix) *nft.Table {
 	next := func() uint64 { return lastRevision.Add(1) }
 	for name, s := range tb.sets {
 		changes := s.finish(next)
-		if len(s.elems) == 0 && isCountSet(name) {
+		if s.elems.len() == 0 && isCountSet(name) {
 			continue
 		}
 		set := *s.spec
-		set.Elements, set.Revision, set.Changes = s.elems, s.revision, changes
+		set.Elements, set.Revision, set.Changes = s.elems.list(), s.revision, changes
 		t.AddSet(&set)
 	}
 	for _, f := range nft.Families {

@@ -44,6 +44,8 @@ type Syncer struct {
 	// fragments until tableBuilder.change has them, reused from one
 	// Service to the next.
 	built, rebuilt []contribution
+	// scratch builds one Service at a time, its maps reused.
+	scratch builder
 }
 
 // syncedService is one Service as last built.
@@ -74,7 +76,9 @@ func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
 	if !s.nodeKnown || m.Zone != s.zone || !slices.Equal(m.NodePortAddresses, s.npa) || !slices.Equal(m.ClusterCIDRs, s.cidrs) {
 		s.zone, s.npa, s.cidrs, s.nodeKnown = m.Zone, m.NodePortAddresses, m.ClusterCIDRs, true
 		s.tb = newTableBuilder(s.copts)
-		s.services = map[svcKey]*syncedService{}
+		// Sized for every Service: grown one at a time, a first sync's
+		// map left its earlier tables behind as garbage.
+		s.services = make(map[svcKey]*syncedService, len(snap.Services))
 		s.order = nil
 	}
 
@@ -94,6 +98,9 @@ func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
 	}
 	s.gen++
 	var added []svcKey
+	if len(s.services) == 0 {
+		added = make([]svcKey, 0, len(snap.Services))
+	}
 	for _, svc := range snap.Services {
 		if svc == nil {
 			continue
@@ -206,8 +213,10 @@ func (s *Syncer) forgetContributions(old, fresh []*fragment) {
 
 // build builds one Service's ports and fragments with the node's inputs.
 func (s *Syncer) build(node *Model, svc *corev1.Service, esl []*discoveryv1.EndpointSlice) *syncedService {
-	b := &builder{m: &Model{Node: node.Node, Zone: node.Zone, NodePortAddresses: node.NodePortAddresses,
-		ClusterCIDRs: node.ClusterCIDRs}, node: s.node}
+	b := &s.scratch
+	b.node = s.node
+	b.m = &Model{Node: node.Node, Zone: node.Zone, NodePortAddresses: node.NodePortAddresses,
+		ClusterCIDRs: node.ClusterCIDRs}
 	b.parseSlices(esl)
 	b.service(svc)
 	sortPorts(b.m.Services)
@@ -222,5 +231,7 @@ func (s *Syncer) build(node *Model, svc *corev1.Service, esl []*discoveryv1.Endp
 		ss.ports = append(ss.ports, p)
 		ss.frags = append(ss.frags, fr)
 	}
+	b.m = nil
+	clear(b.slices)
 	return ss
 }
