@@ -211,7 +211,14 @@ func buildAllowList(items []allowItem, f *nft.Family) allowList {
 	// Each address is at a combination of the pod items that name it;
 	// a combination and one more item lead to another, made once.
 	type step struct{ from, item int32 }
-	at := map[netip.Addr]int32{}
+	// Sized for the largest item: each address is in at least one, and
+	// a map grown from empty leaves its earlier tables as garbage (at
+	// 100,000 pods, in the middle of the first sync).
+	largest := 0
+	for _, it := range items {
+		largest = max(largest, len(it.pods))
+	}
+	at := make(map[netip.Addr]int32, largest)
 	var combos [][]portBox // the items' ports, concatenated
 	next := map[step]int32{}
 	for i, it := range items {

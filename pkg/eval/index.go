@@ -241,33 +241,59 @@ func buildIndexFrom(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*
 	for _, pol := range model.Policies {
 		ix.policies = append(ix.policies, ix.compile(pol))
 	}
-	// The policies selecting an identity are found once and shared by
-	// its pods (read-only).
+	ix.indexSelecting()
+	ix.initPlans()
+	return ix
+}
+
+// indexSelecting finds, once, the policies selecting each identity,
+// shared by its pods (read-only). The lists are counted first and cut
+// from one array, each with no spare room (a later append copies): grown
+// one policy at a time they were 11 MB of garbage per full sync at
+// 100,000 pods.
+func (ix *index) indexSelecting() {
 	byIdent := &ix.bySelecting
+	var counts [len(byIdent)][len(byIdent[0])][]int32
+	total := 0
+	ix.eachSelecting(func(t policy.Tier, d policy.Direction, id, _ int) {
+		if counts[t][d] == nil {
+			counts[t][d] = make([]int32, len(ix.idents))
+		}
+		counts[t][d][id]++
+		total++
+	})
+	all := make([]int32, 0, total)
 	for t := range byIdent {
 		for d := range byIdent[t] {
 			byIdent[t][d] = make([][]int32, len(ix.idents))
+			for id, n := range counts[t][d] {
+				if n == 0 {
+					continue // nil, as no policy selects it
+				}
+				byIdent[t][d][id] = all[len(all) : len(all) : len(all)+int(n)]
+				all = all[:len(all)+int(n)]
+			}
 		}
 	}
+	ix.eachSelecting(func(t policy.Tier, d policy.Direction, id, pi int) {
+		byIdent[t][d][id] = append(byIdent[t][d][id], int32(pi))
+	})
+}
+
+// eachSelecting calls f for each policy pi, identity id it selects, and
+// direction d it applies to there (for the NetworkPolicy tier, the
+// directions it isolates), in policy order.
+func (ix *index) eachSelecting(f func(t policy.Tier, d policy.Direction, id, pi int)) {
 	for pi, cp := range ix.policies {
 		for id := range cp.subjectIdents.members() {
 			for _, d := range policy.Directions {
 				if cp.Tier == policy.TierNetworkPolicy && !cp.Isolates[d] {
 					continue
 				}
-				byIdent[cp.Tier][d][id] = append(byIdent[cp.Tier][d][id], int32(pi))
+				f(cp.Tier, d, id, pi)
 			}
 		}
 	}
-	for t := range byIdent {
-		for d := range byIdent[t] {
-			for id, pols := range byIdent[t][d] {
-				byIdent[t][d][id] = slices.Clip(pols)
-			}
-		}
-	}
-	ix.initPlans()
-	return ix
 }
 
 // selecting lists the policies (indexes into policies, in evaluation
