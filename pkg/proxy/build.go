@@ -237,12 +237,13 @@ func (b *builder) parseSlices(all []*discoveryv1.EndpointSlice) {
 				ep.PodNamespace = cmp.Or(e.TargetRef.Namespace, es.Namespace)
 				ep.PodName = e.TargetRef.Name
 			}
-			if e.Hints != nil {
-				for _, z := range e.Hints.ForZones {
-					ep.ZoneHints = append(ep.ZoneHints, z.Name)
+			if h := e.Hints; h != nil && len(h.ForZones)+len(h.ForNodes) > 0 {
+				ep.Hints = &EndpointHints{}
+				for _, z := range h.ForZones {
+					ep.Hints.Zones = append(ep.Hints.Zones, z.Name)
 				}
-				for _, n := range e.Hints.ForNodes {
-					ep.NodeHints = append(ep.NodeHints, n.Name)
+				for _, n := range h.ForNodes {
+					ep.Hints.Nodes = append(ep.Hints.Nodes, n.Name)
 				}
 			}
 			ps.endpoints = append(ps.endpoints, ep)
@@ -509,7 +510,7 @@ func equalEndpoint(x, y Endpoint) bool {
 	return x.Address == y.Address && x.Port == y.Port && x.PodNamespace == y.PodNamespace &&
 		x.PodName == y.PodName && x.NodeName == y.NodeName && x.Zone == y.Zone && x.Local == y.Local &&
 		x.Ready == y.Ready && x.Serving == y.Serving && x.Terminating == y.Terminating &&
-		slices.Equal(x.ZoneHints, y.ZoneHints) && slices.Equal(x.NodeHints, y.NodeHints)
+		slices.Equal(x.ZoneHints(), y.ZoneHints()) && slices.Equal(x.NodeHints(), y.NodeHints())
 }
 
 // categorize fills the ServicePort's cluster and local endpoints from all of
@@ -564,14 +565,14 @@ func topologyMode(eps []Endpoint, node, zone string) string {
 			continue
 		}
 		anyReady = true
-		if len(ep.NodeHints) == 0 {
+		if len(ep.NodeHints()) == 0 {
 			allNode = false
-		} else if node != "" && slices.Contains(ep.NodeHints, node) {
+		} else if node != "" && slices.Contains(ep.NodeHints(), node) {
 			forNode = true
 		}
-		if len(ep.ZoneHints) == 0 {
+		if len(ep.ZoneHints()) == 0 {
 			allZone = false
-		} else if zone != "" && slices.Contains(ep.ZoneHints, zone) {
+		} else if zone != "" && slices.Contains(ep.ZoneHints(), zone) {
 			forZone = true
 		}
 	}
@@ -589,9 +590,9 @@ func topologyMode(eps []Endpoint, node, zone string) string {
 func availableForTopology(ep Endpoint, mode, node, zone string) bool {
 	switch mode {
 	case TopologyPreferSameNode:
-		return slices.Contains(ep.NodeHints, node)
+		return slices.Contains(ep.NodeHints(), node)
 	case TopologyPreferSameZone:
-		return slices.Contains(ep.ZoneHints, zone)
+		return slices.Contains(ep.ZoneHints(), zone)
 	}
 	return true
 }

@@ -563,12 +563,12 @@ func TestServiceFields(t *testing.T) {
 	got := port(t, m, "plain", "http", v4).ClusterEndpoints[0]
 	want := Endpoint{
 		Address: netip.MustParseAddr("10.0.1.1"), Port: 8080, PodNamespace: "ns", PodName: "a", NodeName: "n1", Zone: "z1",
-		Local: true, Ready: true, Serving: true, ZoneHints: []string{"z1"}, NodeHints: []string{"n1"},
+		Local: true, Ready: true, Serving: true, Hints: &EndpointHints{Zones: []string{"z1"}, Nodes: []string{"n1"}},
 	}
 	if got.String() != want.String() || got.PodNamespace != want.PodNamespace || got.PodName != want.PodName ||
 		got.NodeName != want.NodeName || got.Zone != want.Zone || got.Local != want.Local || got.Ready != want.Ready ||
 		got.Serving != want.Serving || got.Terminating != want.Terminating ||
-		!slices.Equal(got.ZoneHints, want.ZoneHints) || !slices.Equal(got.NodeHints, want.NodeHints) {
+		!slices.Equal(got.ZoneHints(), want.ZoneHints()) || !slices.Equal(got.NodeHints(), want.NodeHints()) {
 		t.Errorf("endpoint:\n got %+v\nwant %+v", got, want)
 	}
 }

@@ -259,9 +259,31 @@ type Endpoint struct {
 	PodNamespace, PodName string
 	NodeName              string
 	Zone                  string
-	// ZoneHints and NodeHints are the endpoint's topology hints.
-	ZoneHints []string
-	NodeHints []string
+	// Hints are the endpoint's topology hints (nil: none).
+	Hints *EndpointHints
+}
+
+// EndpointHints are an endpoint's topology hints: the zones and nodes it
+// should serve. Behind a pointer in Endpoint, as most endpoints have none:
+// 40 bytes less per endpoint and port than two lists.
+type EndpointHints struct {
+	Zones, Nodes []string
+}
+
+// ZoneHints are the zones the endpoint's hints name.
+func (e Endpoint) ZoneHints() []string {
+	if e.Hints == nil {
+		return nil
+	}
+	return e.Hints.Zones
+}
+
+// NodeHints are the nodes the endpoint's hints name.
+func (e Endpoint) NodeHints() []string {
+	if e.Hints == nil {
+		return nil
+	}
+	return e.Hints.Nodes
 }
 
 // String is "address:port" ("[v6]:port" for IPv6).
