@@ -249,7 +249,7 @@ func buildIndexFrom(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*
 // indexSelecting finds, once, the policies selecting each identity,
 // shared by its pods (read-only). The lists are counted first and cut
 // from one array, each with no spare room (a later append copies): grown
-// one policy at a time they were 11 MB of garbage per full sync at
+// one policy at a time they were 8.5 MB of garbage per full sync at
 // 100,000 pods.
 func (ix *index) indexSelecting() {
 	byIdent := &ix.bySelecting

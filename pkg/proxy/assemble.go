@@ -169,9 +169,10 @@ func (s *setState) remove(e nft.Element) {
 	if last := int32(s.elems.len() - 1); sl.pos != last {
 		moved := s.elems.at(int(sl.pos))
 		*moved = *s.elems.at(int(last))
-		m := s.slots[elementID(*moved)]
+		movedID := elementID(*moved)
+		m := s.slots[movedID]
 		m.pos = sl.pos
-		s.slots[elementID(*moved)] = m
+		s.slots[movedID] = m
 	}
 	s.elems.pop()
 	delete(s.slots, id)

@@ -54,8 +54,8 @@ type builder struct {
 	node   string
 	slices map[svcKey][]*parsedSlice
 	// Scratch for service, emptied and reused from one Service to the
-	// next: made per Service, these small maps were a fifth of the NAT
-	// first sync's allocation at 20,000 Services.
+	// next: made per Service, these small maps were 18 MB of
+	// a NAT first sync's 117 at 20,000 Services.
 	byFamily   map[corev1.IPFamily]map[portKey][]Endpoint
 	localReady map[netip.Addr]bool
 }

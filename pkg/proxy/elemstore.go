@@ -10,11 +10,11 @@ const chunkLen = 512
 // elemStore is a shared set's elements. While the set is first built they
 // are kept in fixed chunks: a list grown by append copies itself each time
 // it outgrows its capacity (1.25x at a time once large), and at 20,000
-// Services the copies left behind were about three times the lists' final
-// size, garbage made in the middle of the agent's first sync, its memory
-// peak. The table then wants one list per set; flat makes it once, at its
-// final length (and a little room, so the next Service added does not
-// copy it at once), and later changes, which are small, go to that list.
+// Services those copies were 47.5 MB of garbage per first sync (for 15.6
+// MB of lists), made when the agent's memory peaks. The table then wants
+// one list per set; list makes it once, at its final length (and a little
+// room, so the next Service added does not copy it at once), and later
+// changes, which are small, go to that list.
 type elemStore struct {
 	flat   []nft.Element
 	chunks [][]nft.Element // in use until flat is first made
