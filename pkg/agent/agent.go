@@ -23,7 +23,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -279,7 +278,7 @@ func newAgent(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, pr
 	if !opts.NoProxy {
 		a.tables = append(a.tables, &tableState{table: node.Services})
 	}
-	a.src = newSources(kube, dyn, a.log, a.changed)
+	a.src = newSources(kube, dyn, a.opts.NodeName, a.log, a.changed)
 	if !opts.NoStatus {
 		a.status = newStatusWriter(kube, dyn, opts.StatusNamespace, opts.NodeName,
 			func(msg string, args ...any) { a.log.Info(msg, args...) }, func() {
@@ -352,7 +351,7 @@ func clusterDNSSlice(objs []any) bool {
 		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 			o = d.Obj
 		}
-		if s, ok := o.(*discoveryv1.EndpointSlice); ok && s.Namespace == ns && s.Labels[discoveryv1.LabelServiceName] == name {
+		if s, ok := o.(*leanSlice); ok && s.slice.Namespace == ns && s.slice.Service == name {
 			return true
 		}
 	}
@@ -587,7 +586,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		}
 	}
 	if due != 0 {
-		snap, pods, podCount, err := a.src.snapshot(due&node.Policy != 0)
+		in, err := a.src.snapshot(due&node.Policy != 0)
 		var sources []any
 		if err == nil && due&node.Policy != 0 {
 			sources, policies, err = a.src.policySources()
@@ -602,7 +601,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		}
 		// A Service or EndpointSlice change syncs the NAT table only: the
 		// policy model is not rebuilt for it.
-		in := &node.Input{Snapshot: snap, Pods: pods, PodCount: podCount, CheckLive: checkLive}
+		in.CheckLive = checkLive
 		var problems []error
 		if due&node.Policy != 0 {
 			in.Model, problems = a.policyModels.Build(sources, loadPolicy)

@@ -107,8 +107,9 @@ func TestHealth(t *testing.T) {
 // TestClusterDNSSlice: which EndpointSlice events move the cluster DNS
 // (a --no-proxy agent then syncs its policy table).
 func TestClusterDNSSlice(t *testing.T) {
-	slice := func(ns, svc string) *discoveryv1.EndpointSlice {
-		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svc + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: svc}}}
+	slice := func(ns, svc string) *leanSlice { // as the informer stores it
+		return leanObject(&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svc + "-1",
+			Labels: map[string]string{discoveryv1.LabelServiceName: svc}}, AddressType: discoveryv1.AddressTypeIPv4}, "node-1").(*leanSlice)
 	}
 	for _, c := range []struct {
 		name string

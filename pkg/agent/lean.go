@@ -26,15 +26,16 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/proxy"
 )
 
 // Lean watches: every node's agent holds every pod, node, Service and
 // EndpointSlice of the cluster, so the informers keep only what netpol
 // reads (informer transforms, applied before an object is stored). A pod
 // becomes a leanPod: its name, namespace, labels (interned), node, host
-// networking, container ports, phase and addresses; a node keeps its
-// labels, pod CIDRs and addresses;
-// the rest lose managedFields and annotations. An update that changes
+// networking, container ports, phase and addresses; an EndpointSlice a
+// leanSlice, parsed as the NAT table reads it; a node keeps its labels,
+// pod CIDRs and addresses; the rest lose managedFields and annotations. An update that changes
 // nothing of what is kept (a pod's conditions, a node's heartbeat) then
 // is no event at all (sameLean).
 
@@ -52,34 +53,45 @@ func leanMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 // instead; a full sync reads a thin corev1.Pod made from it (pod), which
 // is garbage once the evaluator has indexed it.
 type leanPod struct {
-	podMeta
+	recordMeta  // Labels is the interned map (labels)
 	NodeName    string
 	HostNetwork bool
-	Phase       corev1.PodPhase
-	IPs         []string               // status.podIP, then the rest of status.podIPs
-	Ports       []corev1.ContainerPort // every container's, in order (shared, read only)
-	// labels and ports keep the interned label map and port list alive.
+	phase       unique.Handle[corev1.PodPhase]
+	// ips is status.podIP, then the rest of status.podIPs, joined by
+	// commas: one string and no list for a pod's usual one address.
+	ips string
+	// labels and ports are the interned label map and container ports
+	// (every container's, in order), shared and read only; a record
+	// holding them keeps them interned. 128 bytes in all, where a
+	// record with lists of addresses and ports took 176 and a list.
 	labels *labelSet
 	ports  *portList
 }
 
 func newLeanPod(p *corev1.Pod) *leanPod {
 	// Strings that many pods repeat are shared, not one decoded copy each.
-	out := &leanPod{podMeta: podMeta{Name: p.Name, ResourceVersion: p.ResourceVersion,
+	out := &leanPod{recordMeta: recordMeta{Name: p.Name, ResourceVersion: p.ResourceVersion,
 		DeletionTimestamp: p.DeletionTimestamp}, NodeName: unique.Make(p.Spec.NodeName).Value(),
-		HostNetwork: p.Spec.HostNetwork, Phase: unique.Make(p.Status.Phase).Value()}
+		HostNetwork: p.Spec.HostNetwork, phase: unique.Make(p.Status.Phase)}
 	out.Namespace = unique.Make(p.Namespace).Value()
 	out.labels = internLabels(p.Labels)
 	out.Labels = out.labels.m
 	out.ports = internPorts(cluster.ContainerPorts(p))
-	out.Ports = out.ports.p
+	var ips []string
 	for _, ip := range append([]corev1.PodIP{{IP: p.Status.PodIP}}, p.Status.PodIPs...) {
-		if ip.IP != "" && !slices.Contains(out.IPs, ip.IP) {
-			out.IPs = append(out.IPs, ip.IP)
+		if ip.IP != "" && !slices.Contains(ips, ip.IP) {
+			ips = append(ips, ip.IP)
 		}
 	}
+	out.ips = strings.Join(ips, ",") // the string itself when there is one
 	return out
 }
+
+// Phase is status.phase.
+func (p *leanPod) Phase() corev1.PodPhase { return p.phase.Value() }
+
+// Ports are every container's ports, in order (shared, read only).
+func (p *leanPod) Ports() []corev1.ContainerPort { return p.ports.p }
 
 // pod is the thin corev1.Pod the incremental path reads: what netpol
 // reads of a pod, nothing else (one container holds the ports;
@@ -95,16 +107,16 @@ func (p *leanPod) pod() *corev1.Pod {
 func (p *leanPod) fill(o *corev1.Pod, container []corev1.Container) {
 	o.ObjectMeta = metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, ResourceVersion: p.ResourceVersion,
 		Labels: p.Labels, DeletionTimestamp: p.DeletionTimestamp}
-	o.Spec.NodeName, o.Spec.HostNetwork, o.Status.Phase = p.NodeName, p.HostNetwork, p.Phase
-	if len(p.Ports) > 0 {
-		container[0].Ports = p.Ports
+	o.Spec.NodeName, o.Spec.HostNetwork, o.Status.Phase = p.NodeName, p.HostNetwork, p.Phase()
+	if ports := p.Ports(); len(ports) > 0 {
+		container[0].Ports = ports
 		o.Spec.Containers = container
 	}
-	if len(p.IPs) > 0 {
-		o.Status.PodIP = p.IPs[0]
-	}
-	if len(p.IPs) > 1 {
-		for _, ip := range p.IPs {
+	first, rest, more := strings.Cut(p.ips, ",")
+	o.Status.PodIP = first
+	if more {
+		o.Status.PodIPs = append(o.Status.PodIPs, corev1.PodIP{IP: first})
+		for ip := range strings.SplitSeq(rest, ",") {
 			o.Status.PodIPs = append(o.Status.PodIPs, corev1.PodIP{IP: ip})
 		}
 	}
@@ -149,61 +161,86 @@ func (p *leanPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectK
 func (p *leanPod) DeepCopyObject() k8sruntime.Object {
 	c := *p
 	c.Labels, c.DeletionTimestamp = maps.Clone(p.Labels), p.DeletionTimestamp.DeepCopy()
-	c.IPs, c.Ports, c.labels, c.ports = slices.Clone(p.IPs), slices.Clone(p.Ports), nil, nil
+	c.labels, c.ports = &labelSet{m: c.Labels}, &portList{p: slices.Clone(p.Ports())}
 	return &c
 }
 
 func (p *leanPod) sameAs(c *leanPod) bool {
 	return p.Name == c.Name && p.Namespace == c.Namespace && maps.Equal(p.Labels, c.Labels) &&
 		(p.DeletionTimestamp == nil) == (c.DeletionTimestamp == nil) && p.NodeName == c.NodeName && p.HostNetwork == c.HostNetwork &&
-		p.Phase == c.Phase && slices.Equal(p.IPs, c.IPs) && slices.Equal(p.Ports, c.Ports)
+		p.phase == c.phase && p.ips == c.ips && slices.Equal(p.Ports(), c.Ports())
 }
 
-// podMeta is a pod record's metadata: what identifies the pod, its
-// labels and whether it is being deleted, in 72 bytes (an embedded
-// ObjectMeta took 256: 17 MB at 100,000 pods). It is a metav1.Object, as
-// informer stores expect; the setters of what it does not keep (the UID
-// among them, as leanMeta) do nothing, and their getters return zero
-// values.
-type podMeta struct {
+// leanSlice is what the EndpointSlice informer stores: the slice as the
+// NAT table reads it, parsed once for this node (proxy.ParseSlice), with
+// the metadata an informer store needs (no labels: the Service's name is
+// in the parsed slice). The lean API object's endpoints (their address
+// strings and target references, about 270 bytes each) were held beside
+// the NAT model's (104 bytes), which now shares the parsed lists.
+type leanSlice struct {
+	recordMeta
+	slice *proxy.Slice // read only
+}
+
+func newLeanSlice(es *discoveryv1.EndpointSlice, node string) *leanSlice {
+	return &leanSlice{recordMeta: recordMeta{Name: es.Name, Namespace: unique.Make(es.Namespace).Value(),
+		ResourceVersion: es.ResourceVersion, DeletionTimestamp: es.DeletionTimestamp}, slice: proxy.ParseSlice(es, node)}
+}
+
+func (s *leanSlice) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject shares the parsed slice, which nothing changes.
+func (s *leanSlice) DeepCopyObject() k8sruntime.Object {
+	c := *s
+	c.DeletionTimestamp = s.DeletionTimestamp.DeepCopy()
+	return &c
+}
+
+// recordMeta is a pod's or EndpointSlice's record's metadata: what
+// identifies the object, its labels and whether it is being deleted, in
+// 64 bytes (an embedded ObjectMeta took 256: 17 MB at 100,000 pods). It
+// is a metav1.Object, as informer stores expect; the setters of what it
+// does not keep (the UID among them, as leanMeta) do nothing, and their
+// getters return zero values.
+type recordMeta struct {
 	Name, Namespace   string
 	ResourceVersion   string
 	Labels            map[string]string
 	DeletionTimestamp *metav1.Time
 }
 
-var _ metav1.Object = (*podMeta)(nil)
+var _ metav1.Object = (*recordMeta)(nil)
 
-func (m *podMeta) GetNamespace() string                          { return m.Namespace }
-func (m *podMeta) SetNamespace(namespace string)                 { m.Namespace = namespace }
-func (m *podMeta) GetName() string                               { return m.Name }
-func (m *podMeta) SetName(name string)                           { m.Name = name }
-func (m *podMeta) GetGenerateName() string                       { return "" }
-func (m *podMeta) SetGenerateName(string)                        {}
-func (m *podMeta) GetUID() types.UID                             { return "" }
-func (m *podMeta) SetUID(types.UID)                              {}
-func (m *podMeta) GetResourceVersion() string                    { return m.ResourceVersion }
-func (m *podMeta) SetResourceVersion(version string)             { m.ResourceVersion = version }
-func (m *podMeta) GetGeneration() int64                          { return 0 }
-func (m *podMeta) SetGeneration(int64)                           {}
-func (m *podMeta) GetSelfLink() string                           { return "" }
-func (m *podMeta) SetSelfLink(string)                            {}
-func (m *podMeta) GetCreationTimestamp() metav1.Time             { return metav1.Time{} }
-func (m *podMeta) SetCreationTimestamp(metav1.Time)              {}
-func (m *podMeta) GetDeletionTimestamp() *metav1.Time            { return m.DeletionTimestamp }
-func (m *podMeta) SetDeletionTimestamp(t *metav1.Time)           { m.DeletionTimestamp = t }
-func (m *podMeta) GetDeletionGracePeriodSeconds() *int64         { return nil }
-func (m *podMeta) SetDeletionGracePeriodSeconds(*int64)          {}
-func (m *podMeta) GetLabels() map[string]string                  { return m.Labels }
-func (m *podMeta) SetLabels(labels map[string]string)            { m.Labels = labels }
-func (m *podMeta) GetAnnotations() map[string]string             { return nil }
-func (m *podMeta) SetAnnotations(map[string]string)              {}
-func (m *podMeta) GetFinalizers() []string                       { return nil }
-func (m *podMeta) SetFinalizers([]string)                        {}
-func (m *podMeta) GetOwnerReferences() []metav1.OwnerReference   { return nil }
-func (m *podMeta) SetOwnerReferences([]metav1.OwnerReference)    {}
-func (m *podMeta) GetManagedFields() []metav1.ManagedFieldsEntry { return nil }
-func (m *podMeta) SetManagedFields([]metav1.ManagedFieldsEntry)  {}
+func (m *recordMeta) GetNamespace() string                          { return m.Namespace }
+func (m *recordMeta) SetNamespace(namespace string)                 { m.Namespace = namespace }
+func (m *recordMeta) GetName() string                               { return m.Name }
+func (m *recordMeta) SetName(name string)                           { m.Name = name }
+func (m *recordMeta) GetGenerateName() string                       { return "" }
+func (m *recordMeta) SetGenerateName(string)                        {}
+func (m *recordMeta) GetUID() types.UID                             { return "" }
+func (m *recordMeta) SetUID(types.UID)                              {}
+func (m *recordMeta) GetResourceVersion() string                    { return m.ResourceVersion }
+func (m *recordMeta) SetResourceVersion(version string)             { m.ResourceVersion = version }
+func (m *recordMeta) GetGeneration() int64                          { return 0 }
+func (m *recordMeta) SetGeneration(int64)                           {}
+func (m *recordMeta) GetSelfLink() string                           { return "" }
+func (m *recordMeta) SetSelfLink(string)                            {}
+func (m *recordMeta) GetCreationTimestamp() metav1.Time             { return metav1.Time{} }
+func (m *recordMeta) SetCreationTimestamp(metav1.Time)              {}
+func (m *recordMeta) GetDeletionTimestamp() *metav1.Time            { return m.DeletionTimestamp }
+func (m *recordMeta) SetDeletionTimestamp(t *metav1.Time)           { m.DeletionTimestamp = t }
+func (m *recordMeta) GetDeletionGracePeriodSeconds() *int64         { return nil }
+func (m *recordMeta) SetDeletionGracePeriodSeconds(*int64)          {}
+func (m *recordMeta) GetLabels() map[string]string                  { return m.Labels }
+func (m *recordMeta) SetLabels(labels map[string]string)            { m.Labels = labels }
+func (m *recordMeta) GetAnnotations() map[string]string             { return nil }
+func (m *recordMeta) SetAnnotations(map[string]string)              {}
+func (m *recordMeta) GetFinalizers() []string                       { return nil }
+func (m *recordMeta) SetFinalizers([]string)                        {}
+func (m *recordMeta) GetOwnerReferences() []metav1.OwnerReference   { return nil }
+func (m *recordMeta) SetOwnerReferences([]metav1.OwnerReference)    {}
+func (m *recordMeta) GetManagedFields() []metav1.ManagedFieldsEntry { return nil }
+func (m *recordMeta) SetManagedFields([]metav1.ManagedFieldsEntry)  {}
 
 // interner holds one shared value per distinct content (its id), for the
 // informers' records: a ReplicaSet's pods carry equal labels and ports, so
@@ -291,33 +328,33 @@ func leanNode(n *corev1.Node) *corev1.Node {
 	return out
 }
 
-// leanTransform is the informers' transform: objects it does not know (a
-// cache.DeletedFinalStateUnknown tombstone wraps its last known state,
+// leanTransform is the informers' transform for node (the node's agent:
+// an EndpointSlice's endpoints on it are local). Objects it does not know
+// (a cache.DeletedFinalStateUnknown tombstone wraps its last known state,
 // which was transformed when stored) pass unchanged.
-func leanTransform(obj any) (any, error) {
+func leanTransform(node string) cache.TransformFunc {
+	return func(obj any) (any, error) { return leanObject(obj, node), nil }
+}
+
+func leanObject(obj any, node string) any {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		return newLeanPod(o), nil
+		return newLeanPod(o)
 	case *corev1.Node:
-		return leanNode(o), nil
+		return leanNode(o)
 	case *corev1.Namespace:
-		return &corev1.Namespace{TypeMeta: o.TypeMeta, ObjectMeta: leanMeta(o.ObjectMeta)}, nil
+		return &corev1.Namespace{TypeMeta: o.TypeMeta, ObjectMeta: leanMeta(o.ObjectMeta)}
 	case *corev1.Service:
-		return leanService(o), nil
+		return leanService(o)
 	case *discoveryv1.EndpointSlice:
-		out := *o
-		out.ObjectMeta = leanMeta(o.ObjectMeta)
-		out.Endpoints = leanEndpoints(o.Endpoints)
-		return &out, nil
+		return newLeanSlice(o, node)
 	case *networkingv1.NetworkPolicy:
 		out := *o
 		out.ObjectMeta = leanMeta(o.ObjectMeta)
-		return &out, nil
+		return &out
 	}
-	return obj, nil
+	return obj
 }
-
-var _ cache.TransformFunc = leanTransform
 
 // leanPolicy is the transform of the admin, baseline and cluster policy
 // informers, whose objects are unstructured: like leanMeta, it drops
@@ -395,50 +432,6 @@ func sharedValue[T ~string](p *T) *T {
 	}
 	v, _ := sharedValues.LoadOrStore(reflect.TypeFor[T]().String()+"\x00"+string(*p), p)
 	return v.(*T)
-}
-
-// leanEndpoints keeps what the proxy reads of each endpoint: addresses,
-// conditions, node, zone, hints and the pod it names (kind, namespace,
-// name); the conditions point at shared values.
-func leanEndpoints(eps []discoveryv1.Endpoint) []discoveryv1.Endpoint {
-	out := make([]discoveryv1.Endpoint, len(eps))
-	for i, e := range eps {
-		out[i] = discoveryv1.Endpoint{Addresses: e.Addresses, NodeName: sharedString(e.NodeName), Zone: sharedString(e.Zone),
-			Hints: e.Hints, Conditions: discoveryv1.EndpointConditions{Ready: sharedBool(e.Conditions.Ready),
-				Serving: sharedBool(e.Conditions.Serving), Terminating: sharedBool(e.Conditions.Terminating)}}
-		if r := e.TargetRef; r != nil {
-			out[i].TargetRef = &corev1.ObjectReference{Kind: unique.Make(r.Kind).Value(),
-				Namespace: unique.Make(r.Namespace).Value(), Name: r.Name}
-		}
-	}
-	return out
-}
-
-var sharedTrue, sharedFalse = true, false
-
-var internedStrings interner[string]
-
-// sharedString is p's value as a pointer shared by every lean object that
-// holds the same value (node and zone names: one per node, not one per
-// endpoint), read only.
-func sharedString(p *string) *string {
-	if p == nil {
-		return nil
-	}
-	v := *p
-	return internedStrings.intern(v, &v)
-}
-
-// sharedBool is p's value as a pointer shared by every lean object (read
-// only, as every informer object is).
-func sharedBool(p *bool) *bool {
-	switch {
-	case p == nil:
-		return nil
-	case *p:
-		return &sharedTrue
-	}
-	return &sharedFalse
 }
 
 // sameLean reports whether an update changed nothing netpol reads: the

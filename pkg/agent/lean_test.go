@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/netpol/netpol/internal/benchstat"
+	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/policy"
@@ -142,7 +144,7 @@ func TestSameLean(t *testing.T) {
 	}
 	// A tombstone passes the transform unchanged.
 	tomb := cache.DeletedFinalStateUnknown{Key: "shop/x", Obj: base}
-	if out, err := leanTransform(tomb); err != nil || out != any(tomb) {
+	if out, err := leanTransform("node-1")(tomb); err != nil || out != any(tomb) {
 		t.Errorf("tombstone: %v %v", out, err)
 	}
 }
@@ -179,20 +181,14 @@ func TestIntern(t *testing.T) {
 		if a.labels != b.labels || a.labels == c.labels {
 			t.Fatalf("equal labels share a set: %v, different ones do not: %v", a.labels == b.labels, a.labels != c.labels)
 		}
-		if a.ports != b.ports || a.ports == c.ports || &a.Ports[0] != &b.Ports[0] {
+		if a.ports != b.ports || a.ports == c.ports || &a.Ports()[0] != &b.Ports()[0] {
 			t.Fatalf("equal ports share a list: %v, different ones do not: %v", a.ports == b.ports, a.ports != c.ports)
 		}
 		copied := a.DeepCopyObject().(*leanPod)
 		copied.Labels["app"] = "changed"
-		copied.Ports[0].ContainerPort = 8080
-		if a.Labels["app"] != marker || b.Ports[0].ContainerPort != 80 {
+		copied.Ports()[0].ContainerPort = 8080
+		if a.Labels["app"] != marker || b.Ports()[0].ContainerPort != 80 {
 			t.Error("a deep copy shares the interned labels or ports")
-		}
-		node1, node1Again, node2 := marker+"-node-1", marker+"-node-1", marker+"-node-2"
-		eps := leanEndpoints([]discoveryv1.Endpoint{{NodeName: &node1}, {NodeName: &node1Again}, {NodeName: &node2}, {}})
-		if eps[0].NodeName != eps[1].NodeName || eps[0].NodeName == eps[2].NodeName || *eps[2].NodeName != node2 || eps[3].NodeName != nil {
-			t.Errorf("endpoints on one node share its name: %v, on another do not: %v", eps[0].NodeName == eps[1].NodeName,
-				eps[0].NodeName != eps[2].NodeName)
 		}
 		if n, m := labels(), ports(); n != 2 || m != 2 {
 			t.Fatalf("%d interned label sets and %d port lists, want 2 and 2", n, m)
@@ -265,26 +261,21 @@ func BenchmarkLeanPods(b *testing.B) {
 		if indexed {
 			store = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		}
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		for i := 0; i < n; i++ {
-			var p corev1.Pod
-			if err := json.Unmarshal(data, &p); err != nil {
-				b.Fatal(err)
+		return float64(heldBytes(store, func() {
+			for i := 0; i < n; i++ {
+				var p corev1.Pod
+				if err := json.Unmarshal(data, &p); err != nil {
+					b.Fatal(err)
+				}
+				p.Name = fmt.Sprintf("api-%d", i)
+				p.Namespace = fmt.Sprintf("ns-%d", i%100)
+				var obj any = &p
+				if transform {
+					obj = leanObject(obj, "node-1")
+				}
+				store.Add(obj)
 			}
-			p.Name = fmt.Sprintf("api-%d", i)
-			p.Namespace = fmt.Sprintf("ns-%d", i%100)
-			var obj any = &p
-			if transform {
-				obj, _ = leanTransform(obj)
-			}
-			store.Add(obj)
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		runtime.KeepAlive(store)
-		return float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+		})) / float64(n)
 	}
 	full := held(false, false)
 	lean := held(true, false)
@@ -295,8 +286,8 @@ func BenchmarkLeanPods(b *testing.B) {
 }
 
 // TestLeanEndpointSlice: the proxy builds the same Services from a lean
-// EndpointSlice as from the full one, and the lean one keeps no endpoint
-// field the proxy does not read.
+// EndpointSlice (the slice parsed for the node) and Service as from the
+// full ones.
 func TestLeanEndpointSlice(t *testing.T) {
 	yes, no := true, false
 	node, zone, host := "node-1", "zone-a", "web-0"
@@ -312,13 +303,9 @@ func TestLeanEndpointSlice(t *testing.T) {
 				Hints: &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-a"}}}},
 		},
 	}
-	obj, err := leanTransform(full)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lean := obj.(*discoveryv1.EndpointSlice)
-	if e := lean.Endpoints[0]; e.Hostname != nil || e.DeprecatedTopology != nil || e.TargetRef.UID != "" || e.TargetRef.Name != "web-0" || len(lean.Annotations) > 0 {
-		t.Errorf("lean endpoint keeps what the proxy does not read: %+v", e)
+	lean := leanObject(full, "node-1").(*leanSlice)
+	if lean.Name != "web-1" || lean.Namespace != "shop" || lean.slice.Service != "web" || len(lean.slice.Endpoints) != 2 {
+		t.Errorf("lean slice: %+v, parsed %+v", lean, lean.slice)
 	}
 	local, single := corev1.ServiceInternalTrafficPolicyLocal, corev1.IPFamilyPolicySingleStack
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Annotations: map[string]string{"a": "b"}},
@@ -328,28 +315,27 @@ func TestLeanEndpointSlice(t *testing.T) {
 			SessionAffinity: corev1.ServiceAffinityClientIP, LoadBalancerSourceRanges: []string{"192.0.2.0/24"},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http"), NodePort: 30080}}},
 		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "203.0.113.7"}}}}}
-	obj, err = leanTransform(svc.DeepCopy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	leanSvc := obj.(*corev1.Service)
+	leanSvc := leanObject(svc.DeepCopy(), "node-1").(*corev1.Service)
 	if leanSvc.Spec.Selector != nil || leanSvc.Annotations != nil {
 		t.Errorf("lean Service keeps what the proxy does not read: %+v", leanSvc)
 	}
-	if again, _ := leanTransform(svc.DeepCopy()); again.(*corev1.Service).Spec.InternalTrafficPolicy != leanSvc.Spec.InternalTrafficPolicy {
+	if again := leanObject(svc.DeepCopy(), "node-1"); again.(*corev1.Service).Spec.InternalTrafficPolicy != leanSvc.Spec.InternalTrafficPolicy {
 		t.Error("two lean Services do not share their traffic policy value")
 	}
 	models := map[string]string{}
-	for name, pair := range map[string]struct {
-		svc *corev1.Service
-		es  *discoveryv1.EndpointSlice
-	}{"full": {svc, full}, "lean": {leanSvc, lean}} {
-		svc, es := pair.svc, pair.es
+	for name, lean := range map[string]bool{"full": false, "lean": true} {
 		snap := cluster.New()
-		snap.Services = append(snap.Services, svc)
-		snap.EndpointSlices = append(snap.EndpointSlices, es)
-		m, _ := proxy.NewSyncer("node-1", proxy.Options{}, proxy.CompileOptions{}).Sync(snap)
-		if len(m.Services) != 1 || len(m.Services[0].ClusterEndpoints) != 1 {
+		syncer := proxy.NewSyncer("node-1", proxy.Options{}, proxy.CompileOptions{})
+		var m *proxy.Model
+		if lean {
+			snap.Services = append(snap.Services, leanSvc)
+			m, _ = syncer.SyncParsed(snap, []*proxy.Slice{leanObject(full, "node-1").(*leanSlice).slice})
+		} else {
+			snap.Services = append(snap.Services, svc)
+			snap.EndpointSlices = append(snap.EndpointSlices, full)
+			m, _ = syncer.Sync(snap)
+		}
+		if len(m.Services) != 1 || len(m.Services[0].ClusterEndpoints) != 1 || len(m.Services[0].LocalEndpoints) != 1 {
 			t.Fatalf("%s: %d Service ports: %+v", name, len(m.Services), m.Services)
 		}
 		data, err := json.Marshal(m)
@@ -414,4 +400,80 @@ func TestLeanPolicy(t *testing.T) {
 	if out, _ := leanPolicy(np); out != any(np) {
 		t.Error("a typed object was replaced")
 	}
+}
+
+// BenchmarkLeanSlices measures the bytes an informer holds per endpoint
+// of the agent benchmarks' EndpointSlices (internal/synth: 100,000 pods,
+// 20,000 Services, a slice of up to 5 endpoints each), stored as decoded
+// and stored lean (parsed for node-1), in one run.
+func BenchmarkLeanSlices(b *testing.B) {
+	const pods = 100000
+	snap, err := synth.Snapshot(synth.Spec{Namespaces: pods / 100, Pods: pods, Nodes: pods / 100, Services: pods / 5, Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	endpoints := 0
+	for _, es := range snap.EndpointSlices {
+		endpoints += len(es.Endpoints)
+	}
+	held := func(lean bool) float64 {
+		store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+		return float64(heldBytes(store, func() {
+			for _, es := range snap.EndpointSlices {
+				var obj any = es.DeepCopy() // as decoded: nothing shared
+				if lean {
+					obj = leanObject(obj, "node-1")
+				}
+				store.Add(obj)
+			}
+		})) / float64(endpoints)
+	}
+	var full, lean float64
+	for b.Loop() {
+		full, lean = held(false), held(true)
+	}
+	b.ReportMetric(full, "full-bytes/endpoint")
+	b.ReportMetric(lean, "lean-bytes/endpoint")
+	b.ReportMetric(lean/full, "ratio")
+}
+
+// TestLeanPodAddresses: the record's one string of addresses gives the
+// thin pod the full pod's addresses: none, one, the primary repeated in
+// status.podIPs, two families, and podIPs without podIP.
+func TestLeanPodAddresses(t *testing.T) {
+	for _, tc := range []struct {
+		podIP  string
+		podIPs []string
+	}{
+		{"", nil},
+		{"10.244.1.5", nil},
+		{"10.244.1.5", []string{"10.244.1.5"}},
+		{"10.244.1.5", []string{"10.244.1.5", "fd00:10:244:1::5"}},
+		{"", []string{"fd00:10:244:1::5", "10.244.1.5"}},
+	} {
+		full := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "api"}}
+		full.Status.PodIP = tc.podIP
+		for _, ip := range tc.podIPs {
+			full.Status.PodIPs = append(full.Status.PodIPs, corev1.PodIP{IP: ip})
+		}
+		rec := newLeanPod(full)
+		if got, want := fmt.Sprint(cluster.PodAddresses(rec.pod())), fmt.Sprint(cluster.PodAddresses(full)); got != want {
+			t.Errorf("%q %v: thin pod's addresses %s, want %s (record %q)", tc.podIP, tc.podIPs, got, want, rec.ips)
+		}
+		if again := newLeanPod(rec.pod()); !again.sameAs(rec) {
+			t.Errorf("%q %v: the thin pod's record differs: %q against %q", tc.podIP, tc.podIPs, again.ips, rec.ips)
+		}
+	}
+}
+
+// heldBytes is what the live heap grows by while fill adds objects to
+// store, and store holds them.
+func heldBytes(store cache.Store, fill func()) int64 {
+	runtime.GC()
+	before := benchstat.LiveHeap()
+	fill()
+	runtime.GC()
+	after := benchstat.LiveHeap()
+	runtime.KeepAlive(store)
+	return int64(after) - int64(before)
 }

@@ -356,11 +356,12 @@ func (sb *scaleBench) failedTables() node.Tables {
 // checkKernel: after every event the fake kernel holds exactly what a
 // from-scratch compile of the informers' state gives.
 func (sb *scaleBench) checkKernel(b *testing.B) {
-	snap, pods, _, err := sb.h.agent.src.snapshot(true)
+	in, err := sb.h.agent.src.snapshot(true)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for p := range pods { // copies: the sequence reuses one pod
+	snap := in.Snapshot
+	for p := range in.Pods { // copies: the sequence reuses one pod
 		snap.Pods = append(snap.Pods, p.DeepCopy())
 	}
 	sources, _, err := sb.h.agent.src.policySources()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
 	"sync"
 	"time"
@@ -30,6 +29,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/node"
+	"github.com/netpol/netpol/pkg/proxy"
 )
 
 // gvrCRD is watched to notice policy CRDs appearing or going.
@@ -67,11 +68,11 @@ type policyInformers struct {
 	stop    chan struct{}
 }
 
-func newSources(kube kubernetes.Interface, dyn dynamic.Interface, log *slog.Logger, onChange func(string, ...any)) *sources {
+func newSources(kube kubernetes.Interface, dyn dynamic.Interface, node string, log *slog.Logger, onChange func(string, ...any)) *sources {
 	s := &sources{dyn: dyn, disc: kube.Discovery(), log: log, onChange: onChange,
 		core: informers.NewSharedInformerFactory(kube, 0), rediscover: make(chan struct{}, 1)}
 	watch := func(resource string, inf cache.SharedIndexInformer) cache.GenericLister {
-		if err := inf.SetTransform(leanTransform); err != nil {
+		if err := inf.SetTransform(leanTransform(node)); err != nil {
 			panic(err) // only after the informer started: never here
 		}
 		inf.AddEventHandler(s.handler(resource))
@@ -275,13 +276,16 @@ var policyKinds = map[string]string{
 	cluster.GVRBaselinePolicy.Resource:       cluster.KindBaselinePolicy,
 }
 
-// snapshot builds the cluster snapshot from the caches, without the
-// policies (policySources gives them) and without pods: with withPods,
-// pods yields their thin copies in (namespace, name) order, each made as
-// it is read (node.Input.Pods), podCount of them; the NAT table reads
-// none. Objects are shared with the caches and must not be changed.
-func (s *sources) snapshot(withPods bool) (snap *cluster.Snapshot, pods iter.Seq[*corev1.Pod], podCount int, err error) {
-	snap = cluster.New()
+// snapshot is a sync's input from the caches: the cluster snapshot
+// without the policies (policySources gives them), without pods and
+// without EndpointSlices. With withPods, Input.Pods yields the pods' thin
+// copies in (namespace, name) order, each made as it is read, PodCount of
+// them; the NAT table reads none. Input.EndpointSlices are the parsed
+// slices the cache holds. Objects are shared with the caches and must not
+// be changed.
+func (s *sources) snapshot(withPods bool) (*node.Input, error) {
+	in := &node.Input{Snapshot: cluster.New(), EndpointSlices: []*proxy.Slice{}}
+	snap := in.Snapshot
 	each := func(l cache.GenericLister, add func(any)) error {
 		objs, err := l.List(labels.Everything())
 		if err != nil {
@@ -292,7 +296,7 @@ func (s *sources) snapshot(withPods bool) (snap *cluster.Snapshot, pods iter.Seq
 		}
 		return nil
 	}
-	err = errors.Join(
+	err := errors.Join(
 		each(s.listers.namespaces, func(o any) {
 			snap.Namespaces = append(snap.Namespaces, cluster.WithNamespaceNameLabel(o.(*corev1.Namespace)))
 		}),
@@ -303,16 +307,16 @@ func (s *sources) snapshot(withPods bool) (snap *cluster.Snapshot, pods iter.Seq
 			}
 			var recs []*leanPod
 			err := each(s.listers.pods, func(o any) { recs = append(recs, o.(*leanPod)) })
-			pods, podCount = thinPodsInOrder(recs), len(recs)
+			in.Pods, in.PodCount = thinPodsInOrder(recs), len(recs)
 			return err
 		}(),
 		each(s.listers.services, func(o any) { snap.Services = append(snap.Services, o.(*corev1.Service)) }),
-		each(s.listers.endpointSlices, func(o any) { snap.EndpointSlices = append(snap.EndpointSlices, o.(*discoveryv1.EndpointSlice)) }),
+		each(s.listers.endpointSlices, func(o any) { in.EndpointSlices = append(in.EndpointSlices, o.(*leanSlice).slice) }),
 	)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, err
 	}
-	return snap, pods, podCount, nil
+	return in, nil
 }
 
 // nodes lists the cached Nodes.

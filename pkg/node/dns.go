@@ -12,11 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
-	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dnssnoop"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
+	"github.com/netpol/netpol/pkg/proxy"
 	"golang.org/x/sys/unix"
 )
 
@@ -124,21 +124,24 @@ func (p *Programmer) startDNS(netnsFd int, opts DNSOptions) error {
 	return nil
 }
 
-// compilerDNS is the compiler's view, with the snapshot's servers; nil
+// compilerDNS is the compiler's view, with the input's servers; nil
 // when the node does not learn.
-func (p *Programmer) compilerDNS(snap *cluster.Snapshot) *compiler.DNS {
+func (p *Programmer) compilerDNS(in *Input) *compiler.DNS {
 	if p.dns == nil {
 		return nil
 	}
-	return &compiler.DNS{Queue: p.dns.kind, QueueNum: p.dns.opts.QueueNum, Servers: p.dnsServers(snap)}
+	return &compiler.DNS{Queue: p.dns.kind, QueueNum: p.dns.opts.QueueNum, Servers: p.dnsServers(in)}
 }
 
 // dnsServers are the endpoints of the cluster DNS Service (ready ones,
 // their DNS ports) and the configured servers, sorted.
-func (p *Programmer) dnsServers(snap *cluster.Snapshot) []netip.AddrPort {
+func (p *Programmer) dnsServers(in *Input) []netip.AddrPort {
 	out := slices.Clone(p.dns.opts.Servers)
-	if snap != nil {
-		out = append(out, ClusterDNS(snap.EndpointSlices)...)
+	switch {
+	case in.EndpointSlices != nil:
+		out = append(out, ClusterDNSOf(in.EndpointSlices)...)
+	case in.Snapshot != nil:
+		out = append(out, ClusterDNS(in.Snapshot.EndpointSlices)...)
 	}
 	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	return slices.Compact(out)
@@ -146,40 +149,53 @@ func (p *Programmer) dnsServers(snap *cluster.Snapshot) []netip.AddrPort {
 
 // ClusterDNS are the ready endpoints of Service kube-system/kube-dns, on
 // the ports named dns or dns-tcp (or numbered 53): not its metrics port;
-// sorted, each once.
+// sorted, each once. Its slices are read as the proxy reads them
+// (ClusterDNSOf).
 func ClusterDNS(endpointSlices []*discoveryv1.EndpointSlice) []netip.AddrPort {
-	ns, name, _ := strings.Cut(ClusterDNSService, "/")
+	ns, name := clusterDNSName()
+	var dns []*proxy.Slice
+	for _, s := range endpointSlices {
+		if s != nil && s.Namespace == ns && s.Labels[discoveryv1.LabelServiceName] == name {
+			dns = append(dns, proxy.ParseSlice(s, ""))
+		}
+	}
+	return ClusterDNSOf(dns)
+}
+
+// ClusterDNSOf is ClusterDNS of parsed slices: an endpoint's first
+// address (as the proxy uses), the valid TCP and UDP ports.
+func ClusterDNSOf(endpointSlices []*proxy.Slice) []netip.AddrPort {
+	ns, name := clusterDNSName()
 	var out []netip.AddrPort
 	for _, s := range endpointSlices {
-		if s == nil || s.Namespace != ns || s.Labels[discoveryv1.LabelServiceName] != name {
+		if s == nil || s.Namespace != ns || s.Service != name {
 			continue
 		}
 		var ports []uint16
 		for _, pt := range s.Ports {
-			if pt.Port == nil || pt.Protocol != nil && *pt.Protocol != corev1.ProtocolUDP && *pt.Protocol != corev1.ProtocolTCP {
+			if pt.Protocol != corev1.ProtocolUDP && pt.Protocol != corev1.ProtocolTCP {
 				continue
 			}
-			if n := pt.Name; n != nil && (*n == "dns" || *n == "dns-tcp") || *pt.Port == 53 {
-				ports = append(ports, uint16(*pt.Port))
+			if pt.Name == "dns" || pt.Name == "dns-tcp" || pt.Port == 53 {
+				ports = append(ports, uint16(pt.Port))
 			}
 		}
 		for _, ep := range s.Endpoints {
-			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+			if !ep.Ready {
 				continue
 			}
-			for _, a := range ep.Addresses {
-				addr, err := netip.ParseAddr(a)
-				if err != nil {
-					continue
-				}
-				for _, port := range ports {
-					out = append(out, netip.AddrPortFrom(addr.Unmap(), port))
-				}
+			for _, port := range ports {
+				out = append(out, netip.AddrPortFrom(ep.Address, port))
 			}
 		}
 	}
 	slices.SortFunc(out, netip.AddrPort.Compare)
 	return slices.Compact(out)
+}
+
+func clusterDNSName() (namespace, name string) {
+	namespace, name, _ = strings.Cut(ClusterDNSService, "/")
+	return namespace, name
 }
 
 // DomainPatterns are the canonical domainNames patterns of the model's
@@ -229,11 +245,11 @@ func (p *Programmer) learnPatterns(model *policy.Model, table *nft.Table) error 
 // syncDNSServers brings the dns-servers sets in line with the snapshot's
 // cluster DNS when only the Services were synced (an EndpointSlice
 // changed): an element change in the policy table, not a compile.
-func (p *Programmer) syncDNSServers(snap *cluster.Snapshot) error {
+func (p *Programmer) syncDNSServers(in *Input) error {
 	if p.dns == nil || p.live == nil {
 		return nil
 	}
-	servers := p.dnsServers(snap)
+	servers := p.dnsServers(in)
 	if slices.Equal(servers, p.live.DNSServers()) {
 		return nil
 	}

@@ -170,6 +170,10 @@ type Input struct {
 	// PodCount is how many pods Pods yields, about (0: unknown): the
 	// resolution's index is sized once.
 	PodCount int
+	// EndpointSlices, when not nil, are the snapshot's EndpointSlices
+	// parsed for this node (proxy.ParseSlice), read in place of
+	// Snapshot.EndpointSlices: the agent's informer stores them so.
+	EndpointSlices []*proxy.Slice
 }
 
 // Prepare builds the policy model and the resolution of snap.
@@ -257,7 +261,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 			r := &res.Services
 			r.Ran = true
 			p.proxy.NoConntrackCleanup = p.NoConntrackCleanup
-			r.Result, r.Err = p.proxy.Sync(in.Snapshot)
+			r.Result, r.Err = p.proxy.Sync(in.Snapshot, in.EndpointSlices)
 			if r.Err != nil {
 				r.Err = fmt.Errorf("node %s: services: %w", p.opts.Node, r.Err)
 			}
@@ -269,7 +273,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		r := &res.Policy
 		r.Ran = true
 		live, err := compiler.NewLive(in.Resolved, compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts,
-			DNS: p.compilerDNS(in.Snapshot)})
+			DNS: p.compilerDNS(in)})
 		if built {
 			// A resolution made here serves this sync only; the apply
 			// does not need it (45 MB at 100,000 pods).
@@ -295,7 +299,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		syncServices()
 		// An EndpointSlice change may move the cluster DNS.
 		if tables&Services != 0 {
-			if err := p.syncDNSServers(in.Snapshot); err != nil {
+			if err := p.syncDNSServers(in); err != nil {
 				services.Wait()
 				res.Services.Err = errors.Join(res.Services.Err, err)
 				return res

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/policy"
@@ -23,7 +22,12 @@ func Build(snap *cluster.Snapshot, node string, opts Options) *Model {
 		snap = &cluster.Snapshot{}
 	}
 	b.nodeInfo(snap.Nodes, opts)
-	b.parseSlices(snap.EndpointSlices)
+	parsed := ParseSlices(snap.EndpointSlices, node)
+	for _, ps := range parsed {
+		b.m.Errors = append(b.m.Errors, ps.Errors...)
+	}
+	b.slices = map[svcKey][]*Slice{}
+	groupSlices(b.slices, parsed)
 	for _, svc := range snap.Services {
 		if svc != nil {
 			b.service(svc)
@@ -52,12 +56,18 @@ func sortPorts(ports []*ServicePort) {
 type builder struct {
 	m      *Model
 	node   string
-	slices map[svcKey][]*parsedSlice
+	slices map[svcKey][]*Slice // by Service, sorted by name
 	// Scratch for service, emptied and reused from one Service to the
 	// next: made per Service, these small maps were 18 MB of
 	// a NAT first sync's 117 at 20,000 Services.
 	byFamily   map[corev1.IPFamily]map[portKey][]Endpoint
 	localReady map[netip.Addr]bool
+	merged     map[familyPort]bool
+}
+
+type familyPort struct {
+	family corev1.IPFamily
+	port   portKey
 }
 
 type svcKey struct{ namespace, name string }
@@ -68,20 +78,12 @@ type portKey struct {
 	protocol corev1.Protocol
 }
 
-type parsedSlice struct {
-	name      string
-	family    corev1.IPFamily
-	ports     []slicePort
-	endpoints []Endpoint // Port unset
-}
-
-type slicePort struct {
-	key  portKey
-	port int32
-}
-
 func (b *builder) errorf(obj cluster.ObjectKey, field, format string, args ...any) {
-	b.m.Errors = append(b.m.Errors, &FieldError{Object: obj, Field: field, Message: fmt.Sprintf(format, args...)})
+	b.m.Errors = append(b.m.Errors, newFieldError(obj, field, format, args...))
+}
+
+func newFieldError(obj cluster.ObjectKey, field, format string, args ...any) *FieldError {
+	return &FieldError{Object: obj, Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
 // nodeInfo sets the model's zone and NodePort addresses.
@@ -150,110 +152,6 @@ func (b *builder) clusterCIDRs(nodes []*corev1.Node, opts Options) {
 	slices.SortFunc(b.m.ClusterCIDRs, func(x, y netip.Prefix) int {
 		return cmp.Or(x.Addr().Compare(y.Addr()), cmp.Compare(x.Bits(), y.Bits()))
 	})
-}
-
-// parseSlices validates every EndpointSlice once and groups them by
-// Service, sorted by slice name (for a deterministic de-duplication).
-func (b *builder) parseSlices(all []*discoveryv1.EndpointSlice) {
-	if b.slices == nil {
-		b.slices = map[svcKey][]*parsedSlice{}
-	}
-	clear(b.slices)
-	for _, es := range all {
-		if es == nil {
-			continue
-		}
-		obj := cluster.ObjectKey{Kind: cluster.KindEndpointSlice, Namespace: es.Namespace, Name: es.Name}
-		svcName := es.Labels[discoveryv1.LabelServiceName]
-		if svcName == "" {
-			b.errorf(obj, "metadata.labels["+discoveryv1.LabelServiceName+"]", "missing: the slice belongs to no Service")
-			continue
-		}
-		ps := &parsedSlice{name: es.Name, endpoints: make([]Endpoint, 0, len(es.Endpoints))}
-		switch es.AddressType {
-		case discoveryv1.AddressTypeIPv4:
-			ps.family = corev1.IPv4Protocol
-		case discoveryv1.AddressTypeIPv6:
-			ps.family = corev1.IPv6Protocol
-		case discoveryv1.AddressTypeFQDN:
-			continue // not proxied
-		default:
-			b.errorf(obj, "addressType", "unsupported address type %q", es.AddressType)
-			continue
-		}
-		for j, p := range es.Ports {
-			field := "ports[" + itoa(j) + "]"
-			if p.Name == nil {
-				// kube-proxy ignores such ports; unnamed is name: "".
-				b.errorf(obj, field+".name", "unset (use \"\" for an unnamed port)")
-				continue
-			}
-			if p.Port == nil || *p.Port <= 0 || *p.Port > 65535 {
-				b.errorf(obj, field+".port", "missing or out of range")
-				continue
-			}
-			var proto corev1.Protocol
-			if p.Protocol != nil {
-				proto = *p.Protocol
-			}
-			proto = policy.DefaultProtocol(proto)
-			if !validProtocol(proto) {
-				b.errorf(obj, field+".protocol", "unsupported protocol %q", proto)
-				continue
-			}
-			ps.ports = append(ps.ports, slicePort{key: portKey{*p.Name, proto}, port: *p.Port})
-		}
-		for k, e := range es.Endpoints {
-			field := "endpoints[" + itoa(k) + "]"
-			if len(e.Addresses) == 0 {
-				b.errorf(obj, field+".addresses", "empty")
-				continue
-			}
-			// Only the first address is used, as in kube-proxy.
-			ip, err := netip.ParseAddr(e.Addresses[0])
-			if err != nil || ip.Zone() != "" {
-				b.errorf(obj, field+".addresses[0]", "invalid IP %q", e.Addresses[0])
-				continue
-			}
-			ip = ip.Unmap()
-			if familyOf(ip) != ps.family {
-				b.errorf(obj, field+".addresses[0]", "%s is not of address type %s", ip, es.AddressType)
-				continue
-			}
-			ep := Endpoint{
-				Address:     ip,
-				Ready:       e.Conditions.Ready == nil || *e.Conditions.Ready,
-				Serving:     e.Conditions.Serving == nil || *e.Conditions.Serving,
-				Terminating: e.Conditions.Terminating != nil && *e.Conditions.Terminating,
-			}
-			if e.NodeName != nil {
-				ep.NodeName = *e.NodeName
-				ep.Local = b.node != "" && ep.NodeName == b.node
-			}
-			if e.Zone != nil {
-				ep.Zone = *e.Zone
-			}
-			if e.TargetRef != nil && (e.TargetRef.Kind == "" || e.TargetRef.Kind == "Pod") {
-				ep.PodNamespace = cmp.Or(e.TargetRef.Namespace, es.Namespace)
-				ep.PodName = e.TargetRef.Name
-			}
-			if h := e.Hints; h != nil && len(h.ForZones)+len(h.ForNodes) > 0 {
-				ep.Hints = &EndpointHints{}
-				for _, z := range h.ForZones {
-					ep.Hints.Zones = append(ep.Hints.Zones, z.Name)
-				}
-				for _, n := range h.ForNodes {
-					ep.Hints.Nodes = append(ep.Hints.Nodes, n.Name)
-				}
-			}
-			ps.endpoints = append(ps.endpoints, ep)
-		}
-		key := svcKey{es.Namespace, svcName}
-		b.slices[key] = append(b.slices[key], ps)
-	}
-	for _, list := range b.slices {
-		slices.SortFunc(list, func(x, y *parsedSlice) int { return cmp.Compare(x.name, y.name) })
-	}
 }
 
 func validProtocol(p corev1.Protocol) bool {
@@ -387,33 +285,44 @@ func (b *builder) service(svc *corev1.Service) {
 	for _, byPort := range endpoints {
 		clear(byPort)
 	}
+	// A slice's own list is shared, read only (ParseSlice sorted it and
+	// set its port); lists merged from several slices, or for one of
+	// several ports, are made here and de-duplicated again.
+	if b.merged == nil {
+		b.merged = map[familyPort]bool{}
+	}
+	clear(b.merged)
 	for _, ps := range b.slices[svcKey{svc.Namespace, svc.Name}] {
-		byPort := endpoints[ps.family]
+		if ps.Family == "" {
+			continue // not proxied
+		}
+		byPort := endpoints[ps.Family]
 		if byPort == nil {
 			byPort = map[portKey][]Endpoint{}
-			endpoints[ps.family] = byPort
+			endpoints[ps.Family] = byPort
 		}
-		for _, sp := range ps.ports {
-			if len(ps.ports) == 1 && byPort[sp.key] == nil {
-				// The usual case: the slice's own list (this build's).
-				for i := range ps.endpoints {
-					ps.endpoints[i].Port = sp.port
-				}
-				byPort[sp.key] = ps.endpoints
+		for _, sp := range ps.Ports {
+			k := sp.key()
+			if len(ps.Ports) == 1 && byPort[k] == nil {
+				byPort[k] = ps.Endpoints
 				continue
 			}
-			list := slices.Grow(byPort[sp.key], len(ps.endpoints))
-			for _, ep := range ps.endpoints {
-				ep.Port = sp.port
+			if len(ps.Endpoints) == 0 {
+				continue
+			}
+			// Never appended to in place: a slice's list has no room.
+			list := slices.Grow(byPort[k], len(ps.Endpoints))
+			for _, ep := range ps.Endpoints {
+				ep.Port = sp.Port
 				list = append(list, ep)
 			}
-			byPort[sp.key] = list
+			byPort[k] = list
+			b.merged[familyPort{ps.Family, k}] = true
 		}
 	}
-	for _, byPort := range endpoints {
-		for k, list := range byPort {
-			byPort[k] = dedupSorted(list)
-		}
+	for fp := range b.merged {
+		byPort := endpoints[fp.family]
+		byPort[fp.port] = dedupSorted(byPort[fp.port])
 	}
 
 	if b.localReady == nil {

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -37,6 +38,11 @@ func FuzzSyncer(f *testing.F) {
 			snap.Nodes = append(snap.Nodes, n)
 		}
 		s := proxy.NewSyncer("n1", proxy.Options{}, proxy.CompileOptions{})
+		// A second Syncer is given the slices parsed, as the agent's
+		// informer stores them: each parsed once, then shared by every
+		// model it builds, and never changed by them.
+		sp := proxy.NewSyncer("n1", proxy.Options{}, proxy.CompileOptions{})
+		parsed := map[*discoveryv1.EndpointSlice]*proxy.Slice{}
 		var prev *nft.Table
 		for step := 0; step <= int(steps); step++ {
 			next := *snap
@@ -54,6 +60,25 @@ func FuzzSyncer(f *testing.F) {
 			}
 			if p := nft.Diff(table, want); !p.Empty() {
 				t.Fatalf("step %d: Syncer and Compile differ:\n%s", step, p)
+			}
+			var list []*proxy.Slice
+			for _, es := range snap.EndpointSlices {
+				if parsed[es] == nil {
+					parsed[es] = proxy.ParseSlice(es, "n1")
+				}
+				list = append(list, parsed[es])
+			}
+			mp, tp := sp.SyncParsed(snap, list)
+			if p := nft.Diff(tp, want); !p.Empty() {
+				t.Fatalf("step %d: SyncParsed and Compile differ:\n%s", step, p)
+			}
+			if got, exp := fmt.Sprint(mp.Services), fmt.Sprint(m.Services); got != exp {
+				t.Fatalf("step %d: SyncParsed's model\n%s\nSync's\n%s", step, got, exp)
+			}
+			for es, ps := range parsed {
+				if !reflect.DeepEqual(ps, proxy.ParseSlice(es, "n1")) {
+					t.Fatalf("step %d: slice %s was changed by a sync: %+v", step, es.Name, ps)
+				}
 			}
 			for name, set := range table.Sets {
 				if prev == nil || set.Changes == nil || prev.Sets[name] == nil {
@@ -107,18 +132,22 @@ func mutate(rng *rand.Rand, s *cluster.Snapshot) {
 		} else {
 			s.Services = append(s.Services, svc)
 		}
-	case 2, 3: // (re)write its slice: endpoints drawn from a small pool, so Services share them
-		ready := true
-		es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name,
+	case 2, 3: // (re)write one of its two slices: endpoints drawn from a small pool, so Services and slices share them
+		sliceName := name + []string{"", "-b"}[rng.IntN(2)]
+		ei := slices.IndexFunc(s.EndpointSlices, func(x *discoveryv1.EndpointSlice) bool { return x.Name == sliceName })
+		es := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: sliceName,
 			Labels: map[string]string{discoveryv1.LabelServiceName: name}}, AddressType: discoveryv1.AddressTypeIPv4}
-		for _, proto := range []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP} {
+		// One port (its endpoints' list is the slice's own, shared by
+		// the models) or two (a list per port, made at each build).
+		for _, proto := range [][]corev1.Protocol{{corev1.ProtocolTCP}, {corev1.ProtocolUDP}, {corev1.ProtocolTCP, corev1.ProtocolUDP}}[rng.IntN(3)] {
 			es.Ports = append(es.Ports, discoveryv1.EndpointPort{Name: ptr("p"), Protocol: ptr(proto), Port: ptr(int32(8080))})
 		}
 		for range rng.IntN(4) {
 			e := rng.IntN(5)
 			node := fmt.Sprintf("n%d", 1+e%2)
+			ready, terminating := rng.IntN(4) != 0, rng.IntN(4) == 0
 			es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.244.%d.%d", 1+e%2, 10+e)},
-				NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready}})
+				NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: ptr(true), Terminating: &terminating}})
 		}
 		if ei >= 0 {
 			s.EndpointSlices[ei] = es

@@ -38,8 +38,11 @@ type Syncer struct {
 	services  map[svcKey]*syncedService
 	order     []svcKey // the keys of services, sorted
 	nodeKnown bool
-	bySvc     map[svcKey][]*discoveryv1.EndpointSlice // reused between syncs
-	gen       uint64                                  // counts syncs
+	bySvc     map[svcKey][]*Slice // reused between syncs
+	gen       uint64              // counts syncs
+	// parsed are the API slices of Sync's last snapshot, parsed: a
+	// slice is parsed again only when its object changes.
+	parsed map[*discoveryv1.EndpointSlice]*Slice
 	// built and rebuilt hold the contributions of a Service's new and old
 	// fragments until tableBuilder.change has them, reused from one
 	// Service to the next.
@@ -51,7 +54,7 @@ type Syncer struct {
 // syncedService is one Service as last built.
 type syncedService struct {
 	svc    *corev1.Service
-	slices []*discoveryv1.EndpointSlice // sorted by name
+	slices []*Slice // sorted by name
 	ports  []*ServicePort
 	health []HealthCheck
 	errs   []error
@@ -70,6 +73,30 @@ func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
 	if snap == nil {
 		snap = &cluster.Snapshot{}
 	}
+	parsed := make(map[*discoveryv1.EndpointSlice]*Slice, len(snap.EndpointSlices))
+	list := make([]*Slice, 0, len(snap.EndpointSlices))
+	for _, es := range snap.EndpointSlices {
+		if es == nil {
+			continue
+		}
+		ps := s.parsed[es]
+		if ps == nil {
+			ps = ParseSlice(es, s.node)
+		}
+		parsed[es] = ps
+		list = append(list, ps)
+	}
+	s.parsed = parsed
+	return s.SyncParsed(snap, list)
+}
+
+// SyncParsed is Sync with snap's EndpointSlices given parsed (ParseSlice,
+// for this Syncer's node), read in place of snap.EndpointSlices. A slice
+// is unchanged when it is the same pointer as last time.
+func (s *Syncer) SyncParsed(snap *cluster.Snapshot, endpointSlices []*Slice) (*Model, *nft.Table) {
+	if snap == nil {
+		snap = &cluster.Snapshot{}
+	}
 	node := &builder{m: &Model{Node: s.node}, node: s.node}
 	node.nodeInfo(snap.Nodes, s.opts)
 	m := node.m
@@ -83,19 +110,10 @@ func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
 	}
 
 	if s.bySvc == nil {
-		s.bySvc = make(map[svcKey][]*discoveryv1.EndpointSlice, len(snap.EndpointSlices))
+		s.bySvc = make(map[svcKey][]*Slice, len(endpointSlices))
 	}
 	bySvc := s.bySvc
-	for k, v := range bySvc {
-		bySvc[k] = v[:0]
-	}
-	for _, es := range snap.EndpointSlices {
-		if es == nil {
-			continue
-		}
-		k := svcKey{es.Namespace, es.Labels[discoveryv1.LabelServiceName]}
-		bySvc[k] = append(bySvc[k], es)
-	}
+	groupSlices(bySvc, endpointSlices)
 	s.gen++
 	var added []svcKey
 	if len(s.services) == 0 {
@@ -107,7 +125,6 @@ func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
 		}
 		k := svcKey{svc.Namespace, svc.Name}
 		esl := bySvc[k]
-		slices.SortFunc(esl, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
 		old := s.services[k]
 		if old != nil && old.svc == svc && slices.Equal(old.slices, esl) {
 			old.gen = s.gen
@@ -136,11 +153,6 @@ func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
 			}
 		}
 		s.order = slices.DeleteFunc(s.order, func(k svcKey) bool { return s.services[k] == nil })
-	}
-	for k, v := range bySvc {
-		if len(v) == 0 {
-			delete(bySvc, k) // that Service's slices are gone
-		}
 	}
 	for _, k := range s.order {
 		ss := s.services[k]
@@ -212,12 +224,18 @@ func (s *Syncer) forgetContributions(old, fresh []*fragment) {
 }
 
 // build builds one Service's ports and fragments with the node's inputs.
-func (s *Syncer) build(node *Model, svc *corev1.Service, esl []*discoveryv1.EndpointSlice) *syncedService {
+func (s *Syncer) build(node *Model, svc *corev1.Service, esl []*Slice) *syncedService {
 	b := &s.scratch
 	b.node = s.node
 	b.m = &Model{Node: node.Node, Zone: node.Zone, NodePortAddresses: node.NodePortAddresses,
 		ClusterCIDRs: node.ClusterCIDRs}
-	b.parseSlices(esl)
+	if b.slices == nil {
+		b.slices = map[svcKey][]*Slice{}
+	}
+	for _, ps := range esl {
+		b.m.Errors = append(b.m.Errors, ps.Errors...)
+	}
+	b.slices[svcKey{svc.Namespace, svc.Name}] = esl
 	b.service(svc)
 	sortPorts(b.m.Services)
 	ss := &syncedService{svc: svc, slices: slices.Clone(esl), health: b.m.HealthChecks, errs: b.m.Errors}

@@ -105,10 +105,18 @@ type Result struct {
 	Failures []error
 }
 
-// Sync programs snap's Services. An error means the kernel kept its
+// Sync programs snap's Services. endpointSlices, when not nil, are
+// snap's EndpointSlices parsed for this node (proxy.ParseSlice), read in
+// place of snap.EndpointSlices. An error means the kernel kept its
 // previous table.
-func (p *Proxier) Sync(snap *cluster.Snapshot) (Result, error) {
-	model, table := p.syncer.Sync(snap)
+func (p *Proxier) Sync(snap *cluster.Snapshot, endpointSlices []*proxy.Slice) (Result, error) {
+	var model *proxy.Model
+	var table *nft.Table
+	if endpointSlices != nil {
+		model, table = p.syncer.SyncParsed(snap, endpointSlices)
+	} else {
+		model, table = p.syncer.Sync(snap)
+	}
 	res := Result{Model: model, Counts: table.Count()}
 	var err error
 	if res.Stats, err = p.applier.Apply(table); err != nil {
