@@ -132,18 +132,11 @@ func (idx *setIndex) lookup(id []byte) (slot int, ok bool) {
 
 // find returns the position of e (canonical); buf is scratch space.
 func (idx *setIndex) find(e Element, buf []byte) (int32, bool) {
-	_, i, ok := idx.locate(e, buf)
-	return i, ok
-}
-
-// locate writes e's identity into buf and finds its position.
-func (idx *setIndex) locate(e Element, buf []byte) (id []byte, i int32, ok bool) {
-	id = appendElementID(buf[:0], e)
-	slot, ok := idx.lookup(id)
+	slot, ok := idx.lookup(appendElementID(buf[:0], e))
 	if !ok {
-		return id, -1, false
+		return -1, false
 	}
-	return id, idx.slots[slot] - 1, true
+	return idx.slots[slot] - 1, true
 }
 
 // has reports whether e (canonical) is in the index.
@@ -154,14 +147,15 @@ func (idx *setIndex) has(e Element, buf []byte) bool {
 
 // insert appends e (canonical) unless present; it returns buf for reuse.
 func (idx *setIndex) insert(e Element, buf []byte) []byte {
-	id, _, ok := idx.locate(e, buf)
+	id := appendElementID(buf[:0], e)
+	slot, ok := idx.lookup(id)
 	if ok {
 		return id
 	}
 	if (len(idx.at)+1)*4 > len(idx.slots)*3 {
 		idx.grow()
+		slot, _ = idx.lookup(id) // the empty slot in the new table
 	}
-	slot, _ := idx.lookup(id)
 	n := int32(len(idx.at))
 	idx.at = append(idx.at, uint32(len(idx.ids)))
 	idx.ids = binary.AppendUvarint(idx.ids, uint64(len(id)))

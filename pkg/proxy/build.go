@@ -26,11 +26,11 @@ func Build(snap *cluster.Snapshot, node string, opts Options) *Model {
 	for _, ps := range parsed {
 		b.m.Errors = append(b.m.Errors, ps.Errors...)
 	}
-	b.slices = map[svcKey][]*Slice{}
-	groupSlices(b.slices, parsed)
+	bySvc := map[svcKey][]*Slice{}
+	groupSlices(bySvc, parsed)
 	for _, svc := range snap.Services {
 		if svc != nil {
-			b.service(svc)
+			b.service(svc, bySvc[svcKey{svc.Namespace, svc.Name}])
 		}
 	}
 	sortPorts(b.m.Services)
@@ -54,9 +54,8 @@ func sortPorts(ports []*ServicePort) {
 }
 
 type builder struct {
-	m      *Model
-	node   string
-	slices map[svcKey][]*Slice // by Service, sorted by name
+	m    *Model
+	node string
 	// Scratch for service, emptied and reused from one Service to the
 	// next: made per Service, these small maps were 18 MB of
 	// a NAT first sync's 117 at 20,000 Services.
@@ -165,8 +164,9 @@ func familyOf(ip netip.Addr) corev1.IPFamily {
 	return corev1.IPv6Protocol
 }
 
-// service adds the ServicePorts of one Service.
-func (b *builder) service(svc *corev1.Service) {
+// service adds the ServicePorts of one Service, whose slices are
+// endpointSlices (sorted by name).
+func (b *builder) service(svc *corev1.Service, endpointSlices []*Slice) {
 	spec := &svc.Spec
 	if spec.Type == corev1.ServiceTypeExternalName {
 		return
@@ -292,7 +292,7 @@ func (b *builder) service(svc *corev1.Service) {
 		b.merged = map[familyPort]bool{}
 	}
 	clear(b.merged)
-	for _, ps := range b.slices[svcKey{svc.Namespace, svc.Name}] {
+	for _, ps := range endpointSlices {
 		if ps.Family == "" {
 			continue // not proxied
 		}

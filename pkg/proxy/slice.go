@@ -162,9 +162,6 @@ func ParseSlices(all []*discoveryv1.EndpointSlice, node string) []*Slice {
 	return out
 }
 
-// sliceKey is the Service a slice belongs to.
-func (ps *Slice) serviceKey() svcKey { return svcKey{ps.Namespace, ps.Service} }
-
 // groupSlices groups slices by Service, each group sorted by slice name
 // (for a deterministic de-duplication), into by (emptied first; its
 // lists are reused).
@@ -174,7 +171,8 @@ func groupSlices(by map[svcKey][]*Slice, all []*Slice) {
 	}
 	for _, ps := range all {
 		if ps != nil {
-			by[ps.serviceKey()] = append(by[ps.serviceKey()], ps)
+			k := svcKey{ps.Namespace, ps.Service}
+			by[k] = append(by[k], ps)
 		}
 	}
 	for k, list := range by {

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 // TestParseSlice: a parsed slice's endpoints are sorted, one per address
@@ -29,7 +30,7 @@ func TestParseSlice(t *testing.T) {
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "shop", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{port("http", 8080), {Port: ptrTo(int32(9090))}},
+		Ports:       []discoveryv1.EndpointPort{port("http", 8080), {Port: ptr.To(int32(9090))}},
 		Endpoints: []discoveryv1.Endpoint{
 			ep("10.0.0.9", "n2", nil),
 			ep("10.0.0.3", "n1", &yes),
@@ -84,5 +85,3 @@ func TestParseSlice(t *testing.T) {
 		t.Errorf("an FQDN slice is proxied: %+v", ps)
 	}
 }
-
-func ptrTo[T any](v T) *T { return &v }

@@ -41,8 +41,10 @@ type Syncer struct {
 	bySvc     map[svcKey][]*Slice // reused between syncs
 	gen       uint64              // counts syncs
 	// parsed are the API slices of Sync's last snapshot, parsed: a
-	// slice is parsed again only when its object changes.
-	parsed map[*discoveryv1.EndpointSlice]*Slice
+	// slice is parsed again only when its object changes. reparsed
+	// (empty) and parsedList are Sync's scratch.
+	parsed, reparsed map[*discoveryv1.EndpointSlice]*Slice
+	parsedList       []*Slice
 	// built and rebuilt hold the contributions of a Service's new and old
 	// fragments until tableBuilder.change has them, reused from one
 	// Service to the next.
@@ -73,8 +75,12 @@ func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
 	if snap == nil {
 		snap = &cluster.Snapshot{}
 	}
-	parsed := make(map[*discoveryv1.EndpointSlice]*Slice, len(snap.EndpointSlices))
-	list := make([]*Slice, 0, len(snap.EndpointSlices))
+	// This sync's parses go to the spare map, which then swaps with
+	// the last sync's: neither is made again for each sync.
+	if s.reparsed == nil {
+		s.reparsed = make(map[*discoveryv1.EndpointSlice]*Slice, len(snap.EndpointSlices))
+	}
+	list := s.parsedList[:0]
 	for _, es := range snap.EndpointSlices {
 		if es == nil {
 			continue
@@ -83,11 +89,15 @@ func (s *Syncer) Sync(snap *cluster.Snapshot) (*Model, *nft.Table) {
 		if ps == nil {
 			ps = ParseSlice(es, s.node)
 		}
-		parsed[es] = ps
+		s.reparsed[es] = ps
 		list = append(list, ps)
 	}
-	s.parsed = parsed
-	return s.SyncParsed(snap, list)
+	clear(s.parsed)
+	s.parsed, s.reparsed = s.reparsed, s.parsed
+	m, t := s.SyncParsed(snap, list)
+	clear(list)
+	s.parsedList = list[:0]
+	return m, t
 }
 
 // SyncParsed is Sync with snap's EndpointSlices given parsed (ParseSlice,
@@ -229,14 +239,10 @@ func (s *Syncer) build(node *Model, svc *corev1.Service, esl []*Slice) *syncedSe
 	b.node = s.node
 	b.m = &Model{Node: node.Node, Zone: node.Zone, NodePortAddresses: node.NodePortAddresses,
 		ClusterCIDRs: node.ClusterCIDRs}
-	if b.slices == nil {
-		b.slices = map[svcKey][]*Slice{}
-	}
 	for _, ps := range esl {
 		b.m.Errors = append(b.m.Errors, ps.Errors...)
 	}
-	b.slices[svcKey{svc.Namespace, svc.Name}] = esl
-	b.service(svc)
+	b.service(svc, esl)
 	sortPorts(b.m.Services)
 	ss := &syncedService{svc: svc, slices: slices.Clone(esl), health: b.m.HealthChecks, errs: b.m.Errors}
 	for _, p := range b.m.Services {
@@ -250,6 +256,5 @@ func (s *Syncer) build(node *Model, svc *corev1.Service, esl []*Slice) *syncedSe
 		ss.frags = append(ss.frags, fr)
 	}
 	b.m = nil
-	clear(b.slices)
 	return ss
 }
