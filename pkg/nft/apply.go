@@ -353,10 +353,10 @@ func (a *Applier) ensureConn() error {
 	return nil
 }
 
-// fitBuffer makes sure the connection's send buffer holds the plan's batch
-// (an estimate from above, doubled), reconnecting with a bigger one if not.
-func (a *Applier) fitBuffer(p *Plan) {
-	need := 2 * planBytes(p)
+// fitBuffer makes sure the connection's send buffer holds a batch of size
+// bytes (planBytes) twice, reconnecting with a bigger one if not.
+func (a *Applier) fitBuffer(size int) {
+	need := 2 * size
 	if need <= a.buf {
 		return
 	}
@@ -393,9 +393,10 @@ func opBytes(op Op) int {
 
 // send queues the plan and flushes it as one batch.
 func (a *Applier) send(p *Plan) error {
-	a.fitBuffer(p)
+	size := planBytes(p)
+	a.fitBuffer(size)
 	if p.elementsOnly() {
-		return a.sendElements(p)
+		return a.sendElements(p, size)
 	}
 	if err := a.ensureConn(); err != nil {
 		return err
@@ -415,9 +416,10 @@ func (a *Applier) send(p *Plan) error {
 	return nil
 }
 
-// sendElements sends an element-only plan as one batch it encodes itself
-// (elementWire).
-func (a *Applier) sendElements(p *Plan) error {
+// sendElements sends an element-only plan, of size bytes at most
+// (planBytes), as one batch it encodes itself (elementWire).
+func (a *Applier) sendElements(p *Plan, size int) error {
+	a.wire.reserve(size)
 	if err := a.wire.encode(a.table, p); err != nil {
 		return fmt.Errorf("table %s: %w", a.table, err)
 	}
