@@ -8,7 +8,6 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netpol/netpol/pkg/cluster"
@@ -48,9 +47,7 @@ func TestDesiredStatus(t *testing.T) {
 		return cluster.ObjectKey{Kind: cluster.KindClusterPolicy, Name: name}
 	}
 	obj := func(name string) policyObject {
-		u := &unstructured.Unstructured{}
-		u.SetName(name)
-		return policyObject{gvr: cluster.GVRClusterPolicyV1beta1, obj: u}
+		return policyObject{gvr: cluster.GVRClusterPolicyV1beta1, obj: &policyRecord{recordMeta: recordMeta{Name: name}, generation: 2}}
 	}
 	model := &policy.Model{
 		Errors: []error{
@@ -67,12 +64,30 @@ func TestDesiredStatus(t *testing.T) {
 		t.Fatalf("got %d statuses, want %d", len(got), len(want))
 	}
 	for _, st := range got {
-		w := want[st.obj.GetName()]
+		w := want[st.obj.Name]
 		if string(st.status) != w[0] || st.reason != w[1] {
-			t.Errorf("%s: %s/%s, want %s/%s (%s)", st.obj.GetName(), st.status, st.reason, w[0], w[1], st.msg)
+			t.Errorf("%s: %s/%s, want %s/%s (%s)", st.obj.Name, st.status, st.reason, w[0], w[1], st.msg)
 		}
 		if current(st) {
-			t.Errorf("%s: an object without conditions counts as current", st.obj.GetName())
+			t.Errorf("%s: an object without conditions counts as current", st.obj.Name)
+		}
+		// The object's own condition: current only when it says the same
+		// of the object's generation.
+		same := condition{status: string(st.status), reason: st.reason, message: st.msg, observedGeneration: 2}
+		st.obj.accepted = &same
+		if !current(st) {
+			t.Errorf("%s: the same condition does not count as current", st.obj.Name)
+		}
+		for _, other := range []condition{
+			{status: "Unknown", reason: same.reason, message: same.message, observedGeneration: 2},
+			{status: same.status, reason: "Other", message: same.message, observedGeneration: 2},
+			{status: same.status, reason: same.reason, message: "other", observedGeneration: 2},
+			{status: same.status, reason: same.reason, message: same.message, observedGeneration: 1},
+		} {
+			st.obj.accepted = &other
+			if current(st) {
+				t.Errorf("%s: condition %+v counts as current", st.obj.Name, other)
+			}
 		}
 	}
 }

@@ -176,7 +176,7 @@ func (a *Agent) namespaceLabels(name string) labels.Set {
 }
 
 // policyModels builds the model policies of policy objects (typed
-// NetworkPolicies, unstructured admin and cluster policies), each alone
+// NetworkPolicies, admin and cluster policies as policyRecords), each alone
 // (an object's old and new versions share a name). An object with a
 // problem is an error: the full path reports it.
 func policyModels(objs []any) ([]*policy.Policy, error) {

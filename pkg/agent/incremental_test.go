@@ -237,7 +237,7 @@ func TestDeltaRecord(t *testing.T) {
 		{"pods", []any{pod, pod}, false},
 		{"namespaces", []any{ns}, false},
 		{"networkpolicies", []any{isolate("x", "a")}, false},
-		{"adminnetworkpolicies", []any{&unstructured.Unstructured{}}, false},
+		{"adminnetworkpolicies", []any{&policyRecord{}}, false},
 		{"policy-apis", nil, true},
 		{"nodes", []any{&corev1.Node{}}, true},
 	}

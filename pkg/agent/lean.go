@@ -2,6 +2,7 @@ package agent
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"iter"
 	"maps"
@@ -357,29 +358,80 @@ func leanObject(obj any, node string) any {
 }
 
 // leanPolicy is the transform of the admin, baseline and cluster policy
-// informers, whose objects are unstructured: like leanMeta, it drops
-// managedFields (a decoded map of every field the policy sets, per
-// manager) and annotations; spec and status stay (the status writer
-// compares the conditions). The input is not changed: the maps are
-// shallow copies.
+// informers, whose objects are unstructured. It keeps a policyRecord: the
+// object as JSON, without managedFields (a decoded map of every field the
+// policy sets, per manager), annotations and status, which is what the
+// model is built from, and what the status writer reads. A decoded
+// unstructured object is a tree of maps and interfaces several times the
+// size of its JSON (12 MB for the scale harness's policies). The input is
+// not changed.
 func leanPolicy(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return obj, nil
 	}
-	meta, ok := u.Object["metadata"].(map[string]any)
-	if !ok {
-		return obj, nil
-	}
-	lean := make(map[string]any, len(meta))
-	for k, v := range meta {
-		if k != "managedFields" && k != "annotations" {
-			lean[k] = v
-		}
-	}
+	rec := &policyRecord{TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()},
+		recordMeta: recordMeta{Name: u.GetName(), Namespace: u.GetNamespace(), ResourceVersion: u.GetResourceVersion(),
+			DeletionTimestamp: u.GetDeletionTimestamp()},
+		generation: u.GetGeneration(), accepted: acceptedCondition(u)}
 	out := maps.Clone(u.Object)
-	out["metadata"] = lean
-	return &unstructured.Unstructured{Object: out}, nil
+	delete(out, "status")
+	if meta, ok := u.Object["metadata"].(map[string]any); ok {
+		lean := make(map[string]any, len(meta))
+		for k, v := range meta {
+			if k != "managedFields" && k != "annotations" {
+				lean[k] = v
+			}
+		}
+		out["metadata"] = lean
+	}
+	rec.json, rec.err = json.Marshal(out)
+	return rec, nil
+}
+
+// policyRecord is an admin, baseline or cluster policy as its informer
+// keeps it (leanPolicy).
+type policyRecord struct {
+	metav1.TypeMeta
+	recordMeta
+	generation int64
+	// accepted is the object's Accepted condition, nil if it has none.
+	accepted *condition
+	json     []byte // read only
+	err      error  // of the encoding to JSON
+}
+
+// condition is what the status writer compares of a condition.
+type condition struct {
+	status, reason, message string
+	observedGeneration      int64
+}
+
+// acceptedCondition reads u's Accepted condition.
+func acceptedCondition(u *unstructured.Unstructured) *condition {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, ok := c.(map[string]any)
+		if !ok || m["type"] != ConditionAccepted {
+			continue
+		}
+		out := &condition{}
+		out.status, _ = m["status"].(string)
+		out.reason, _ = m["reason"].(string)
+		out.message, _ = m["message"].(string)
+		out.observedGeneration, _ = m["observedGeneration"].(int64)
+		return out
+	}
+	return nil
+}
+
+func (r *policyRecord) GetGeneration() int64 { return r.generation }
+
+// DeepCopyObject shares the JSON, which nothing changes.
+func (r *policyRecord) DeepCopyObject() k8sruntime.Object {
+	c := *r
+	c.DeletionTimestamp = r.DeletionTimestamp.DeepCopy()
+	return &c
 }
 
 var _ cache.TransformFunc = leanPolicy

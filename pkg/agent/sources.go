@@ -349,14 +349,15 @@ func (s *sources) policySources() ([]any, map[cluster.ObjectKey]policyObject, er
 		return out, policies, nil
 	}
 	for _, gvr := range s.policies.gvrs {
-		objs, err := s.policies.factory.ForResource(gvr).Lister().List(labels.Everything())
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, o := range objs {
-			u := o.(*unstructured.Unstructured)
-			out = append(out, u)
-			policies[cluster.ObjectKey{Kind: policyKinds[gvr.Resource], Name: u.GetName()}] = policyObject{gvr: gvr, obj: u}
+		// The store's own list: the dynamic lister expects unstructured
+		// objects, and the store holds policyRecords (leanPolicy).
+		for _, o := range s.policies.factory.ForResource(gvr).Informer().GetStore().List() {
+			rec, ok := o.(*policyRecord)
+			if !ok {
+				return nil, nil, fmt.Errorf("the %s informer holds a %T", gvr.Resource, o)
+			}
+			out = append(out, rec)
+			policies[cluster.ObjectKey{Kind: policyKinds[gvr.Resource], Name: rec.Name}] = policyObject{gvr: gvr, obj: rec}
 		}
 	}
 	return out, policies, nil
@@ -369,12 +370,11 @@ func loadPolicy(obj any) (*cluster.Snapshot, []error) {
 	switch o := obj.(type) {
 	case *networkingv1.NetworkPolicy:
 		snap.NetworkPolicies = append(snap.NetworkPolicies, o)
-	case *unstructured.Unstructured:
-		data, err := o.MarshalJSON()
-		if err != nil {
-			return snap, []error{fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)}
+	case *policyRecord:
+		if o.err != nil {
+			return snap, []error{fmt.Errorf("%s %s: %w", o.Kind, o.Name, o.err)}
 		}
-		return snap, snap.AddAPIObject(data).Errors
+		return snap, snap.AddAPIObject(o.json).Errors
 	default:
 		return snap, []error{fmt.Errorf("unexpected policy object %T", obj)}
 	}

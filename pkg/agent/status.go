@@ -12,7 +12,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -133,7 +132,7 @@ func (w *statusWriter) run(ctx context.Context) {
 // policyStatus is the condition one policy object should carry.
 type policyStatus struct {
 	gvr    schema.GroupVersionResource
-	obj    *unstructured.Unstructured
+	obj    *policyRecord
 	status metav1.ConditionStatus
 	reason string
 	msg    string
@@ -179,7 +178,7 @@ func desiredStatus(objs map[cluster.ObjectKey]policyObject, model *policy.Model)
 // policyObject is a policy as the informer holds it.
 type policyObject struct {
 	gvr schema.GroupVersionResource
-	obj *unstructured.Unstructured
+	obj *policyRecord
 }
 
 // write applies the conditions that differ from the objects' own; only
@@ -191,11 +190,11 @@ func (w *statusWriter) write(ctx context.Context, statuses []policyStatus) error
 			continue
 		}
 		patch := map[string]any{
-			"apiVersion": st.obj.GetAPIVersion(), "kind": st.obj.GetKind(),
-			"metadata": map[string]any{"name": st.obj.GetName()},
+			"apiVersion": st.obj.APIVersion, "kind": st.obj.Kind,
+			"metadata": map[string]any{"name": st.obj.Name},
 			"status": map[string]any{"conditions": []any{map[string]any{
 				"type": ConditionAccepted, "status": string(st.status), "reason": st.reason, "message": st.msg,
-				"observedGeneration": st.obj.GetGeneration(), "lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+				"observedGeneration": st.obj.generation, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
 			}}},
 		}
 		data, err := json.Marshal(patch)
@@ -203,10 +202,10 @@ func (w *statusWriter) write(ctx context.Context, statuses []policyStatus) error
 			return err
 		}
 		force := true
-		_, err = w.dyn.Resource(st.gvr).Patch(ctx, st.obj.GetName(), types.ApplyPatchType, data,
+		_, err = w.dyn.Resource(st.gvr).Patch(ctx, st.obj.Name, types.ApplyPatchType, data,
 			metav1.PatchOptions{FieldManager: statusFieldManager, Force: &force}, "status")
 		if err != nil {
-			errs = append(errs, fmt.Errorf("status of %s %s: %w", st.obj.GetKind(), st.obj.GetName(), err))
+			errs = append(errs, fmt.Errorf("status of %s %s: %w", st.obj.Kind, st.obj.Name, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -214,14 +213,7 @@ func (w *statusWriter) write(ctx context.Context, statuses []policyStatus) error
 
 // current reports whether the object already carries the condition.
 func current(st policyStatus) bool {
-	conds, _, _ := unstructured.NestedSlice(st.obj.Object, "status", "conditions")
-	for _, c := range conds {
-		m, ok := c.(map[string]any)
-		if !ok || m["type"] != ConditionAccepted {
-			continue
-		}
-		gen, _ := m["observedGeneration"].(int64)
-		return m["status"] == string(st.status) && m["reason"] == st.reason && m["message"] == st.msg && gen == st.obj.GetGeneration()
-	}
-	return false
+	c := st.obj.accepted
+	return c != nil && c.status == string(st.status) && c.reason == st.reason && c.message == st.msg &&
+		c.observedGeneration == st.obj.generation
 }
