@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/maphash"
+
+	"github.com/netpol/netpol/internal/slots"
 )
 
 // setIndex holds a set's elements (canonical, distinct) and finds them by
@@ -20,18 +22,17 @@ import (
 // made: a removal only forgets a record, and compact copies the live
 // ones to a new arena.
 //
-// Positions are found through slots, an open-addressing table (linear
-// probing) of positions, keyed by a hash of the identity and checked
-// against the record a slot points at: 4 bytes a slot at most 3/4 full,
-// where a map from hash to position took about 35 bytes an element (16
-// of the agent's 23 MB of indexes at 100,000 pods).
+// Positions are found through an open-addressing table (internal/slots)
+// keyed by a hash of the identity and checked against the record a slot
+// points at: 4 bytes a slot at most 3/4 full, where a map from hash to
+// position took about 35 bytes an element (16 of the agent's 23 MB of
+// indexes at 100,000 pods).
 type setIndex struct {
 	ids  []byte   // the arena: records, each uvarint(length) then the identity
 	at   []uint32 // at[i]: where element i's record starts in ids
 	dead int      // bytes of ids that no element's record uses any more
-	// slots holds element positions plus one (0: empty); its length is
-	// a power of two, or 0 before the first insert.
-	slots []int32
+	// table finds an identity's position (internal/slots).
+	table slots.Table
 }
 
 var indexSeed = maphash.MakeSeed()
@@ -42,7 +43,7 @@ var elementHash = func(id []byte) uint64 { return maphash.Bytes(indexSeed, id) }
 
 // newSetIndex indexes the set's elements in canonical form.
 func newSetIndex(s *Set) *setIndex {
-	idx := &setIndex{at: make([]uint32, 0, len(s.Elements)), slots: make([]int32, slotsFor(len(s.Elements)))}
+	idx := &setIndex{at: make([]uint32, 0, len(s.Elements)), table: slots.Sized(len(s.Elements))}
 	buf := make([]byte, 0, 256)
 	// The arena made once at its size: grown by appends, a first sync's
 	// arenas left as much again in garbage, at the sync's peak.
@@ -57,16 +58,6 @@ func newSetIndex(s *Set) *setIndex {
 		buf = idx.insert(normalElement(s, e), buf)
 	}
 	return idx
-}
-
-// slotsFor is the table length for n elements: a power of two, at most
-// 3/4 full.
-func slotsFor(n int) int {
-	size := 8
-	for size*3 < n*4 {
-		size *= 2
-	}
-	return size
 }
 
 // indexOf returns the set's persistent index (cache sets) or a temporary one.
@@ -107,27 +98,13 @@ func (idx *setIndex) elements() []Element {
 	return out
 }
 
-// home is the slot where a probe for identity id starts.
-func (idx *setIndex) home(id []byte) int {
-	return int(elementHash(id) & uint64(len(idx.slots)-1))
-}
+// hashAt is the hash of element i's identity.
+func (idx *setIndex) hashAt(i int32) uint64 { return elementHash(idx.identity(i)) }
 
 // lookup finds the slot of identity id: the one holding its position
 // when ok, else the empty slot where it would go.
 func (idx *setIndex) lookup(id []byte) (slot int, ok bool) {
-	if len(idx.slots) == 0 {
-		return -1, false
-	}
-	mask := len(idx.slots) - 1
-	for slot = idx.home(id); ; slot = (slot + 1) & mask {
-		p := idx.slots[slot]
-		if p == 0 {
-			return slot, false
-		}
-		if bytes.Equal(idx.identity(p-1), id) {
-			return slot, true
-		}
-	}
+	return idx.table.Lookup(elementHash(id), func(i int32) bool { return bytes.Equal(idx.identity(i), id) })
 }
 
 // find returns the position of e (canonical); buf is scratch space.
@@ -136,7 +113,7 @@ func (idx *setIndex) find(e Element, buf []byte) (int32, bool) {
 	if !ok {
 		return -1, false
 	}
-	return idx.slots[slot] - 1, true
+	return idx.table.At(slot), true
 }
 
 // has reports whether e (canonical) is in the index.
@@ -152,29 +129,16 @@ func (idx *setIndex) insert(e Element, buf []byte) []byte {
 	if ok {
 		return id
 	}
-	if (len(idx.at)+1)*4 > len(idx.slots)*3 {
-		idx.grow()
+	if !idx.table.Fits(len(idx.at) + 1) {
+		idx.table.Grow(len(idx.at), idx.hashAt)
 		slot, _ = idx.lookup(id) // the empty slot in the new table
 	}
 	n := int32(len(idx.at))
 	idx.at = append(idx.at, uint32(len(idx.ids)))
 	idx.ids = binary.AppendUvarint(idx.ids, uint64(len(id)))
 	idx.ids = append(idx.ids, id...)
-	idx.slots[slot] = n + 1
+	idx.table.Set(slot, n)
 	return id
-}
-
-// grow doubles the table and places every element again.
-func (idx *setIndex) grow() {
-	idx.slots = make([]int32, max(8, 2*len(idx.slots)))
-	mask := len(idx.slots) - 1
-	for i := range int32(len(idx.at)) {
-		slot := idx.home(idx.identity(i))
-		for idx.slots[slot] != 0 {
-			slot = (slot + 1) & mask
-		}
-		idx.slots[slot] = i + 1
-	}
 }
 
 // remove drops an element (its position goes to the last one); it
@@ -185,14 +149,14 @@ func (idx *setIndex) remove(e Element, buf []byte) []byte {
 	if !ok {
 		return id
 	}
-	i := idx.slots[slot] - 1
-	idx.emptySlot(slot)
+	i := idx.table.At(slot)
+	idx.table.Delete(slot, idx.hashAt)
 	idx.dead += len(idx.record(i))
 	last := int32(len(idx.at) - 1)
 	if i != last {
 		// The last element moves to i: its slot points there.
 		moved, _ := idx.lookup(idx.identity(last))
-		idx.slots[moved] = i + 1
+		idx.table.Set(moved, i)
 		idx.at[i] = idx.at[last]
 	}
 	idx.at = idx.at[:last]
@@ -200,23 +164,6 @@ func (idx *setIndex) remove(e Element, buf []byte) []byte {
 		idx.compact()
 	}
 	return id
-}
-
-// emptySlot empties a slot and moves back the entries after it that a
-// probe would no longer reach (backward-shift deletion: the table keeps
-// no tombstones).
-func (idx *setIndex) emptySlot(hole int) {
-	mask := len(idx.slots) - 1
-	for j := (hole + 1) & mask; idx.slots[j] != 0; j = (j + 1) & mask {
-		home := idx.home(idx.identity(idx.slots[j] - 1))
-		// The entry at j stays unless its home is outside (hole, j],
-		// cyclically: a probe from there would stop at the hole.
-		if (j-home)&mask >= (j-hole)&mask {
-			idx.slots[hole] = idx.slots[j]
-			hole = j
-		}
-	}
-	idx.slots[hole] = 0
 }
 
 // compact copies the live records to a new arena (the old one stays as

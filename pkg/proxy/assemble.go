@@ -3,12 +3,14 @@ package proxy
 import (
 	"bytes"
 	"fmt"
+	"hash/maphash"
 	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/netpol/netpol/internal/slots"
 	"github.com/netpol/netpol/pkg/nft"
 )
 
@@ -31,19 +33,31 @@ var lastRevision atomic.Uint64
 // setState is one shared set's elements, reference-counted (several ports
 // may contribute the same element: a ClusterIP, a hairpin pair).
 type setState struct {
-	spec     *nft.Set // name and type only
-	elems    elemStore
-	slots    map[string]slot // element ID -> where it is, how many contribute it
-	revision uint64          // 0 until the set first has elements
-	// before holds, for each element touched since the last table, what
-	// the set held then (nil: absent). A set without a revision keeps
+	spec  *nft.Set // name and type only
+	elems elemStore
+	// table finds an element's position by identity (key and key end):
+	// 4 bytes a slot, where a map from element ID to position took about
+	// 40 bytes an element, and as much again in garbage as it grew
+	// through a first sync.
+	table slots.Table
+	// shared counts, by element ID, the contributions of an element
+	// beyond its first (most elements have one).
+	shared   map[string]int32
+	revision uint64 // 0 until the set first has elements
+	// before holds, by element ID, each element touched since the last
+	// table and what the set held then. A set without a revision keeps
 	// none: it has no earlier revision to change from (changed says
 	// whether it was touched).
-	before  map[string]*nft.Element
+	before  map[string]touched
 	changed bool
 }
 
-type slot struct{ pos, refs int32 }
+// touched is an element's identity and the element the set held before
+// it changed (nil: none).
+type touched struct {
+	identity nft.Element
+	was      *nft.Element
+}
 
 func newTableBuilder(opts CompileOptions) *tableBuilder {
 	if opts.Table == "" {
@@ -62,7 +76,7 @@ func newTableBuilder(opts CompileOptions) *tableBuilder {
 func (tb *tableBuilder) state(name string) *setState {
 	s := tb.sets[name]
 	if s == nil {
-		s = &setState{spec: setSpec(name), slots: map[string]slot{}}
+		s = &setState{spec: setSpec(name)}
 		tb.sets[name] = s
 	}
 	return s
@@ -124,58 +138,91 @@ func (tb *tableBuilder) change(removed, added []*fragment) {
 	}
 }
 
-func (s *setState) touch(id string) {
+// elementHash hashes an element's identity (key and key end).
+func elementHash(e nft.Element) uint64 {
+	h := maphash.Bytes(hashSeed, e.Key)
+	if len(e.KeyEnd) > 0 {
+		h = h*31 + maphash.Bytes(hashSeed, e.KeyEnd)
+	}
+	return h
+}
+
+var hashSeed = maphash.MakeSeed()
+
+func sameIdentity(a, b nft.Element) bool {
+	return bytes.Equal(a.Key, b.Key) && bytes.Equal(a.KeyEnd, b.KeyEnd)
+}
+
+// find returns the slot of e's identity: the one holding its position
+// when ok, else the empty slot where it would go.
+func (s *setState) find(e nft.Element) (slot int, ok bool) {
+	return s.table.Lookup(elementHash(e), func(i int32) bool { return sameIdentity(*s.elems.at(int(i)), e) })
+}
+
+func (s *setState) hashAt(i int32) uint64 { return elementHash(*s.elems.at(int(i))) }
+
+// touch notes that e's identity changes; at is its position, -1 when the
+// set lacks it.
+func (s *setState) touch(e nft.Element, at int32) {
 	s.changed = true
 	if s.revision == 0 {
 		return
 	}
 	if s.before == nil {
-		s.before = map[string]*nft.Element{}
+		s.before = map[string]touched{}
 	}
+	id := elementID(e)
 	if _, seen := s.before[id]; seen {
 		return
 	}
-	var was *nft.Element
-	if sl, ok := s.slots[id]; ok {
-		e := *s.elems.at(int(sl.pos))
-		was = &e
+	t := touched{identity: nft.Element{Key: e.Key, KeyEnd: e.KeyEnd}}
+	if at >= 0 {
+		was := *s.elems.at(int(at))
+		t.was = &was
 	}
-	s.before[id] = was
+	s.before[id] = t
 }
 
 func (s *setState) add(e nft.Element) {
-	id := elementID(e)
-	if sl, ok := s.slots[id]; ok {
-		sl.refs++
-		s.slots[id] = sl
+	slot, ok := s.find(e)
+	if ok {
+		if s.shared == nil {
+			s.shared = map[string]int32{}
+		}
+		s.shared[elementID(e)]++
 		return
 	}
-	s.touch(id)
-	s.slots[id] = slot{pos: int32(s.elems.len()), refs: 1}
+	s.touch(e, -1)
+	n := s.elems.len()
+	if !s.table.Fits(n + 1) {
+		s.table.Grow(n, s.hashAt)
+		slot, _ = s.find(e) // the empty slot in the new table
+	}
 	s.elems.push(e)
+	s.table.Set(slot, int32(n))
 }
 
 func (s *setState) remove(e nft.Element) {
-	id := elementID(e)
-	sl, ok := s.slots[id]
+	slot, ok := s.find(e)
 	if !ok {
 		return
 	}
-	if sl.refs--; sl.refs > 0 {
-		s.slots[id] = sl
+	if id := elementID(e); s.shared[id] > 0 {
+		if s.shared[id]--; s.shared[id] == 0 {
+			delete(s.shared, id)
+		}
 		return
 	}
-	s.touch(id)
-	if last := int32(s.elems.len() - 1); sl.pos != last {
-		moved := s.elems.at(int(sl.pos))
-		*moved = *s.elems.at(int(last))
-		movedID := elementID(*moved)
-		m := s.slots[movedID]
-		m.pos = sl.pos
-		s.slots[movedID] = m
+	pos := s.table.At(slot)
+	s.touch(e, pos)
+	s.table.Delete(slot, s.hashAt)
+	if last := int32(s.elems.len() - 1); pos != last {
+		// The last element moves to pos: its slot points there.
+		moved, _ := s.find(*s.elems.at(int(last)))
+		*s.elems.at(int(pos)) = *s.elems.at(int(last))
+		s.table.Set(moved, pos)
 	}
 	s.elems.pop()
-	delete(s.slots, id)
 }
 
 // finish closes a round of changes: the set's new revision and what
@@ -193,10 +240,11 @@ func (s *setState) finish(next func() uint64) *nft.SetChanges {
 		return nil
 	}
 	ch := &nft.SetChanges{From: s.revision}
-	for id, was := range s.before {
+	for _, t := range s.before {
+		was := t.was
 		var now *nft.Element
-		if sl, ok := s.slots[id]; ok {
-			now = s.elems.at(int(sl.pos))
+		if slot, ok := s.find(t.identity); ok {
+			now = s.elems.at(int(s.table.At(slot)))
 		}
 		switch {
 		case was == nil && now != nil:
