@@ -21,16 +21,11 @@ func (l *list) find(v int) (int, bool) {
 }
 
 func (l *list) insert(v int) {
-	slot, ok := l.find(v)
-	if ok {
+	if _, ok := l.find(v); ok {
 		return
 	}
-	if !l.t.Fits(len(l.values) + 1) {
-		l.t.Grow(len(l.values), l.hashAt)
-		slot, _ = l.find(v)
-	}
+	l.t.Add(l.hash(v), int32(len(l.values)), l.hashAt)
 	l.values = append(l.values, v)
-	l.t.Set(slot, int32(len(l.values)-1))
 }
 
 func (l *list) remove(v int) {
@@ -38,14 +33,10 @@ func (l *list) remove(v int) {
 	if !ok {
 		return
 	}
-	i := l.t.At(slot)
-	l.t.Delete(slot, l.hashAt)
-	if last := int32(len(l.values) - 1); i != last {
-		moved, _ := l.find(l.values[last])
-		l.values[i] = l.values[last]
-		l.t.Set(moved, i)
-	}
-	l.values = l.values[:len(l.values)-1]
+	i, last := l.t.At(slot), int32(len(l.values)-1)
+	l.t.Remove(slot, last, l.hashAt)
+	l.values[i] = l.values[last]
+	l.values = l.values[:last]
 }
 
 // TestTable: random inserts and removals against a map, with the real
@@ -103,10 +94,10 @@ func TestTable(t *testing.T) {
 func TestSized(t *testing.T) {
 	for _, n := range []int{0, 1, 6, 7, 100, 1000} {
 		tab := Sized(n)
-		if !tab.Fits(n) || n*4 > len(tab.slots)*3 || len(tab.slots)&(len(tab.slots)-1) != 0 {
+		if !tab.fits(n) || n*4 > len(tab.slots)*3 || len(tab.slots)&(len(tab.slots)-1) != 0 {
 			t.Errorf("Sized(%d): %d slots", n, len(tab.slots))
 		}
-		if len(tab.slots) > 8 && tab.Fits(2*n) {
+		if len(tab.slots) > 8 && tab.fits(2*n) {
 			t.Errorf("Sized(%d): %d slots, room for twice as many", n, len(tab.slots))
 		}
 	}

@@ -101,15 +101,16 @@ func (idx *setIndex) elements() []Element {
 // hashAt is the hash of element i's identity.
 func (idx *setIndex) hashAt(i int32) uint64 { return elementHash(idx.identity(i)) }
 
-// lookup finds the slot of identity id: the one holding its position
-// when ok, else the empty slot where it would go.
-func (idx *setIndex) lookup(id []byte) (slot int, ok bool) {
-	return idx.table.Lookup(elementHash(id), func(i int32) bool { return bytes.Equal(idx.identity(i), id) })
+// lookup finds the slot of identity id, whose hash is h: the one holding
+// its position when ok.
+func (idx *setIndex) lookup(id []byte, h uint64) (slot int, ok bool) {
+	return idx.table.Lookup(h, func(i int32) bool { return bytes.Equal(idx.identity(i), id) })
 }
 
 // find returns the position of e (canonical); buf is scratch space.
 func (idx *setIndex) find(e Element, buf []byte) (int32, bool) {
-	slot, ok := idx.lookup(appendElementID(buf[:0], e))
+	id := appendElementID(buf[:0], e)
+	slot, ok := idx.lookup(id, elementHash(id))
 	if !ok {
 		return -1, false
 	}
@@ -125,19 +126,14 @@ func (idx *setIndex) has(e Element, buf []byte) bool {
 // insert appends e (canonical) unless present; it returns buf for reuse.
 func (idx *setIndex) insert(e Element, buf []byte) []byte {
 	id := appendElementID(buf[:0], e)
-	slot, ok := idx.lookup(id)
-	if ok {
+	h := elementHash(id)
+	if _, ok := idx.lookup(id, h); ok {
 		return id
 	}
-	if !idx.table.Fits(len(idx.at) + 1) {
-		idx.table.Grow(len(idx.at), idx.hashAt)
-		slot, _ = idx.lookup(id) // the empty slot in the new table
-	}
-	n := int32(len(idx.at))
+	idx.table.Add(h, int32(len(idx.at)), idx.hashAt)
 	idx.at = append(idx.at, uint32(len(idx.ids)))
 	idx.ids = binary.AppendUvarint(idx.ids, uint64(len(id)))
 	idx.ids = append(idx.ids, id...)
-	idx.table.Set(slot, n)
 	return id
 }
 
@@ -145,20 +141,15 @@ func (idx *setIndex) insert(e Element, buf []byte) []byte {
 // returns buf for reuse.
 func (idx *setIndex) remove(e Element, buf []byte) []byte {
 	id := appendElementID(buf[:0], e)
-	slot, ok := idx.lookup(id)
+	slot, ok := idx.lookup(id, elementHash(id))
 	if !ok {
 		return id
 	}
 	i := idx.table.At(slot)
-	idx.table.Delete(slot, idx.hashAt)
 	idx.dead += len(idx.record(i))
 	last := int32(len(idx.at) - 1)
-	if i != last {
-		// The last element moves to i: its slot points there.
-		moved, _ := idx.lookup(idx.identity(last))
-		idx.table.Set(moved, i)
-		idx.at[i] = idx.at[last]
-	}
+	idx.table.Remove(slot, last, idx.hashAt)
+	idx.at[i] = idx.at[last] // the last element moves to i
 	idx.at = idx.at[:last]
 	if idx.dead > 4096 && idx.dead > len(idx.ids)/2 {
 		idx.compact()

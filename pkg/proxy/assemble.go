@@ -153,10 +153,10 @@ func sameIdentity(a, b nft.Element) bool {
 	return bytes.Equal(a.Key, b.Key) && bytes.Equal(a.KeyEnd, b.KeyEnd)
 }
 
-// find returns the slot of e's identity: the one holding its position
-// when ok, else the empty slot where it would go.
-func (s *setState) find(e nft.Element) (slot int, ok bool) {
-	return s.table.Lookup(elementHash(e), func(i int32) bool { return sameIdentity(*s.elems.at(int(i)), e) })
+// find returns the slot of e's identity, whose hash is h: the one holding
+// its position when ok.
+func (s *setState) find(e nft.Element, h uint64) (slot int, ok bool) {
+	return s.table.Lookup(h, func(i int32) bool { return sameIdentity(*s.elems.at(int(i)), e) })
 }
 
 func (s *setState) hashAt(i int32) uint64 { return elementHash(*s.elems.at(int(i))) }
@@ -184,8 +184,8 @@ func (s *setState) touch(e nft.Element, at int32) {
 }
 
 func (s *setState) add(e nft.Element) {
-	slot, ok := s.find(e)
-	if ok {
+	h := elementHash(e)
+	if _, ok := s.find(e, h); ok {
 		if s.shared == nil {
 			s.shared = map[string]int32{}
 		}
@@ -193,35 +193,28 @@ func (s *setState) add(e nft.Element) {
 		return
 	}
 	s.touch(e, -1)
-	n := s.elems.len()
-	if !s.table.Fits(n + 1) {
-		s.table.Grow(n, s.hashAt)
-		slot, _ = s.find(e) // the empty slot in the new table
-	}
+	s.table.Add(h, int32(s.elems.len()), s.hashAt)
 	s.elems.push(e)
-	s.table.Set(slot, int32(n))
 }
 
 func (s *setState) remove(e nft.Element) {
-	slot, ok := s.find(e)
+	slot, ok := s.find(e, elementHash(e))
 	if !ok {
 		return
 	}
-	if id := elementID(e); s.shared[id] > 0 {
-		if s.shared[id]--; s.shared[id] == 0 {
-			delete(s.shared, id)
+	if len(s.shared) > 0 {
+		if id := elementID(e); s.shared[id] > 0 {
+			if s.shared[id]--; s.shared[id] == 0 {
+				delete(s.shared, id)
+			}
+			return
 		}
-		return
 	}
 	pos := s.table.At(slot)
 	s.touch(e, pos)
-	s.table.Delete(slot, s.hashAt)
-	if last := int32(s.elems.len() - 1); pos != last {
-		// The last element moves to pos: its slot points there.
-		moved, _ := s.find(*s.elems.at(int(last)))
-		*s.elems.at(int(pos)) = *s.elems.at(int(last))
-		s.table.Set(moved, pos)
-	}
+	last := int32(s.elems.len() - 1)
+	s.table.Remove(slot, last, s.hashAt)
+	*s.elems.at(int(pos)) = *s.elems.at(int(last)) // the last element moves to pos
 	s.elems.pop()
 }
 
@@ -243,7 +236,7 @@ func (s *setState) finish(next func() uint64) *nft.SetChanges {
 	for _, t := range s.before {
 		was := t.was
 		var now *nft.Element
-		if slot, ok := s.find(t.identity); ok {
+		if slot, ok := s.find(t.identity, elementHash(t.identity)); ok {
 			now = s.elems.at(int(s.table.At(slot)))
 		}
 		switch {
