@@ -66,6 +66,7 @@ bench: build
 	$(MAKE) e2e-deps
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -count 1 -v ./test/e2e
 	hack/bench-cli.sh
+	hack/bench-layout.sh
 
 # The agent scale harness (pkg/agent BenchmarkAgentEvents, issue 14):
 # node-1's agent fed a synthetic cluster through its informers, per-event

@@ -2,6 +2,9 @@
 // and scale harnesses: namespaces with labels, pods with labels, IPs and
 // named ports, and a mix of NetworkPolicies, AdminNetworkPolicies,
 // ClusterNetworkPolicies (both tiers) and the BaselineAdminNetworkPolicy.
+// Two shapes: easy (this file, the benchmarks' cluster, whose policies
+// keep a node's table small) and realistic (realistic.go, policies as
+// platform teams write them, whose table grows as pods x policies).
 package synth
 
 import (
@@ -14,13 +17,21 @@ import (
 
 // Spec sizes the cluster.
 type Spec struct {
+	// Shape is how the cluster is written: "" or "easy" (ShapeEasy), or
+	// "realistic" (ShapeRealistic, realistic.go: the policies platform
+	// teams write, whose compiled table grows as pods x policies).
+	Shape           string
 	Namespaces      int
 	Pods            int // spread evenly over the namespaces
 	Nodes           int
 	NetworkPolicies int // spread evenly over the namespaces
-	AdminPolicies   int // half Admin tier (ANP and CNP), half Baseline (CNP, plus the BANP)
+	// AdminPolicies: easy, half Admin tier (ANP and CNP), half Baseline
+	// (CNP, plus the BANP); realistic, 80% Admin (a few of them ANPs),
+	// 20% Baseline, plus the BANP (counted in).
+	AdminPolicies int
 	// Services are spread over the namespaces, each selecting one app
-	// there, with an EndpointSlice of up to 5 of its pods.
+	// there, with an EndpointSlice of up to 5 of its pods (realistic: up
+	// to 10).
 	Services int
 	Seed     uint64
 }
@@ -29,6 +40,25 @@ type Spec struct {
 // 99 nodes (about 100 local pods per node, spread over the namespaces),
 // 1,000 NetworkPolicies, 100 Admin/Baseline policies.
 var NodeScale = Spec{Namespaces: 100, Pods: 10000, Nodes: 99, NetworkPolicies: 1000, AdminPolicies: 100, Seed: 1}
+
+// RealisticScale is NodeScale's size in the realistic shape, with
+// Services: 10,000 pods on 100 nodes (node-001 ... node-100).
+var RealisticScale = Spec{Shape: ShapeRealistic, Namespaces: 100, Pods: 10000, Nodes: 100, NetworkPolicies: 1000, AdminPolicies: 100, Services: 2000, Seed: 1}
+
+// The shapes.
+const (
+	ShapeEasy      = "easy"
+	ShapeRealistic = "realistic"
+)
+
+// CheckShape says whether shape is one YAML knows.
+func CheckShape(shape string) error {
+	switch shape {
+	case "", ShapeEasy, ShapeRealistic:
+		return nil
+	}
+	return fmt.Errorf("unknown shape %q (%s or %s)", shape, ShapeEasy, ShapeRealistic)
+}
 
 // Snapshot loads the cluster as the CLI would read its YAML.
 func Snapshot(s Spec) (*cluster.Snapshot, error) {
@@ -40,8 +70,20 @@ func Snapshot(s Spec) (*cluster.Snapshot, error) {
 }
 
 // YAML renders the cluster as one multi-document YAML stream, as
-// `kubectl get -o yaml` users would feed it.
+// `kubectl get -o yaml` users would feed it. It panics on a shape
+// CheckShape rejects.
 func YAML(s Spec) string {
+	if err := CheckShape(s.Shape); err != nil {
+		panic("synth: " + err.Error())
+	}
+	if s.Shape == ShapeRealistic {
+		return realisticYAML(s)
+	}
+	return easyYAML(s)
+}
+
+// easyYAML is the easy shape: the benchmarks' cluster, unchanged.
+func easyYAML(s Spec) string {
 	r := rand.New(rand.NewPCG(s.Seed, 42))
 	var docs []string
 	for n := 0; n < s.Nodes; n++ {

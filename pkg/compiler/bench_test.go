@@ -1,6 +1,7 @@
 package compiler_test
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 	"testing"
@@ -14,23 +15,32 @@ import (
 	"github.com/netpol/netpol/pkg/policy"
 )
 
-// BenchmarkCompile is model + resolution + compile for one node (no kernel).
+// BenchmarkCompile is model + resolution + compile for one node (no kernel),
+// on the easy synthetic cluster and on the realistic one of the same size
+// (internal/synth: policies as teams write them, namespace-wide peers).
 func BenchmarkCompile(b *testing.B) {
-	snap, err := synth.Snapshot(synth.NodeScale)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		model := policy.Build(snap)
-		t, err := compiler.Compile(eval.New(snap, model).Resolved(), compiler.Options{Node: "node-0"})
+	for _, c := range []struct {
+		spec synth.Spec
+		node string
+	}{{synth.NodeScale, "node-0"}, {synth.RealisticScale, "node-001"}} {
+		snap, err := synth.Snapshot(c.spec)
 		if err != nil {
 			b.Fatal(err)
 		}
-		n := t.Count()
-		b.ReportMetric(float64(n.Rules), "rules")
-		b.ReportMetric(float64(n.Elements), "elements")
-		b.ReportMetric(float64(n.Chains), "chains")
-		b.ReportMetric(float64(n.Sets), "sets")
+		b.Run("shape="+cmp.Or(c.spec.Shape, synth.ShapeEasy), func(b *testing.B) {
+			for b.Loop() {
+				model := policy.Build(snap)
+				t, err := compiler.Compile(eval.New(snap, model).Resolved(), compiler.Options{Node: c.node})
+				if err != nil {
+					b.Fatal(err)
+				}
+				n := t.Count()
+				b.ReportMetric(float64(n.Rules), "rules")
+				b.ReportMetric(float64(n.Elements), "elements")
+				b.ReportMetric(float64(n.Chains), "chains")
+				b.ReportMetric(float64(n.Sets), "sets")
+			}
+		})
 	}
 }
 
