@@ -93,6 +93,12 @@ bench-churn: e2e-deps build
 # NETPOL_SCALE_KEEP=/dev/shm/DIR in the environment keeps it for the next
 # run.
 SCALE_PODS ?= 10000,100000
+# The synthetic shapes (easy, realistic: internal/synth); SCALE_STATE=FILE
+# runs on the objects of a YAML/JSON dump instead (SCALE_NODE: the node the
+# agent runs as, default the dump's first Node).
+SCALE_SHAPES ?= easy
+SCALE_STATE ?=
+SCALE_NODE ?=
 # Each size again with the agent in a memory cgroup of each limit (a
 # container's resources.limits.memory; the agent's soft limit is 90% of it).
 SCALE_MEMORY_LIMITS ?= 512Mi
@@ -101,6 +107,7 @@ SCALE_MEMORY_LIMITS ?= 512Mi
 # etcd; with Debian's etcd 3.4 it sends them as one LIST each.
 bench-scale: e2e-deps build
 	ETCD_BIN=$$(hack/build-etcd.sh) NETPOL_SCALE_PODS=$(SCALE_PODS) NETPOL_SCALE_MEMORY_LIMITS=$(SCALE_MEMORY_LIMITS) \
+		NETPOL_SCALE_SHAPES=$(SCALE_SHAPES) NETPOL_SCALE_STATE=$(SCALE_STATE) NETPOL_SCALE_NODE=$(SCALE_NODE) \
 		$(GO) test -tags e2e -run '^$$' -bench BenchmarkAgentScale -benchtime 1x -count 1 -v -timeout 2h ./test/e2e
 
 # A short run of every fuzz target.

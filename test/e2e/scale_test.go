@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -42,7 +43,8 @@ import (
 // runs 10,000 and 100,000; internal/synth as bench-agent: 100 pods per
 // namespace and per node, one NetworkPolicy per 10 pods, one admin or
 // baseline policy per 100, one Service per 5 pods with its EndpointSlice),
-// programming node-1 into a network namespace of its own. It reports the
+// programming node-1 into a network namespace of its own (scaleStates: the
+// realistic shape's node-001, or a dump's node). It reports the
 // time from the process's start to ready (the informers' initial lists
 // from the API server, then the first full sync of both tables, as a node
 // restart pays it), the agent's own first-sync duration (its
@@ -77,29 +79,73 @@ import (
 // the kernel memory charged to it (the nftables objects of the tables).
 func BenchmarkAgentScale(b *testing.B) {
 	requireRoot(b)
+	for _, st := range scaleStates(b) {
+		b.Run(st.name, func(b *testing.B) { agentScale(b, st) })
+	}
+}
+
+// scaleState is one cluster the harness writes to the API server: its
+// name in the figures and file names, and the node the agent runs as.
+type scaleState struct {
+	name, node string
+	snap       *cluster.Snapshot
+}
+
+// scaleStates are the clusters to run: the YAML/JSON dump in
+// NETPOL_SCALE_STATE (with NETPOL_SCALE_NODE, default its first Node by
+// name), else internal/synth at each size of NETPOL_SCALE_PODS in each
+// shape of NETPOL_SCALE_SHAPES (comma-separated: easy, realistic; default
+// easy), the easy shape's runs named pods=N as before.
+func scaleStates(b *testing.B) []scaleState {
+	if file := os.Getenv("NETPOL_SCALE_STATE"); file != "" {
+		snap, report := cluster.LoadPaths([]string{file}, nil)
+		if len(report.Errors) > 0 {
+			b.Fatalf("NETPOL_SCALE_STATE %s: %v", file, report.Errors)
+		}
+		node := os.Getenv("NETPOL_SCALE_NODE")
+		if node == "" && len(snap.Nodes) > 0 {
+			node = slices.MinFunc(snap.Nodes, func(x, y *corev1.Node) int { return strings.Compare(x.Name, y.Name) }).Name
+		}
+		if !slices.ContainsFunc(snap.Nodes, func(n *corev1.Node) bool { return n.Name == node }) {
+			b.Fatalf("NETPOL_SCALE_STATE %s has no Node %q (NETPOL_SCALE_NODE)", file, node)
+		}
+		return []scaleState{{name: "state=" + strings.TrimSuffix(filepath.Base(file), filepath.Ext(file)), node: node, snap: snap}}
+	}
 	sizes, err := benchstat.EnvInts("NETPOL_SCALE_PODS", []int{10000})
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, pods := range sizes {
-		b.Run(fmt.Sprintf("pods=%d", pods), func(b *testing.B) { agentScale(b, pods) })
+	var out []scaleState
+	for _, shape := range strings.Split(cmp.Or(os.Getenv("NETPOL_SCALE_SHAPES"), synth.ShapeEasy), ",") {
+		if err := synth.CheckShape(shape); err != nil {
+			b.Fatalf("NETPOL_SCALE_SHAPES: %v", err)
+		}
+		for _, pods := range sizes {
+			spec := synth.Spec{Shape: shape, Namespaces: pods / 100, Pods: pods, Nodes: pods / 100, NetworkPolicies: pods / 10,
+				AdminPolicies: pods / 100, Services: pods / 5, Seed: 1}
+			snap, err := synth.Snapshot(spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			st := scaleState{name: fmt.Sprintf("pods=%d", pods), node: "node-1", snap: snap}
+			if shape == synth.ShapeRealistic {
+				st.name, st.node = shape+"-"+st.name, "node-001"
+			}
+			out = append(out, st)
+		}
 	}
+	return out
 }
 
-func agentScale(b *testing.B, pods int) {
-	spec := synth.Spec{Namespaces: pods / 100, Pods: pods, Nodes: pods / 100, NetworkPolicies: pods / 10,
-		AdminPolicies: pods / 100, Services: pods / 5, Seed: 1}
-	snap, err := synth.Snapshot(spec)
-	if err != nil {
-		b.Fatal(err)
-	}
-	// NETPOL_SCALE_KEEP=DIR keeps etcd's data in DIR/etcd-PODS: a later
+func agentScale(b *testing.B, st scaleState) {
+	snap, pods := st.snap, len(st.snap.Pods)
+	// NETPOL_SCALE_KEEP=DIR keeps etcd's data in DIR/etcd-NAME: a later
 	// run starts on the objects this one wrote instead of writing them again.
 	var opts testenv.Options
 	var written string
 	if dir := os.Getenv("NETPOL_SCALE_KEEP"); dir != "" {
-		opts.EtcdDataDir = filepath.Join(dir, fmt.Sprintf("etcd-%d", pods))
-		written = filepath.Join(dir, fmt.Sprintf("etcd-%d.written", pods))
+		opts.EtcdDataDir = filepath.Join(dir, "etcd-"+st.name)
+		written = filepath.Join(dir, "etcd-"+st.name+".written")
 	}
 	env := testenv.Start(b, opts)
 	installCRDs(b, env)
@@ -168,14 +214,14 @@ func agentScale(b *testing.B, pods int) {
 			if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 				b.Fatalf("ip netns add: %v: %s", err, out)
 			}
-			runScaleAgent(b, pods, r, kcfg, ns)
+			runScaleAgent(b, st, r, kcfg, ns)
 			if restart {
 				// The same binary again, on the tables the first left
 				// (it was killed): an upgrade's or a crash's restart,
 				// which reads the kernel's tables back and diffs.
 				again := r
 				again.name += "-restart"
-				runScaleAgent(b, pods, again, kcfg, ns)
+				runScaleAgent(b, st, again, kcfg, ns)
 			}
 			if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
 				b.Fatalf("ip netns delete: %v: %s", err, out)
@@ -214,9 +260,10 @@ type scaleRun struct {
 	limited            bool
 }
 
-// runScaleAgent starts one agent binary on node-1 (in its cgroup, when
+// runScaleAgent starts one agent binary as st's node (in its cgroup, when
 // set), waits for it to be ready, reports its figures and stops it.
-func runScaleAgent(b *testing.B, pods int, r scaleRun, kcfg, ns string) {
+func runScaleAgent(b *testing.B, st scaleState, r scaleRun, kcfg, ns string) {
+	pods := len(st.snap.Pods)
 	name, bin, cgroup := r.name, r.path, r.cgroup
 	addrs := freeAddrs(b, 3)
 	a := &agentProc{health: addrs[0], metrics: addrs[1], debug: addrs[2]}
@@ -226,7 +273,7 @@ func runScaleAgent(b *testing.B, pods int, r scaleRun, kcfg, ns string) {
 	}
 	a.log = logf.Name()
 	defer os.Remove(a.log)
-	args := []string{"agent", "--kubeconfig", kcfg, "--node-name", "node-1", "--netns", ns, "--no-status",
+	args := []string{"agent", "--kubeconfig", kcfg, "--node-name", st.node, "--netns", ns, "--no-status",
 		"--health-bind-address", a.health, "--metrics-bind-address", a.metrics, "--debug-bind-address", a.debug, "--log-format", "json"}
 	args = append(args, r.args...)
 	profileDir := os.Getenv("NETPOL_SCALE_PROFILE")
@@ -279,7 +326,7 @@ func runScaleAgent(b *testing.B, pods int, r scaleRun, kcfg, ns string) {
 	if profileDir != "" {
 		// The CPU from the start to well after ready: the informers'
 		// lists and the first sync (both tables, and the kernel's share).
-		path := filepath.Join(profileDir, fmt.Sprintf("%s-%d-cpu.pprof", name, pods))
+		path := filepath.Join(profileDir, fmt.Sprintf("%s-%s-cpu.pprof", name, st.name))
 		cpuProfile.Go(func() {
 			// Asked for as soon as the debug listener answers.
 			for time.Since(started) < 10*time.Second {
@@ -303,7 +350,7 @@ func runScaleAgent(b *testing.B, pods int, r scaleRun, kcfg, ns string) {
 			// NETPOL_SCALE_PROFILE_GC each profile collects first: the
 			// live heap exactly, at the cost of the agent's times.
 			startup++
-			saveProfileIfUp(heapProfile, filepath.Join(profileDir, fmt.Sprintf("%s-%d-startup-%02d.pprof", name, pods, startup)))
+			saveProfileIfUp(heapProfile, filepath.Join(profileDir, fmt.Sprintf("%s-%s-startup-%02d.pprof", name, st.name, startup)))
 		}
 		if processExited(a.cmd.Process.Pid) {
 			data, _ := os.ReadFile(a.log)
@@ -333,9 +380,9 @@ func runScaleAgent(b *testing.B, pods int, r scaleRun, kcfg, ns string) {
 	rssFile, _ := benchstat.ProcStatusKiB(a.cmd.Process.Pid, "RssFile")
 	anon := anonPeak.Load()
 	if profileDir != "" {
-		saveProfile(b, "http://"+a.debug+"/debug/pprof/heap?gc=1", filepath.Join(profileDir, fmt.Sprintf("%s-%d-heap.pprof", name, pods)))
+		saveProfile(b, "http://"+a.debug+"/debug/pprof/heap?gc=1", filepath.Join(profileDir, fmt.Sprintf("%s-%s-heap.pprof", name, st.name)))
 		if data, err := os.ReadFile(a.log); err == nil {
-			os.WriteFile(filepath.Join(profileDir, fmt.Sprintf("%s-%d.log", name, pods)), data, 0o644)
+			os.WriteFile(filepath.Join(profileDir, fmt.Sprintf("%s-%s.log", name, st.name)), data, 0o644)
 		}
 	}
 	b.ReportMetric(ready.Seconds(), "ready-s-"+name)
