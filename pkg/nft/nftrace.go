@@ -769,6 +769,10 @@ func DescribeExprs(exprs []expr.Any) string {
 			}
 			w = append(w, dataText(h, e.Data))
 		case *expr.Ct:
+			if e.SourceRegister {
+				w = append(w, "ct "+ctName(e.Key)+" set")
+				break
+			}
 			load("ct " + ctName(e.Key))
 			isLoad = true
 		case *expr.Bitwise:
@@ -900,6 +904,8 @@ func ctName(k expr.CtKey) string {
 		return "state"
 	case expr.CtKeySTATUS:
 		return "status"
+	case expr.CtKeyMARK:
+		return "mark"
 	case expr.CtKeyPROTODST:
 		return "original proto-dst"
 	case unix.NFT_CT_SRC_IP, unix.NFT_CT_SRC_IP6:

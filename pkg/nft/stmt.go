@@ -195,37 +195,69 @@ func (b *Builder) FibSaddrLocal() *Builder {
 }
 
 // MarkHas matches packets whose mark has all of bits.
-func (b *Builder) MarkHas(bits uint32) *Builder {
-	b.exprs = append(b.exprs,
-		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+func (b *Builder) MarkHas(bits uint32) *Builder { return b.markHas(packetMark, bits) }
+
+// MarkSet sets bits in the packet mark: `meta mark set meta mark | bits`.
+func (b *Builder) MarkSet(bits uint32) *Builder { return b.markSet(packetMark, bits) }
+
+// MarkClear clears bits in the packet mark.
+func (b *Builder) MarkClear(bits uint32) *Builder { return b.markClear(packetMark, bits) }
+
+// CtMarkHas matches packets whose connection's mark has all of bits.
+func (b *Builder) CtMarkHas(bits uint32) *Builder { return b.markHas(connMark, bits) }
+
+// CtMarkSet sets bits in the connection's mark: `ct mark set ct mark |
+// bits`. Unlike the packet mark it holds for every later packet of the
+// connection, in every hook.
+func (b *Builder) CtMarkSet(bits uint32) *Builder { return b.markSet(connMark, bits) }
+
+// CtMarkClear clears bits in the connection's mark.
+func (b *Builder) CtMarkClear(bits uint32) *Builder { return b.markClear(connMark, bits) }
+
+// mark is a 32-bit mark the rules can read and write: the packet's
+// (meta mark) or its connection's (ct mark).
+type mark struct {
+	text  string
+	load  func() expr.Any
+	store func() expr.Any
+}
+
+var (
+	packetMark = mark{"meta mark",
+		func() expr.Any { return &expr.Meta{Key: expr.MetaKeyMARK, Register: 1} },
+		func() expr.Any { return &expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1} }}
+	connMark = mark{"ct mark",
+		func() expr.Any { return &expr.Ct{Key: expr.CtKeyMARK, Register: 1} },
+		func() expr.Any { return &expr.Ct{Key: expr.CtKeyMARK, SourceRegister: true, Register: 1} }}
+)
+
+func (b *Builder) markHas(m mark, bits uint32) *Builder {
+	b.exprs = append(b.exprs, m.load(),
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(bits)})
-	b.words = append(b.words, fmt.Sprintf("meta mark & 0x%08x == 0x%08x", bits, bits))
+	b.words = append(b.words, fmt.Sprintf("%s & 0x%08x == 0x%08x", m.text, bits, bits))
 	return b
 }
 
-// MarkSet sets bits in the packet mark: `meta mark set meta mark | bits`.
-func (b *Builder) MarkSet(bits uint32) *Builder {
-	b.markRewrite(^bits, bits)
-	b.words = append(b.words, fmt.Sprintf("meta mark set meta mark | 0x%08x", bits))
+func (b *Builder) markSet(m mark, bits uint32) *Builder {
+	b.markRewrite(m, ^bits, bits)
+	b.words = append(b.words, fmt.Sprintf("%s set %s | 0x%08x", m.text, m.text, bits))
 	return b
 }
 
-// MarkClear clears bits in the packet mark.
-func (b *Builder) MarkClear(bits uint32) *Builder {
-	b.markRewrite(^bits, 0)
-	b.words = append(b.words, fmt.Sprintf("meta mark set meta mark & 0x%08x", ^bits))
+func (b *Builder) markClear(m mark, bits uint32) *Builder {
+	b.markRewrite(m, ^bits, 0)
+	b.words = append(b.words, fmt.Sprintf("%s set %s & 0x%08x", m.text, m.text, ^bits))
 	return b
 }
 
-// markRewrite sets mark = (mark & mask) ^ xor.
-func (b *Builder) markRewrite(mask, xor uint32) {
-	b.exprs = append(b.exprs,
-		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+// markRewrite sets m = (m & mask) ^ xor.
+func (b *Builder) markRewrite(m mark, mask, xor uint32) {
+	b.exprs = append(b.exprs, m.load(),
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(mask), Xor: binaryutil.NativeEndian.PutUint32(xor)},
-		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1})
+		m.store())
 }
 
 // Update adds the key to a dynamic set, or refreshes its timeout:

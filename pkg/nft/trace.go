@@ -43,7 +43,9 @@ type Packet struct {
 	CtState uint32
 	// CtStatus is the conntrack status bits (IPS_*); dnat sets IPS_DST_NAT.
 	CtStatus uint32
-	Mark     uint32
+	// CtMark is the connection's mark (ct mark), Mark the packet's.
+	CtMark uint32
+	Mark   uint32
 	// SrcLocal says the source address is one of this host's (fib saddr
 	// type local).
 	SrcLocal bool
@@ -392,11 +394,11 @@ func (tt *tTable) resolveOp(o *op, e expr.Any) error {
 		o.n = int(e.Len)
 		o.reg = at(e.DestRegister, pad4(o.n))
 	case *expr.Ct:
-		if e.SourceRegister || e.Direction != 0 {
-			return fmt.Errorf("ct set or reply-direction key is not modelled")
+		if e.SourceRegister && e.Key != expr.CtKeyMARK || e.Direction != 0 {
+			return fmt.Errorf("ct set of a key other than mark, or a reply-direction key, is not modelled")
 		}
 		switch e.Key {
-		case expr.CtKeySTATE, expr.CtKeySTATUS, unix.NFT_CT_SRC_IP, unix.NFT_CT_DST_IP:
+		case expr.CtKeySTATE, expr.CtKeySTATUS, expr.CtKeyMARK, unix.NFT_CT_SRC_IP, unix.NFT_CT_DST_IP:
 			o.n = 4
 		case unix.NFT_CT_SRC_IP6, unix.NFT_CT_DST_IP6:
 			o.n = 16
@@ -823,6 +825,12 @@ func (ev *evaluation) rule(r *tRule) (ruleResult, error) {
 			}
 		case *expr.Ct:
 			switch e.Key {
+			case expr.CtKeyMARK:
+				if e.SourceRegister {
+					p.CtMark = binary.NativeEndian.Uint32(regs[o.reg : o.reg+4])
+				} else {
+					ev.storeUint32(o.reg, p.CtMark)
+				}
 			case expr.CtKeySTATE:
 				ev.storeUint32(o.reg, p.ctState())
 			case expr.CtKeySTATUS:

@@ -24,11 +24,11 @@ func familyChains(t *nft.Table, f *nft.Family) {
 	if haveCIDRs {
 		services.Rules = append(services.Rules, comment(
 			nft.NewRule().In(f, name(setClusterIPs), nft.AddrOf(f, nft.Dst)).NotIn(f, name(setClusterCIDRs), nft.AddrOf(f, nft.Src)).
-				MarkSet(MasqueradeMark).Done(),
+				CtMarkSet(MasqueradeMark).Done(),
 			"clients outside the pod network reach ClusterIPs masqueraded"))
 	}
 	services.Rules = append(services.Rules,
-		comment(in(setMasqExternal).MarkSet(MasqueradeMark).Done(),
+		comment(in(setMasqExternal).CtMarkSet(MasqueradeMark).Done(),
 			"externalTrafficPolicy Cluster: external frontends are masqueraded"))
 	if haveCIDRs {
 		services.Rules = append(services.Rules, comment(
@@ -36,7 +36,7 @@ func familyChains(t *nft.Table, f *nft.Family) {
 			"externalTrafficPolicy Local: pods use the cluster endpoints"))
 	}
 	services.Rules = append(services.Rules,
-		comment(in(setLocalExternal).FibSaddrLocal().MarkSet(MasqueradeMark).Verdict(toCluster),
+		comment(in(setLocalExternal).FibSaddrLocal().CtMarkSet(MasqueradeMark).Verdict(toCluster),
 			"externalTrafficPolicy Local: the node itself uses the cluster endpoints, masqueraded"),
 		comment(nft.NewRule().VmapKey(f, name(setAffinity), frontend...), "ClientIP session affinity"))
 	services.Rules = append(services.Rules, countRules(t, f, prefixCount, name(setBackends), frontend)...)
@@ -110,7 +110,7 @@ func baseChains(t *nft.Table) {
 			return nft.NewRule().In(f, name(setClusterIPs), nft.AddrOf(f, nft.Dst)).NotIn(f, name(setFrontends), frontend...)
 		}, "ClusterIP ports that no Service serves")
 	}
-	masq := nft.NewRule().MarkHas(MasqueradeMark).MarkClear(MasqueradeMark).Masquerade()
+	masq := nft.NewRule().CtMarkHas(MasqueradeMark).CtMarkClear(MasqueradeMark).Masquerade()
 	masq.Comment = "connections marked in services.4/6"
 	natPost.Rules = append(natPost.Rules, masq)
 }

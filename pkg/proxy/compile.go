@@ -17,8 +17,11 @@ import (
 // DefaultTable is the nftables table the service proxy owns.
 const DefaultTable = "netpol-proxy"
 
-// MasqueradeMark is the packet-mark bit that asks nat postrouting to
-// masquerade a connection's first packet (kube-proxy's bit).
+// MasqueradeMark is the connection-mark bit that asks nat postrouting to
+// masquerade a connection (kube-proxy's bit, which kube-proxy sets in the
+// packet mark). NAT chains see only a connection's first packet, so the
+// connection mark means the same; the packet mark is left to the policy
+// table, whose chains may write it.
 const MasqueradeMark = 0x4000
 
 // CompileOptions tune Compile.
