@@ -768,6 +768,8 @@ func DescribeExprs(exprs []expr.Any) string {
 				}
 			}
 			w = append(w, dataText(h, e.Data))
+		case *expr.Byteorder:
+			isLoad = lastLoad // nft's conversion of the key just loaded: no words
 		case *expr.Ct:
 			if e.SourceRegister {
 				w = append(w, "ct "+ctName(e.Key)+" set")

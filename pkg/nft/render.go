@@ -177,7 +177,13 @@ func (s *Set) ElementText(e Element) string {
 			parts[i] = fmt.Sprintf("<bad key %x>", e.Key)
 			continue
 		}
-		parts[i] = fieldRangeText(f, lo[i], hi[i])
+		l, h := lo[i], hi[i]
+		if f == FieldInteger && s.Interval {
+			// The kernel keeps an interval set's integer keys in
+			// network order (MarkKey); the text is the number.
+			l, h = IntegerBytes(binary.BigEndian.Uint32(l)), IntegerBytes(binary.BigEndian.Uint32(h))
+		}
+		parts[i] = fieldRangeText(f, l, h)
 	}
 	text := strings.Join(parts, " . ")
 	if e.Verdict != nil {

@@ -94,6 +94,45 @@ func CtOriginalDstPort() Value {
 	}}
 }
 
+// MarkKey is `meta mark` as (a field of) the key of an interval set. nft
+// keeps the keys of an interval set of a host-order type such as mark in
+// network order, so the loaded mark is converted (byteorder), as nft
+// does for `meta mark @set`; the set's elements hold the mark in network
+// order (MarkKeyBytes).
+func MarkKey() Value {
+	return Value{text: "meta mark", len: 4, load: func(reg uint32) []expr.Any {
+		return []expr.Any{&expr.Meta{Key: expr.MetaKeyMARK, Register: reg},
+			&expr.Byteorder{SourceRegister: reg, DestRegister: reg, Op: expr.ByteorderHton, Len: 4, Size: 4}}
+	}}
+}
+
+// MarkKeyBytes is a mark as an interval set's key holds it (MarkKey).
+func MarkKeyBytes(mark uint32) []byte { return binary.BigEndian.AppendUint32(nil, mark) }
+
+// MarkSetConst sets the packet mark: `meta mark set VALUE`.
+func (b *Builder) MarkSetConst(mark uint32) *Builder {
+	b.exprs = append(b.exprs,
+		&expr.Immediate{Register: 1, Data: binaryutil.NativeEndian.PutUint32(mark)},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1})
+	b.words = append(b.words, fmt.Sprintf("meta mark set 0x%08x", mark))
+	return b
+}
+
+// MarkSetMap sets the packet mark to the value the data map holds for the
+// key: `meta mark set KEY map @set`. A key the map lacks leaves the mark
+// alone (the rule stops there).
+func (b *Builder) MarkSetMap(f *Family, set string, key ...Value) *Builder {
+	if f != nil {
+		b.family(f)
+	}
+	text := b.loadKey(key)
+	b.exprs = append(b.exprs,
+		&expr.Lookup{SourceRegister: firstReg, SetName: set, IsDestRegSet: true, DestRegister: firstReg},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: firstReg})
+	b.words = append(b.words, fmt.Sprintf("meta mark set %s map @%s", text, set))
+	return b
+}
+
 // FieldInteger keys hold host-order numbers; IntegerBytes encodes one.
 func IntegerBytes(n uint32) []byte { return binary.NativeEndian.AppendUint32(nil, n) }
 

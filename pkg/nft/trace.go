@@ -294,7 +294,11 @@ func neverMatches(ops []op) bool {
 			if e.SourceRegister {
 				return false
 			}
-		case *expr.Cmp, *expr.Range, *expr.Bitwise, *expr.Payload, *expr.Ct, *expr.Immediate, *expr.Fib:
+		case *expr.Ct:
+			if e.SourceRegister {
+				return false
+			}
+		case *expr.Cmp, *expr.Range, *expr.Bitwise, *expr.Byteorder, *expr.Payload, *expr.Immediate, *expr.Fib:
 		case *expr.Lookup:
 			if !e.Invert && !o.set.s.Dynamic && len(o.set.s.Elements) == 0 {
 				return true
@@ -384,6 +388,12 @@ func (tt *tTable) resolveOp(o *op, e expr.Any) error {
 		}
 		o.n = int(e.Len)
 		o.reg, o.reg2 = at(e.SourceRegister, o.n), at(e.DestRegister, pad4(o.n))
+	case *expr.Byteorder:
+		if e.Size != 2 && e.Size != 4 && e.Size != 8 || e.Len%e.Size != 0 {
+			return fmt.Errorf("byteorder: size %d, length %d is not modelled", e.Size, e.Len)
+		}
+		o.n = int(e.Len)
+		o.reg, o.reg2 = at(e.SourceRegister, pad4(o.n)), at(e.DestRegister, pad4(o.n))
 	case *expr.Payload:
 		if e.OperationType != expr.PayloadLoad {
 			return fmt.Errorf("payload write is not modelled")
@@ -817,6 +827,23 @@ func (ev *evaluation) rule(r *tRule) (ruleResult, error) {
 			var out [64]byte
 			for k := 0; k < o.n; k++ {
 				out[k] = regs[o.reg+k]&e.Mask[k] ^ e.Xor[k]
+			}
+			ev.store(o.reg2, out[:o.n])
+		case *expr.Byteorder:
+			// Each Size-byte word between host order and network order
+			// (the same reversal either way on a little-endian host).
+			var out [64]byte
+			copy(out[:o.n], regs[o.reg:o.reg+o.n])
+			for w := 0; w < o.n; w += int(e.Size) {
+				word := out[w : w+int(e.Size)]
+				switch e.Size {
+				case 2:
+					binary.BigEndian.PutUint16(word, binary.NativeEndian.Uint16(word))
+				case 4:
+					binary.BigEndian.PutUint32(word, binary.NativeEndian.Uint32(word))
+				case 8:
+					binary.BigEndian.PutUint64(word, binary.NativeEndian.Uint64(word))
+				}
 			}
 			ev.store(o.reg2, out[:o.n])
 		case *expr.Payload:
