@@ -10,6 +10,7 @@ import (
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/internal/corpus"
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
 )
@@ -45,21 +46,31 @@ func TestCorpusInKernel(t *testing.T) {
 	if ok, why := lab.SCTPSupported(); !ok {
 		t.Logf("SCTP probes are skipped: %s", why)
 	}
-	totals := map[string]*tally{}
-	for _, base := range bases {
-		t.Run(base, func(t *testing.T) {
-			runBase(t, base, byBase[base], totals)
+	// Both layouts of the policy table: the agent's (addresses, synced
+	// incrementally) and the identity layout (compiled in full each sync;
+	// the Applier still sends only the difference).
+	for _, layout := range []struct {
+		name   string
+		layout compiler.Layout
+	}{{"addresses", compiler.LayoutAddresses}, {"identities", compiler.LayoutIdentities}} {
+		t.Run(layout.name, func(t *testing.T) {
+			totals := map[string]*tally{}
+			for _, base := range bases {
+				t.Run(base, func(t *testing.T) {
+					runBase(t, base, byBase[base], layout.layout, totals)
+				})
+			}
+			suites := make([]string, 0, len(totals))
+			for s := range totals {
+				suites = append(suites, s)
+			}
+			sort.Strings(suites)
+			for _, s := range suites {
+				n := totals[s]
+				t.Logf("suite %s: %d cases, %d steps probed, %d cells, %d disagreements; %d node syncs after the first: %d netlink messages, %d chains rewritten, %d set elements changed",
+					s, n.cases, n.steps, n.cells, n.diffs, n.syncs, n.messages, n.chainsRewritten, n.elements)
+			}
 		})
-	}
-	suites := make([]string, 0, len(totals))
-	for s := range totals {
-		suites = append(suites, s)
-	}
-	sort.Strings(suites)
-	for _, s := range suites {
-		n := totals[s]
-		t.Logf("suite %s: %d cases, %d steps probed, %d cells, %d disagreements; %d incremental node syncs: %d netlink messages, %d chains rewritten, %d set elements changed",
-			s, n.cases, n.steps, n.cells, n.diffs, n.syncs, n.messages, n.chainsRewritten, n.elements)
 	}
 }
 
@@ -70,7 +81,7 @@ type tally struct {
 	syncs, messages, chainsRewritten, elements int
 }
 
-func runBase(t *testing.T, base string, cases []*corpus.Case, totals map[string]*tally) {
+func runBase(t *testing.T, base string, cases []*corpus.Case, layout compiler.Layout, totals map[string]*tally) {
 	full := baseSnapshot(t, base)
 	ctx := context.Background()
 	start := time.Now()
@@ -86,8 +97,10 @@ func runBase(t *testing.T, base string, cases []*corpus.Case, totals map[string]
 		}
 	})
 	enf := conformance.NewEnforcer(l)
+	enf.Layout = layout
 	t.Cleanup(enf.Close)
-	// The first sync creates the tables; every later one is incremental.
+	// The first sync creates the tables; every later one sends only the
+	// difference.
 	if _, err := enf.Sync(full); err != nil {
 		t.Fatal(err)
 	}

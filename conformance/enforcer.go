@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/node"
@@ -32,6 +33,8 @@ type Enforcer struct {
 	// DNS, set before the first Sync, makes every node learn domainNames
 	// addresses from the cluster DNS's answers, as the agent does.
 	DNS *node.DNSOptions
+	// Layout, set before the first Sync, is the policy tables' layout.
+	Layout compiler.Layout
 }
 
 // NewEnforcer prepares to program l's nodes.
@@ -104,7 +107,7 @@ func (e *Enforcer) programmer(n *lab.Node) (*node.Programmer, error) {
 	if p, ok := e.nodes[n.Name]; ok {
 		return p, nil
 	}
-	p, err := node.New(node.Options{Node: n.Name, NetNS: n.Handle, DNS: e.DNS})
+	p, err := node.New(node.Options{Node: n.Name, NetNS: n.Handle, DNS: e.DNS, Layout: e.Layout})
 	if err != nil {
 		return nil, err
 	}

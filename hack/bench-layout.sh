@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One node's policy table on the easy and the realistic synthetic shapes
 # (internal/synth), at each size in BENCH_LAYOUT_PODS (default 10000 30000;
-# 100000 is opt-in: the realistic shape's table grows as pods x policies).
+# 100000 is opt-in: the address layout's table on the realistic shape grows
+# as pods x policies), in both layouts (addresses: the agent's; identities).
 # For each: node-001's (realistic) or node-1's (easy) chains, rules, sets and
 # set elements, and `netpol compile --node` from the YAML file, whole path:
 # wall time and peak RSS. Counts scale as the issue asks: a namespace and a
@@ -12,20 +13,22 @@ cd "$(dirname "$0")/.."
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 go build -o "$dir/synth" ./hack/synth
-printf '%-10s %7s %7s %7s %6s %10s %8s %9s\n' shape pods chains rules sets elements wall peakRSS
+printf '%-10s %-10s %7s %7s %7s %6s %10s %8s %9s\n' shape layout pods chains rules sets elements wall peakRSS
 for pods in ${BENCH_LAYOUT_PODS:-10000 30000}; do
   for shape in easy realistic; do
     node=node-1
     [ "$shape" = realistic ] && node=node-001
     "$dir/synth" -shape "$shape" -pods "$pods" -namespaces $((pods / 100)) -nodes $((pods / 100)) \
       -network-policies $((pods / 10)) -admin-policies $((pods / 100)) -services $((pods / 5)) > "$dir/state.yaml"
-    start=$(date +%s.%N)
-    /usr/bin/time -f '%M' -o "$dir/rss" bin/netpol compile -f "$dir/state.yaml" --node "$node" --stats > /dev/null 2> "$dir/stats"
-    rss=$(tail -1 "$dir/rss")
-    end=$(date +%s.%N)
-    # "node N: C chains, R rules, S sets, E set elements"
-    read -r chains rules sets elements < <(sed -n 's/^node [^:]*: \([0-9]*\) chains, \([0-9]*\) rules, \([0-9]*\) sets, \([0-9]*\) set elements$/\1 \2 \3 \4/p' "$dir/stats")
-    printf '%-10s %7d %7d %7d %6d %10d %7.2fs %6d MB\n' "$shape" "$pods" "$chains" "$rules" "$sets" "$elements" \
-      "$(echo "$end - $start" | bc)" "$((rss / 1024))"
+    for layout in addresses identities; do
+      start=$(date +%s.%N)
+      /usr/bin/time -f '%M' -o "$dir/rss" bin/netpol compile -f "$dir/state.yaml" --node "$node" --layout "$layout" --stats > /dev/null 2> "$dir/stats"
+      end=$(date +%s.%N)
+      rss=$(tail -1 "$dir/rss")
+      # "node N: C chains, R rules, S sets, E set elements"
+      read -r chains rules sets elements < <(sed -n 's/^node [^:]*: \([0-9]*\) chains, \([0-9]*\) rules, \([0-9]*\) sets, \([0-9]*\) set elements$/\1 \2 \3 \4/p' "$dir/stats")
+      printf '%-10s %-10s %7d %7d %7d %6d %10d %7.2fs %6d MB\n' "$shape" "$layout" "$pods" "$chains" "$rules" "$sets" "$elements" \
+        "$(echo "$end - $start" | bc)" "$((rss / 1024))"
+    done
   done
 done

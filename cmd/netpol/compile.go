@@ -20,6 +20,7 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 		agent    agentPortFlags
 		dns      string
 		dnsQueue uint16
+		layout   layoutFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "compile --node NAME",
@@ -52,7 +53,7 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 					return err
 				}
 			} else {
-				opts := compiler.Options{Node: node, Table: table}
+				opts := compiler.Options{Node: node, Table: table, Layout: layout.layout}
 				if opts.AgentPorts, err = agent.parse(); err != nil {
 					return err
 				}
@@ -85,9 +86,32 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 	f.StringVar(&node, "node", "", "the node to compile for (a Node in the cluster state)")
 	f.StringVar(&table, "table", compiler.DefaultTable, "name of the inet table")
 	f.BoolVar(&stats, "stats", false, "print the kernel object counts to stderr")
+	layout.register(cmd, "")
 	f.BoolVar(&services, "services", false, "print the Service NAT table instead of the policy table")
 	f.StringVar(&dns, "dns", "none", "the agent's DNS chains for domainNames (on by default in the agent): none, native (the nftables queue statement) or xtables (the NFQUEUE target through nft compat, for kernels without nft_queue; not nft syntax)")
 	f.Uint16Var(&dnsQueue, "dns-queue", nodepkg.DefaultDNSQueue, "with --dns: the queue number, as the agent's --dns-queue")
 	agent.register(cmd)
 	return cmd
 }
+
+// layoutFlag is --layout: the policy table's layout (compiler.Layout).
+type layoutFlag struct{ layout compiler.Layout }
+
+func (l *layoutFlag) register(cmd *cobra.Command, prefix string) {
+	cmd.Flags().Var(l, "layout", prefix+"the policy table's layout: addresses (the agent's: peers as sets of pod addresses) or identities "+
+		"(pods as identities in the packet mark, peers as sets of identities; offline only for now)")
+}
+
+func (l *layoutFlag) String() string {
+	if l.layout == compiler.LayoutIdentities {
+		return "identities"
+	}
+	return "addresses"
+}
+
+func (l *layoutFlag) Set(s string) (err error) {
+	l.layout, err = compiler.ParseLayout(s)
+	return err
+}
+
+func (l *layoutFlag) Type() string { return "layout" }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/report"
@@ -22,6 +21,7 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 		allNamespaces bool
 		denied        bool
 		engine        string
+		layout        layoutFlag
 		agent         agentPortFlags
 		domains       bool
 		dnsTCP        bool
@@ -59,7 +59,7 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 				}
 				return l.done()
 			}
-			t, err := truthTable(l, engine, ap, eval.TableOptions{Probes: probes, Namespaces: namespaces, Family: fam})
+			t, err := truthTable(l, engine, dataplane.Options{AgentPorts: ap, Layout: layout.layout}, eval.TableOptions{Probes: probes, Namespaces: namespaces, Family: fam})
 			if err != nil {
 				return err
 			}
@@ -83,6 +83,7 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 	f := cmd.Flags()
 	agent.register(cmd)
 	f.StringVar(&engine, "engine", "eval", "who decides each cell: eval (the policy evaluator) or nft (each packet traced through the nftables tables compiled for its nodes)")
+	layout.register(cmd, "with --engine nft: ")
 	f.StringSliceVar(&ports, "ports", nil, "probes as protocol/port, comma-separated (default: every port the pods declare)")
 	f.StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
 	f.StringVar(&family, "family", "", "address family for dual-stack pods: ipv4 or ipv6 (default: each pod's primary address)")
@@ -97,12 +98,12 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 // truthTable computes the table with the engine asked for: the evaluator,
 // or the compiled tables of every node traced packet by packet (what the
 // kernels would do).
-func truthTable(l *loaded, engine string, ap *compiler.AgentPorts, opts eval.TableOptions) (*eval.Table, error) {
+func truthTable(l *loaded, engine string, dpOpts dataplane.Options, opts eval.TableOptions) (*eval.Table, error) {
 	switch engine {
 	case "eval":
 		return l.evaluator.Table(opts), nil
 	case "nft":
-		dp, err := dataplane.NewWith(l.snap, l.evaluator, dataplane.Options{AgentPorts: ap})
+		dp, err := dataplane.NewWith(l.snap, l.evaluator, dpOpts)
 		if err != nil {
 			return nil, fmt.Errorf("compiling the nodes' tables: %w", err)
 		}

@@ -24,6 +24,7 @@ func newTraceCommand(in *inputFlags) *cobra.Command {
 		allRules             bool
 		live                 liveTraceOptions
 		agent                agentPortFlags
+		layout               layoutFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "trace SRC DST",
@@ -75,7 +76,7 @@ real packet's path is printed as the kernel reports it, then it is disarmed.`,
 				return err
 			}
 			l.guard(ap)
-			tr, err := traceConnection(l, args[0], args[1], probe, fam, dataplane.Options{AgentPorts: ap})
+			tr, err := traceConnection(l, args[0], args[1], probe, fam, dataplane.Options{AgentPorts: ap, Layout: layout.layout})
 			if err != nil {
 				return err
 			}
@@ -101,6 +102,7 @@ real packet's path is printed as the kernel reports it, then it is disarmed.`,
 	f.StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	f.StringVar(&family, "family", "", "address family for dual-stack pods: ipv4 or ipv6 (default: the destination's primary address)")
 	agent.register(cmd)
+	layout.register(cmd, "")
 	f.BoolVar(&allRules, "all-rules", false, "text: also every rule the packet was checked against that did not match (default: only those that matched; JSON always has every rule)")
 	f.BoolVar(&live.enabled, "live", false, "show the kernel's own trace of real packets on this node (root; the agent's tables)")
 	f.DurationVar(&live.duration, "duration", 10*time.Second, "with --live: how long to trace")

@@ -47,6 +47,9 @@ type Options struct {
 	// DNS, when set, queues the cluster DNS's answers to the node's pods
 	// with domainNames rules to the agent (dns.go).
 	DNS *DNS
+	// Layout is the table's layout (identity.go); Live programs the
+	// address layout only.
+	Layout Layout
 }
 
 // Names of the fixed objects.
@@ -62,6 +65,12 @@ const (
 // Compile builds the desired nftables table for one node from the
 // evaluator's resolution of a snapshot and its policy model.
 func Compile(r *eval.Resolved, opts Options) (*nft.Table, error) {
+	if opts.Layout == LayoutIdentities {
+		if opts.Table == "" {
+			opts.Table = DefaultTable
+		}
+		return compileIdentities(r, opts)
+	}
 	c, err := compile(r, opts)
 	if err != nil {
 		return nil, err

@@ -44,18 +44,20 @@ func FuzzCompile(f *testing.F) {
 		snap.AddDocuments(doc, "fuzz", true)
 		ev := eval.New(snap, policy.Build(snap))
 		resolved := ev.Resolved()
-		for _, n := range snap.Nodes {
-			table, err := compiler.Compile(resolved, compiler.Options{Node: n.Name})
-			if err != nil {
-				t.Fatalf("node %s: %v", n.Name, err)
+		for _, layout := range []compiler.Layout{compiler.LayoutAddresses, compiler.LayoutIdentities} {
+			for _, n := range snap.Nodes {
+				table, err := compiler.Compile(resolved, compiler.Options{Node: n.Name, Layout: layout})
+				if err != nil {
+					t.Fatalf("node %s: %v", n.Name, err)
+				}
+				if err := checkTable(table); err != nil {
+					var b bytes.Buffer
+					table.Render(&b)
+					t.Fatalf("node %s: %v\n%s", n.Name, err, b.String())
+				}
 			}
-			if err := checkTable(table); err != nil {
-				var b bytes.Buffer
-				table.Render(&b)
-				t.Fatalf("node %s: %v\n%s", n.Name, err, b.String())
-			}
+			tracedAgrees(t, snap, ev, doc, layout)
 		}
-		tracedAgrees(t, snap, ev, doc)
 	})
 }
 
@@ -76,8 +78,8 @@ func loadCorpus(tb testing.TB) ([]string, []*corpus.Case) {
 // pods on a node the snapshot lacks are left out (no tables enforce them),
 // and so are cells whose addresses two endpoints claim (which one a packet
 // reaches is up to routing).
-func tracedAgrees(t *testing.T, snap *cluster.Snapshot, ev *eval.Evaluator, seed []byte) {
-	dp, err := dataplane.New(snap, ev, false)
+func tracedAgrees(t *testing.T, snap *cluster.Snapshot, ev *eval.Evaluator, seed []byte, layout compiler.Layout) {
+	dp, err := dataplane.NewWith(snap, ev, dataplane.Options{Layout: layout})
 	if err != nil {
 		t.Fatalf("data plane: %v", err)
 	}
@@ -241,6 +243,9 @@ func TestTracedAgreesOnMutatedSeeds(t *testing.T) {
 		snap.AddDocuments(baseData, "base", false)
 		snap.AddDocuments(doc, "mutated", true)
 		ev := eval.New(snap, policy.Build(snap))
-		t.Run(fmt.Sprint(i), func(t *testing.T) { tracedAgrees(t, snap, ev, doc) })
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			tracedAgrees(t, snap, ev, doc, compiler.LayoutAddresses)
+			tracedAgrees(t, snap, ev, doc, compiler.LayoutIdentities)
+		})
 	}
 }

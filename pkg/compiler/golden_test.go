@@ -78,9 +78,9 @@ func goldenSnapshot(t *testing.T, suite, name string) *cluster.Snapshot {
 	return nil
 }
 
-func compileText(t *testing.T, snap *cluster.Snapshot, node string, dns *compiler.DNS) []byte {
+func compileText(t *testing.T, snap *cluster.Snapshot, node string, dns *compiler.DNS, layout compiler.Layout) []byte {
 	t.Helper()
-	table, err := compiler.Compile(eval.New(snap, policy.Build(snap)).Resolved(), compiler.Options{Node: node, DNS: dns})
+	table, err := compiler.Compile(eval.New(snap, policy.Build(snap)).Resolved(), compiler.Options{Node: node, DNS: dns, Layout: layout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,13 +92,27 @@ func compileText(t *testing.T, snap *cluster.Snapshot, node string, dns *compile
 }
 
 // TestGolden compares `netpol compile` output with testdata/golden/compile
-// (go test ./pkg/compiler -run TestGolden -update rewrites them), and has
-// nft itself check that each file is a valid ruleset.
+// (go test ./pkg/compiler -run TestGolden -update rewrites them), in both
+// layouts (the identity layout's files end in -identities; it does not
+// program the DNS queue yet), and has nft itself check that each file is
+// a valid ruleset.
 func TestGolden(t *testing.T) {
 	_, nftErr := exec.LookPath("nft")
+	type golden struct {
+		name, suite, kase, node string
+		dns                     *compiler.DNS
+		layout                  compiler.Layout
+	}
+	var all []golden
 	for _, gc := range goldenCases {
+		all = append(all, golden{gc.name, gc.suite, gc.kase, gc.node, gc.dns, compiler.LayoutAddresses})
+		if gc.dns == nil {
+			all = append(all, golden{gc.name + "-identities", gc.suite, gc.kase, gc.node, nil, compiler.LayoutIdentities})
+		}
+	}
+	for _, gc := range all {
 		t.Run(gc.name, func(t *testing.T) {
-			got := compileText(t, goldenSnapshot(t, gc.suite, gc.kase), gc.node, gc.dns)
+			got := compileText(t, goldenSnapshot(t, gc.suite, gc.kase), gc.node, gc.dns, gc.layout)
 			path := filepath.Join(testdata, "golden", "compile", gc.name+".nft")
 			if *update {
 				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/netpol/netpol/internal/corpus"
+	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/policy"
@@ -13,8 +14,18 @@ const testdata = "../../testdata"
 
 // TestCorpusTracedEqualsEvaluator is the proof without root: for every
 // step of every corpus case, every cell of the truth table traced through
-// the compiled tables of every node equals the evaluator's.
+// the compiled tables of every node equals the evaluator's, in each
+// layout of the policy tables.
 func TestCorpusTracedEqualsEvaluator(t *testing.T) {
+	for _, layout := range []struct {
+		name   string
+		layout compiler.Layout
+	}{{"addresses", compiler.LayoutAddresses}, {"identities", compiler.LayoutIdentities}} {
+		t.Run(layout.name, func(t *testing.T) { corpusTraced(t, dataplane.Options{Layout: layout.layout}) })
+	}
+}
+
+func corpusTraced(t *testing.T, opts dataplane.Options) {
 	cases, err := corpus.LoadDir(testdata)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +53,7 @@ func TestCorpusTracedEqualsEvaluator(t *testing.T) {
 				}
 				steps++
 				ev := eval.New(snap, policy.Build(snap))
-				dp, err := dataplane.New(snap, ev, false)
+				dp, err := dataplane.NewWith(snap, ev, opts)
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}

@@ -53,6 +53,8 @@ type Options struct {
 	// (`--protect-agent-ports`); give the evaluator the same guard
 	// (Evaluator.GuardNodes) for it to agree.
 	AgentPorts *compiler.AgentPorts
+	// Layout: the policy tables' layout (compiler.Layout).
+	Layout compiler.Layout
 }
 
 // NewWith is New with the agents' options.
@@ -62,7 +64,7 @@ func NewWith(snap *cluster.Snapshot, ev *eval.Evaluator, opts Options) (*Cluster
 	for i := 0; i < r.NumNodes(); i++ {
 		n := &Node{Name: r.NodeName(i), Addrs: r.NodeAddrs(i)}
 		var err error
-		if n.Policy, err = compiler.Compile(r, compiler.Options{Node: n.Name, AgentPorts: opts.AgentPorts}); err != nil {
+		if n.Policy, err = compiler.Compile(r, compiler.Options{Node: n.Name, AgentPorts: opts.AgentPorts, Layout: opts.Layout}); err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
 		tables := []*nft.Table{n.Policy}

@@ -44,6 +44,9 @@ type Options struct {
 	HealthChecks bool
 	// AgentPorts protects the agent's own ports in the policy table.
 	AgentPorts *compiler.AgentPorts
+	// Layout is the policy table's layout. The identity layout is
+	// compiled in full on every sync (UpdatePolicy asks for one).
+	Layout compiler.Layout
 	// DNS, when set, enforces domainNames rules by learning from the
 	// cluster DNS's answers (dns.go). Only New takes it (it needs the
 	// kernel's queue).
@@ -272,8 +275,15 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		in.prepare()
 		r := &res.Policy
 		r.Ran = true
-		live, err := compiler.NewLive(in.Resolved, compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts,
-			DNS: p.compilerDNS(in)})
+		opts := compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts, DNS: p.compilerDNS(in)}
+		var live *compiler.Live
+		var err error
+		if p.opts.Layout == compiler.LayoutIdentities {
+			opts.Layout = p.opts.Layout
+			r.Table, err = compiler.Compile(in.Resolved, opts)
+		} else {
+			live, err = compiler.NewLive(in.Resolved, opts)
+		}
 		if built {
 			// A resolution made here serves this sync only; the apply
 			// does not need it (45 MB at 100,000 pods).
@@ -284,7 +294,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		// garbage are unreachable before the NAT build starts (the first
 		// sync's peak; docs/benchmarks.md, issue 14's sixth stop).
 		syncServices()
-		if err == nil {
+		if err == nil && live != nil {
 			r.Table = live.Table()
 			if in.CheckLive && p.live != nil {
 				r.LiveDiffers = !nft.Diff(p.live.Table(), r.Table).Empty()
@@ -316,6 +326,10 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 // the caller syncs in full.
 func (p *Programmer) UpdatePolicy(ch compiler.Changes) PolicyResult {
 	r := PolicyResult{Ran: true, Incremental: true}
+	if p.opts.Layout == compiler.LayoutIdentities {
+		r.Err = &compiler.NeedsFullError{Reason: "the identity layout is compiled in full"}
+		return r
+	}
 	if p.live == nil {
 		r.Err = &compiler.NeedsFullError{Reason: "no full compile yet"}
 		return r
@@ -336,6 +350,10 @@ func (p *Programmer) UpdatePolicy(ch compiler.Changes) PolicyResult {
 // Node. A compiler.NeedsFullError means nothing was done.
 func (p *Programmer) RebasePolicy(ch compiler.Changes, model *policy.Model, nodes []*corev1.Node) PolicyResult {
 	r := PolicyResult{Ran: true, Incremental: true}
+	if p.opts.Layout == compiler.LayoutIdentities {
+		r.Err = &compiler.NeedsFullError{Reason: "the identity layout is compiled in full"}
+		return r
+	}
 	if p.live == nil {
 		r.Err = &compiler.NeedsFullError{Reason: "no full compile yet"}
 		return r

@@ -1,0 +1,870 @@
+package compiler
+
+// The identity layout (docs/architecture.md, "The identity layout"): a
+// node's table whose size grows with pods plus policies. Every pod-network
+// pod has an identity, namespace << 16 | class; one data map per family
+// (pod-ids4/6) takes an address to it, and a class chain writes the peer's
+// identity into the packet mark, so that peers are matched as interval
+// sets of identities (a whole namespace is one range) instead of sets of
+// pod addresses. Each Admin or Baseline policy's rules are one chain per
+// direction, shared by every class it applies to; egress and ingress have
+// base chains of their own so that an Accept (`accept`) is final for its
+// direction only; a Pass leaves a shared policy chain through a map from
+// the local pod's address to its class's next tier.
+//
+// Compile builds it with Options.Layout = LayoutIdentities; the agent's
+// incremental path (Live) still programs the address layout.
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// Layout is how Compile lays out a node's policy table.
+type Layout int
+
+const (
+	// LayoutAddresses: peer sets of pod addresses (the agent's layout).
+	LayoutAddresses Layout = iota
+	// LayoutIdentities: pods as identities in the packet mark.
+	LayoutIdentities
+)
+
+// ParseLayout reads a layout's name.
+func ParseLayout(s string) (Layout, error) {
+	switch s {
+	case "addresses":
+		return LayoutAddresses, nil
+	case "identities":
+		return LayoutIdentities, nil
+	}
+	return 0, fmt.Errorf("layout %q: addresses or identities", s)
+}
+
+// Names of the identity layout's fixed objects.
+const (
+	chainForwardEgress  = "forward-egress"
+	chainForwardIngress = "forward-ingress"
+	mapPodIDs           = "pod-ids" // + family suffix: every pod-network address -> identity
+	mapEgressPass       = "eg-pass" // + family suffix: local pod saddr -> its egress class's next tier
+	mapIngressPass      = "in-pass" // + family suffix: local pod daddr -> its ingress class's next tier
+	classBits           = 16        // an identity is namespace << classBits | class
+	maxIdentityPart     = 1<<16 - 1 // namespaces, and classes in one namespace
+	namespaceSpan       = 1 << classBits
+)
+
+// identities numbers the pod-network pods: pods with the same namespace,
+// labels and named container ports share one identity (they are selected
+// by the same peers and resolve named ports alike). Namespaces are
+// numbered so that those with the same values of their least varied
+// labels (env, team) are neighbours, which keeps a peer that selects
+// such namespaces to a few ranges.
+type identities struct {
+	of []uint32 // by pod index; 0: none (host network, no address)
+	// namespaces: each numbered namespace's identities, in order.
+	namespaces map[string][]uint32
+	base       map[string]uint32 // a namespace's first identity (class 0)
+	nsOf       map[uint32]string // the reverse of base
+}
+
+func newIdentities(r *eval.Resolved) (*identities, error) {
+	type class struct{ ns, key string }
+	nsLabels := map[string]labels.Set{}
+	classes := map[string]map[string]bool{}
+	keyOf := make([]string, r.NumPods())
+	for i := 0; i < r.NumPods(); i++ {
+		p := r.Pod(i)
+		if p.HostNetwork || len(p.Addrs) == 0 {
+			continue
+		}
+		keyOf[i] = p.Labels.String() + "\x00" + namedPortsSignature(p.Ports)
+		if classes[p.Namespace] == nil {
+			classes[p.Namespace] = map[string]bool{}
+			nsLabels[p.Namespace] = p.NamespaceLabels
+		}
+		classes[p.Namespace][keyOf[i]] = true
+	}
+	if len(classes) > maxIdentityPart {
+		return nil, fmt.Errorf("the identity layout numbers at most %d namespaces with pods, not %d", maxIdentityPart, len(classes))
+	}
+	ids := &identities{of: make([]uint32, r.NumPods()), namespaces: map[string][]uint32{}, base: map[string]uint32{}, nsOf: map[uint32]string{}}
+	byKey := map[class]uint32{}
+	for n, ns := range orderNamespaces(nsLabels) {
+		keys := slices.Sorted(func(yield func(string) bool) {
+			for k := range classes[ns] {
+				if !yield(k) {
+					return
+				}
+			}
+		})
+		if len(keys) > maxIdentityPart {
+			return nil, fmt.Errorf("namespace %s: the identity layout numbers at most %d distinct pod label sets, not %d", ns, maxIdentityPart, len(keys))
+		}
+		base := uint32(n+1) << classBits
+		ids.base[ns], ids.nsOf[base] = base, ns
+		for c, k := range keys {
+			id := base | uint32(c+1)
+			byKey[class{ns, k}] = id
+			ids.namespaces[ns] = append(ids.namespaces[ns], id)
+		}
+	}
+	for i, k := range keyOf {
+		if k != "" {
+			ids.of[i] = byKey[class{r.Pod(i).Namespace, k}]
+		}
+	}
+	return ids, nil
+}
+
+// namedPortsSignature is what resolves a pod's named ports.
+func namedPortsSignature(ports []corev1.ContainerPort) string {
+	var out []string
+	for _, p := range ports {
+		if p.Name != "" {
+			out = append(out, fmt.Sprintf("%s/%s/%d", p.Name, policy.ContainerPortProtocol(p), p.ContainerPort))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
+}
+
+// orderNamespaces sorts namespaces by the values of their label keys,
+// the keys with the fewest distinct values first, then by name.
+func orderNamespaces(nsLabels map[string]labels.Set) []string {
+	values := map[string]map[string]bool{}
+	for _, ls := range nsLabels {
+		for k, v := range ls {
+			if values[k] == nil {
+				values[k] = map[string]bool{}
+			}
+			values[k][v] = true
+		}
+	}
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		return cmp.Or(cmp.Compare(len(values[a]), len(values[b])), strings.Compare(a, b))
+	})
+	tuple := func(ns string) []string {
+		out := make([]string, 0, len(keys)+1)
+		for _, k := range keys {
+			v, ok := nsLabels[ns][k]
+			if !ok {
+				v = "\xff" // unlabelled after every value
+			}
+			out = append(out, v)
+		}
+		return append(out, ns)
+	}
+	names := make([]string, 0, len(nsLabels))
+	tuples := map[string][]string{}
+	for ns := range nsLabels {
+		names = append(names, ns)
+		tuples[ns] = tuple(ns)
+	}
+	slices.SortFunc(names, func(a, b string) int { return slices.Compare(tuples[a], tuples[b]) })
+	return names
+}
+
+// idAddr is an identity as a 4-byte address: identity ranges reuse the
+// address range machinery (union, flatten), and an address's bytes are
+// the identity as an interval set of marks holds it (nft.MarkKeyBytes).
+func idAddr(id uint32) netip.Addr {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], id)
+	return netip.AddrFrom4(b)
+}
+
+// ranges is the identities of the pods, as ranges: a namespace all of
+// whose identities are in is its whole span; neighbouring ranges merge.
+func (ids *identities) ranges(pods []int) []addrRange {
+	in := map[uint32]bool{}
+	count := map[string]int{}
+	for _, pod := range pods {
+		id := ids.of[pod]
+		if id != 0 && !in[id] {
+			in[id] = true
+			count[ids.nsOf[id&^(namespaceSpan-1)]]++
+		}
+	}
+	var out []addrRange
+	for ns, n := range count {
+		list := ids.namespaces[ns]
+		if n == len(list) {
+			b := ids.base[ns]
+			out = append(out, addrRange{idAddr(b), idAddr(b | (namespaceSpan - 1))})
+			continue
+		}
+		for _, id := range list {
+			if in[id] {
+				out = append(out, singleAddr(idAddr(id)))
+			}
+		}
+	}
+	return union(out)
+}
+
+// idCompiler builds one node's table in the identity layout.
+type idCompiler struct {
+	r    *eval.Resolved
+	pols []*policy.Policy
+	node int
+	t    *nft.Table
+	ids  *identities
+	// classes maps a class key to its chain; policyChains a policy's
+	// rules (by policy, direction, rules) to theirs; tiers a next tier's
+	// key to its chain.
+	classes, policyChains, tiers map[string]string
+	// idSets are the identity sets by content; ruleIDs the identity
+	// ranges of each rule's pod peers.
+	idSets  map[string]string
+	ruleIDs map[[3]int][]addrRange
+	rules   *compiler // the address layout's helpers: networks, ports, domains
+}
+
+// passToDefault is what a pass map holds for a local pod whose class has
+// no next tier: the default allows.
+var passToDefault = verdictAccept
+
+func compileIdentities(r *eval.Resolved, opts Options) (*nft.Table, error) {
+	if opts.DNS != nil || !opts.AgentPorts.Empty() {
+		return nil, fmt.Errorf("the identity layout does not program the agent's DNS queue or port protection yet")
+	}
+	node := r.NodeIndex(opts.Node)
+	if node < 0 {
+		return nil, fmt.Errorf("node %q is not in the snapshot", opts.Node)
+	}
+	ids, err := newIdentities(r)
+	if err != nil {
+		return nil, err
+	}
+	t := nft.NewTable(opts.Table)
+	c := &idCompiler{r: r, pols: r.Policies(), node: node, t: t, ids: ids,
+		classes: map[string]string{}, policyChains: map[string]string{}, tiers: map[string]string{},
+		idSets: map[string]string{}, ruleIDs: map[[3]int][]addrRange{},
+		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}, ruleSets: map[peerKey]ruleSetNames{},
+			live: &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}, classes: map[string][2]string{}, domainClasses: map[string]bool{}}}}
+	c.fixedObjects()
+	self := map[string]bool{}
+	dispatched := map[string]bool{}
+	for i := 0; i < r.NumPods(); i++ {
+		p := r.Pod(i)
+		for _, a := range p.Addrs {
+			if p.HostNetwork || ids.of[i] == 0 {
+				break
+			}
+			f := nft.FamilyOf(a)
+			m := t.Sets[mapPodIDs+f.Suffix]
+			if key := f.AddrBytes(a); !dispatched[string(key)+m.Name] {
+				dispatched[string(key)+m.Name] = true // two pods claim one address: the first keeps it
+				m.Elements = append(m.Elements, nft.Element{Key: key, Data: nft.IntegerBytes(ids.of[i])})
+			}
+		}
+		if p.Node != node || p.HostNetwork || len(p.Addrs) == 0 {
+			continue
+		}
+		for _, d := range policy.Directions {
+			chain, next := c.class(i, d)
+			if chain == "" {
+				continue
+			}
+			for _, a := range p.Addrs {
+				f := nft.FamilyOf(a)
+				key := f.AddrBytes(a)
+				m := t.Sets[dispatchMap(d)+f.Suffix]
+				if dispatched[string(key)+m.Name] {
+					continue
+				}
+				dispatched[string(key)+m.Name] = true
+				m.Elements = append(m.Elements, nft.Element{Key: key, Verdict: &nft.Verdict{Kind: nft.Jump, Chain: chain}})
+				if next != nil {
+					pm := t.Sets[passMap(d)+f.Suffix]
+					pm.Elements = append(pm.Elements, nft.Element{Key: key, Verdict: next})
+				}
+				if sk := nft.Key(key, key); !self[string(sk)] {
+					self[string(sk)] = true
+					s := t.Sets[setSelf+f.Suffix]
+					s.Elements = append(s.Elements, nft.Element{Key: sk})
+				}
+			}
+		}
+	}
+	for _, s := range t.Sets {
+		sortElements(s)
+	}
+	return t, nil
+}
+
+func passMap(d policy.Direction) string {
+	if d == policy.Egress {
+		return mapEgressPass
+	}
+	return mapIngressPass
+}
+
+// localSide is the packet address that holds the local pod in direction d.
+func localSide(d policy.Direction) nft.Side {
+	if d == policy.Egress {
+		return nft.Src
+	}
+	return nft.Dst
+}
+
+func (c *idCompiler) fixedObjects() {
+	for _, f := range nft.Families {
+		c.t.AddSet(&nft.Set{Name: mapPodIDs + f.Suffix, Fields: []nft.FieldType{f.Field}, Data: []nft.FieldType{nft.FieldInteger},
+			Typeof: f.Name + " daddr : meta mark"})
+		for _, m := range []string{mapEgress, mapIngress, mapEgressPass, mapIngressPass} {
+			c.t.AddSet(&nft.Set{Name: m + f.Suffix, Fields: []nft.FieldType{f.Field}, Verdict: true})
+		}
+		c.t.AddSet(&nft.Set{Name: setSelf + f.Suffix, Fields: []nft.FieldType{f.Field, f.Field}})
+	}
+	base := []struct {
+		chain, hook string
+		priority    int
+		d           policy.Direction
+		self        bool
+	}{
+		{chainForwardEgress, nft.HookForward, 0, policy.Egress, true},
+		{chainForwardIngress, nft.HookForward, 1, policy.Ingress, true},
+		{chainInput, nft.HookInput, 0, policy.Egress, false},
+		{chainOutput, nft.HookOutput, 0, policy.Ingress, false},
+	}
+	for _, b := range base {
+		ch := c.t.AddChain(&nft.Chain{Name: b.chain, Base: &nft.Hook{Type: "filter", Hook: b.hook, Priority: b.priority, Policy: "accept"}})
+		ch.Rules = append(ch.Rules,
+			nft.NewRule().CtEstablishedRelated().Verdict(verdictAccept),
+			nft.NewRule().ICMPv6NeighborDiscovery().Verdict(verdictAccept))
+		for _, f := range nft.Families {
+			if b.self {
+				r := nft.NewRule().In(f, setSelf+f.Suffix, nft.AddrOf(f, nft.Src), nft.AddrOf(f, nft.Dst)).Verdict(verdictAccept)
+				r.Comment = "a pod reaching itself through its Service (hairpin): policy never applies to a pod's own traffic"
+				ch.Rules = append(ch.Rules, r)
+			}
+		}
+		for _, f := range nft.Families {
+			ch.Rules = append(ch.Rules, nft.NewRule().Vmap(f, localSide(b.d), dispatchMap(b.d)+f.Suffix))
+		}
+	}
+}
+
+// class returns pod's class chain for direction d ("" when no policy
+// applies) and, when its Admin tier can Pass, the verdict its pass map
+// entry holds (the next tier's chain, or accept).
+func (c *idCompiler) class(pod int, d policy.Direction) (string, *nft.Verdict) {
+	plan := c.r.Plan(pod, d)
+	if plan == nil || plan.Empty() {
+		return "", nil
+	}
+	named := ""
+	if d == policy.Ingress {
+		named = c.rules.resolveNamedPorts(plan.Allow, pod)
+	}
+	next := c.nextTier(plan, pod, named)
+	var pass *nft.Verdict
+	if len(plan.Admin) > 0 {
+		v := passToDefault
+		if next != "" {
+			v = nft.Verdict{Kind: nft.Goto, Chain: next}
+		}
+		pass = &v
+	}
+	key := plan.Key + named
+	if chain, ok := c.classes[key]; ok {
+		return chain, pass
+	}
+	name := directionPrefix(d) + "." + contentID(key)
+	c.classes[key] = name
+	ch := c.t.AddChain(&nft.Chain{Name: name})
+	peer := peerSide(d)
+	ch.Rules = append(ch.Rules, nft.NewRule().MarkSetConst(0).Done())
+	for _, f := range nft.Families {
+		r := nft.NewRule().MarkSetMap(f, mapPodIDs+f.Suffix, nft.AddrOf(f, peer)).Done()
+		r.Comment = "the peer's identity, in the packet mark (0: not a pod-network pod)"
+		ch.Rules = append(ch.Rules, r)
+	}
+	for _, group := range byPolicy(plan.Admin) {
+		ch.Rules = append(ch.Rules, nft.NewRule().Verdict(nft.Verdict{Kind: nft.Jump, Chain: c.policyChain(group, d, policy.TierAdmin)}))
+	}
+	end := nft.NewRule().Verdict(verdictAccept)
+	end.Comment = "no policy decided: the default allows"
+	if next != "" {
+		end = nft.NewRule().Verdict(nft.Verdict{Kind: nft.Goto, Chain: next})
+		if len(plan.Admin) > 0 {
+			end.Comment = "no Admin rule decided: on to the next tier"
+		}
+	}
+	ch.Rules = append(ch.Rules, end)
+	return name, pass
+}
+
+// byPolicy splits a tier's plan rules into runs of one policy each.
+func byPolicy(rules []eval.PlanRule) [][]eval.PlanRule {
+	var out [][]eval.PlanRule
+	for i, pr := range rules {
+		if i == 0 || rules[i-1].Policy != pr.Policy {
+			out = append(out, nil)
+		}
+		out[len(out)-1] = append(out[len(out)-1], pr)
+	}
+	return out
+}
+
+// policyChain is the chain of one policy's rules in direction d (one run
+// of a plan): made once, jumped to from every class it applies to.
+func (c *idCompiler) policyChain(rules []eval.PlanRule, d policy.Direction, tier policy.Tier) string {
+	p := c.pols[rules[0].Policy]
+	key := fmt.Sprintf("%s|%d|%d|%v", p.Ref(), d, tier, rules)
+	if name, ok := c.policyChains[key]; ok {
+		return name
+	}
+	prefix := "adm"
+	var pass *nft.Verdict // nil: through the pass map
+	if tier == policy.TierBaseline {
+		prefix, pass = "bl", &verdictAccept // a Baseline Pass goes to the default
+	}
+	name := fmt.Sprintf("%s.%s.%s", prefix, contentID(key), directionPrefix(d))
+	c.policyChains[key] = name
+	ch := c.t.AddChain(&nft.Chain{Name: name})
+	for _, pr := range rules {
+		r := c.rules.rule(pr, d)
+		comment := fmt.Sprintf("%s %s: %s", p.Ref(), r.Ref(d), r.Action)
+		if r.FailClosed != "" {
+			comment += " (fails closed: " + r.FailClosed + ")"
+		}
+		for _, nr := range c.ruleMatches(pr, d, pr.Action, pass) {
+			nr.Comment = comment
+			ch.Rules = append(ch.Rules, nr)
+		}
+	}
+	return name
+}
+
+// ruleMatches compiles one Admin or Baseline rule: its peers (identities,
+// networks, learned domains) and ports as lookups, ending in the action's
+// verdict (a Pass without a pass verdict ends in the pass map).
+func (c *idCompiler) ruleMatches(pr eval.PlanRule, d policy.Direction, action policy.Action, pass *nft.Verdict) []*nft.Rule {
+	end := func(match func() *nft.Builder, f *nft.Family) []*nft.Rule {
+		switch {
+		case action == policy.Accept:
+			return []*nft.Rule{match().Verdict(verdictAccept)}
+		case action == policy.Deny:
+			return []*nft.Rule{match().Verdict(verdictDrop)}
+		case pass != nil:
+			return []*nft.Rule{match().Verdict(*pass)}
+		case f != nil:
+			return []*nft.Rule{match().Vmap(f, localSide(d), passMap(d)+f.Suffix)}
+		}
+		// A family-free match (identities) in both families' pass maps.
+		var out []*nft.Rule
+		for _, f := range nft.Families {
+			out = append(out, match().Vmap(f, localSide(d), passMap(d)+f.Suffix))
+		}
+		return out
+	}
+	switch pr.Match {
+	case eval.MatchNothing:
+		return nil
+	case eval.MatchAll:
+		return end(nft.NewRule, nil)
+	}
+	pi, ri, r := int(pr.Policy), pr.Rule, c.rules.rule(pr, d)
+	sets := c.ruleSets(pi, d, ri)
+	numbered, named := splitPorts(r.Ports)
+	// The peer matches: nil is every peer; f says the match is of one
+	// family.
+	type peerMatch struct {
+		f     *nft.Family
+		match func(*nft.Builder) *nft.Builder
+	}
+	var peers []peerMatch
+	if r.AllPeers {
+		peers = append(peers, peerMatch{nil, func(b *nft.Builder) *nft.Builder { return b }})
+	} else {
+		if set := c.idSet(pi, d, ri); set != "" {
+			peers = append(peers, peerMatch{nil, func(b *nft.Builder) *nft.Builder { return b.In(nil, set, nft.MarkKey()) }})
+		}
+		for _, f := range nft.Families {
+			var prefixes []string
+			if sets.nets != "" && len(c.t.Sets[sets.nets+f.Suffix].Elements) > 0 {
+				prefixes = append(prefixes, sets.nets)
+			}
+			prefixes = append(prefixes, sets.domains...)
+			for _, prefix := range prefixes {
+				peers = append(peers, peerMatch{f, func(b *nft.Builder) *nft.Builder { return b.AddrInSet(f, peerSide(d), prefix+f.Suffix) }})
+			}
+		}
+	}
+	var out []*nft.Rule
+	for _, pm := range peers {
+		if r.AllPorts {
+			out = append(out, end(func() *nft.Builder { return pm.match(nft.NewRule()) }, pm.f)...)
+			continue
+		}
+		if len(numbered) > 0 {
+			out = append(out, end(func() *nft.Builder { return pm.match(nft.NewRule()).L4ProtoPortInSet(sets.ports) }, pm.f)...)
+		}
+		if len(named) > 0 {
+			for _, nm := range c.namedMatches(named, d) {
+				if pm.f != nil && nm.f != nil && nm.f != pm.f {
+					continue
+				}
+				out = append(out, end(func() *nft.Builder { return nm.match(pm.match(nft.NewRule())) }, cmp.Or(pm.f, nm.f))...)
+			}
+		}
+	}
+	return out
+}
+
+// ruleSets makes the sets of one Admin/Baseline rule that the identity
+// layout keeps from the address layout: its numbered ports, its node and
+// ipBlock networks (per family) and its domainNames' learned addresses.
+func (c *idCompiler) ruleSets(pi int, d policy.Direction, ri int) ruleSetNames {
+	r := &c.pols[pi].Rules[d][ri]
+	var names ruleSetNames
+	if numbered, _ := splitPorts(r.Ports); len(numbered) > 0 {
+		elems := portElements(portBoxes(numbered))
+		names.ports = "ports." + contentID(fmt.Sprint(elems))
+		c.rules.addSharedSet(&nft.Set{Name: names.ports, Fields: []nft.FieldType{nft.FieldProto, nft.FieldPort}, Interval: true}, func() []nft.Element { return elems })
+	}
+	if r.AllPeers {
+		return names
+	}
+	if slices.ContainsFunc(r.Peers, func(p policy.Peer) bool { return p.Kind == policy.PeerNodes || p.Kind == policy.PeerIPBlock }) {
+		names.nets = "nets." + contentID(peersDefinition(r.Peers)) + "."
+	}
+	for _, p := range r.Peers {
+		if p.Kind == policy.PeerDomainNames {
+			for _, name := range p.DomainNames {
+				if prefix := DomainSetPrefix(name); !slices.Contains(names.domains, prefix) {
+					names.domains = append(names.domains, prefix)
+				}
+			}
+		}
+	}
+	for _, f := range nft.Families {
+		if names.nets != "" {
+			c.rules.addSharedSet(&nft.Set{Name: names.nets + f.Suffix, Fields: []nft.FieldType{f.Field}, Interval: true},
+				func() []nft.Element { return rangeElements(c.rules.peerRanges(pi, d, ri, f), f) })
+		}
+		for _, prefix := range names.domains {
+			c.rules.addSharedSet(DomainSet(prefix, f), func() []nft.Element { return nil })
+		}
+	}
+	return names
+}
+
+// namedMatch is one way to match named ports on the destination.
+type namedMatch struct {
+	f     *nft.Family
+	match func(*nft.Builder) *nft.Builder
+}
+
+// namedMatches resolves named ports on the destination: for ingress the
+// local pods (by address), for egress a pod-network destination by its
+// identity (in the mark) and a host-network one by its address.
+func (c *idCompiler) namedMatches(named []policy.Port, d policy.Direction) []namedMatch {
+	id := "named." + contentID(fmt.Sprint(named)+directionPrefix(d))
+	var out []namedMatch
+	if d == policy.Egress {
+		name := id + ".ids"
+		if c.t.Sets[name] == nil {
+			s := c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{nft.FieldInteger, nft.FieldProto, nft.FieldPort}, Interval: true,
+				Typeof: "meta mark . meta l4proto . th dport"})
+			seen := map[uint32]bool{}
+			for j := 0; j < c.r.NumPods(); j++ {
+				idj := c.ids.of[j]
+				if idj == 0 || seen[idj] {
+					continue
+				}
+				seen[idj] = true
+				for _, b := range namedMatches(named, c.r.Pod(j).Ports) {
+					k := nft.Key(nft.MarkKeyBytes(idj), nft.ProtoBytes(b.protoLo), nft.PortBytes(b.portLo))
+					s.Elements = append(s.Elements, intervalElement(k, k))
+				}
+			}
+		}
+		if len(c.t.Sets[name].Elements) > 0 {
+			out = append(out, namedMatch{nil, func(b *nft.Builder) *nft.Builder {
+				return b.In(nil, name, nft.MarkKey(), nft.L4Proto(), nft.DstPort())
+			}})
+		}
+	}
+	for _, f := range nft.Families {
+		name := id + "." + f.Suffix
+		if c.t.Sets[name] == nil {
+			s := c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{f.Field, nft.FieldProto, nft.FieldPort}})
+			seen := map[string]bool{}
+			for j := 0; j < c.r.NumPods(); j++ {
+				p := c.r.Pod(j)
+				local := p.Node == c.node && !p.HostNetwork
+				if d == policy.Ingress && !local || d == policy.Egress && !p.HostNetwork {
+					continue
+				}
+				for _, a := range p.Addrs {
+					if !inFamily(a, f) {
+						continue
+					}
+					for _, b := range namedMatches(named, p.Ports) {
+						k := nft.Key(f.AddrBytes(a), nft.ProtoBytes(b.protoLo), nft.PortBytes(b.portLo))
+						if !seen[string(k)] {
+							seen[string(k)] = true
+							s.Elements = append(s.Elements, nft.Element{Key: k})
+						}
+					}
+				}
+			}
+		}
+		if len(c.t.Sets[name].Elements) > 0 {
+			out = append(out, namedMatch{f, func(b *nft.Builder) *nft.Builder {
+				return b.AddrL4ProtoPortInSet(f, nft.Dst, name)
+			}})
+		}
+	}
+	return out
+}
+
+// peerIDs is the identity ranges of rule ri's pod peers.
+func (c *idCompiler) peerIDs(pi int, d policy.Direction, ri int) []addrRange {
+	k := [3]int{pi, int(d), ri}
+	if rs, ok := c.ruleIDs[k]; ok {
+		return rs
+	}
+	var pods []int
+	for j := range c.r.EachPeerPod(pi, d, ri) {
+		pods = append(pods, j)
+	}
+	rs := c.ids.ranges(pods)
+	c.ruleIDs[k] = rs
+	return rs
+}
+
+// idSet is the set of the identities rule ri's pod peers have, shared by
+// every rule whose peers have the same ("" when none).
+func (c *idCompiler) idSet(pi int, d policy.Direction, ri int) string {
+	rs := c.peerIDs(pi, d, ri)
+	if len(rs) == 0 {
+		return ""
+	}
+	return c.idSetOf(rs)
+}
+
+func (c *idCompiler) idSetOf(rs []addrRange) string {
+	var b strings.Builder
+	for _, r := range rs {
+		fmt.Fprintf(&b, "%s-%s,", r.lo, r.hi) // the identities, as their 4-byte addresses
+	}
+	key := b.String()
+	if name, ok := c.idSets[key]; ok {
+		return name
+	}
+	name := "ids." + contentID(key)
+	c.idSets[key] = name
+	c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{nft.FieldInteger}, Interval: true, Typeof: "meta mark", Elements: rangeElements(rs, nft.IPv4)})
+	return name
+}
+
+// nextTier returns the chain of the plan's NetworkPolicy tier or, when
+// none isolates the pod, of its Baseline tier ("" when neither).
+func (c *idCompiler) nextTier(plan *eval.Plan, pod int, named string) string {
+	if len(plan.Isolating) > 0 {
+		return c.networkPolicyTier(plan, pod, named)
+	}
+	if len(plan.Baseline) == 0 {
+		return ""
+	}
+	key := fmt.Sprintf("baseline|%d|%v", plan.Direction, plan.Baseline)
+	if name, ok := c.tiers[key]; ok {
+		return name
+	}
+	name := directionPrefix(plan.Direction) + ".bl." + contentID(key)
+	c.tiers[key] = name
+	ch := c.t.AddChain(&nft.Chain{Name: name})
+	for _, group := range byPolicy(plan.Baseline) {
+		ch.Rules = append(ch.Rules, nft.NewRule().Verdict(nft.Verdict{Kind: nft.Jump, Chain: c.policyChain(group, plan.Direction, policy.TierBaseline)}))
+	}
+	end := nft.NewRule().Verdict(verdictAccept)
+	end.Comment = "no Baseline rule decided: the default allows"
+	ch.Rules = append(ch.Rules, end)
+	return name
+}
+
+// networkPolicyTier is the chain of a NetworkPolicy allow-list: allowed iff
+// some rule of an isolating policy matches (or, for ingress, the peer is
+// the pod's own node), else dropped. The rules' identity ranges and
+// networks are flattened to disjoint pieces with the ports each is allowed;
+// per port profile one rule looks the peer's identity up in an interval
+// set, and one per family its address in the networks.
+func (c *idCompiler) networkPolicyTier(plan *eval.Plan, pod int, named string) string {
+	d := plan.Direction
+	refs := make([]string, len(plan.Isolating))
+	for i, pi := range plan.Isolating {
+		refs[i] = c.pols[pi].Ref()
+	}
+	list := directionPrefix(d) + ".np." + contentID(strings.Join(refs, "\x00")+"\x00"+named)
+	if _, ok := c.tiers[list]; ok {
+		return list
+	}
+	c.tiers[list] = list
+	ch := c.t.AddChain(&nft.Chain{Name: list})
+	comment := "NetworkPolicy tier: every rule of " + strings.Join(refs, ", ") + ", by port profile"
+	if plan.OwnNodeAllowed {
+		own := nft.NewRule().FibSaddrLocal().Verdict(verdictAccept)
+		own.Comment = "NetworkPolicy tier: ingress from the pod's own node is always allowed"
+		ch.Rules = append(ch.Rules, own)
+	}
+	idItems, netItems := c.allowItems(plan, pod)
+	profiles := map[string][]portBox{}
+	profileOf := func(ports []portBox) string {
+		id := contentID(fmt.Sprint(ports))
+		profiles[id] = ports
+		return id
+	}
+	idSets := map[string][]addrRange{}
+	for _, p := range flatten(idItems, nft.IPv4) {
+		id := profileOf(p.ports)
+		idSets[id] = append(idSets[id], addrRange{p.lo, p.hi})
+	}
+	netSets := map[string]map[*nft.Family][]addrRange{}
+	for _, f := range nft.Families {
+		for _, p := range flatten(netItems[f], f) {
+			id := profileOf(p.ports)
+			if netSets[id] == nil {
+				netSets[id] = map[*nft.Family][]addrRange{}
+			}
+			netSets[id][f] = append(netSets[id][f], addrRange{p.lo, p.hi})
+		}
+	}
+	for _, id := range slices.Sorted(func(yield func(string) bool) {
+		for id := range profiles {
+			if !yield(id) {
+				return
+			}
+		}
+	}) {
+		ports := profiles[id]
+		withPorts := func(b *nft.Builder) *nft.Builder {
+			if len(ports) == 1 && ports[0] == allProtocolsAndPorts {
+				return b
+			}
+			set := npPortSet(id)
+			if c.t.Sets[set] == nil {
+				c.t.AddSet(&nft.Set{Name: set, Fields: []nft.FieldType{nft.FieldProto, nft.FieldPort}, Interval: true, Elements: portElements(ports)})
+			}
+			return b.L4ProtoPortInSet(set)
+		}
+		if rs := idSets[id]; len(rs) > 0 {
+			r := withPorts(nft.NewRule().In(nil, c.idSetOf(rs), nft.MarkKey())).Verdict(verdictAccept)
+			r.Comment = comment
+			ch.Rules = append(ch.Rules, r)
+		}
+		for _, f := range nft.Families {
+			rs := netSets[id][f]
+			if len(rs) == 0 {
+				continue
+			}
+			name := allowSetName(list, "nets", id, f)
+			c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{f.Field}, Interval: true, Elements: rangeElements(rs, f)})
+			r := withPorts(nft.NewRule().AddrInSet(f, peerSide(d), name)).Verdict(verdictAccept)
+			r.Comment = comment
+			ch.Rules = append(ch.Rules, r)
+		}
+	}
+	deny := nft.NewRule().Verdict(verdictDrop)
+	deny.Comment = "NetworkPolicy tier: isolated, and no rule allows"
+	ch.Rules = append(ch.Rules, deny)
+	return list
+}
+
+// allowItems lists what the plan's NetworkPolicy rules allow: identity
+// ranges (as 4-byte addresses) and, per family, networks, each with ports.
+func (c *idCompiler) allowItems(plan *eval.Plan, pod int) ([]allowItem, map[*nft.Family][]allowItem) {
+	d := plan.Direction
+	var ids []allowItem
+	nets := map[*nft.Family][]allowItem{}
+	for _, pr := range plan.Allow {
+		if pr.Match == eval.MatchNothing {
+			continue // an Accept that cannot be understood allows nothing
+		}
+		pi, ri, r := int(pr.Policy), pr.Rule, c.rules.rule(pr, d)
+		var peerIDs []addrRange
+		peerNets := map[*nft.Family][]addrRange{}
+		for _, f := range nft.Families {
+			if r.AllPeers {
+				peerNets[f] = []addrRange{fullRange(f)}
+			} else {
+				peerNets[f] = c.rules.peerRanges(pi, d, ri, f)
+			}
+		}
+		if !r.AllPeers {
+			peerIDs = c.peerIDs(pi, d, ri)
+		}
+		add := func(ports []portBox) {
+			if len(ports) == 0 {
+				return
+			}
+			if len(peerIDs) > 0 {
+				ids = append(ids, allowItem{addrs: peerIDs, ports: ports})
+			}
+			for f, rs := range peerNets {
+				if len(rs) > 0 {
+					nets[f] = append(nets[f], allowItem{addrs: rs, ports: ports})
+				}
+			}
+		}
+		if r.AllPorts {
+			add([]portBox{allProtocolsAndPorts})
+			continue
+		}
+		numbered, namedPorts := splitPorts(r.Ports)
+		add(portBoxes(numbered))
+		if len(namedPorts) == 0 {
+			continue
+		}
+		if d == policy.Ingress {
+			add(namedMatches(namedPorts, c.r.Pod(pod).Ports)) // the destination is the pod itself
+			continue
+		}
+		// Egress: each destination resolves the names on its own ports:
+		// a pod-network pod by its identity, a host-network one by its
+		// address.
+		for j := 0; j < c.r.NumPods(); j++ {
+			dst := c.r.Pod(j)
+			boxes := namedMatches(namedPorts, dst.Ports)
+			if len(boxes) == 0 {
+				continue
+			}
+			byPeer := c.r.PeerPods(pi, d, ri, j)
+			if id := c.ids.of[j]; id != 0 {
+				inNets := false
+				for _, a := range dst.Addrs {
+					inNets = inNets || containsAddr(peerNets[nft.FamilyOf(a)], a)
+				}
+				if byPeer || inNets {
+					ids = append(ids, allowItem{addrs: []addrRange{singleAddr(idAddr(id))}, ports: boxes})
+				}
+				continue
+			}
+			for _, a := range dst.Addrs {
+				f := nft.FamilyOf(a)
+				if containsAddr(peerNets[f], a) {
+					nets[f] = append(nets[f], allowItem{addrs: []addrRange{singleAddr(a)}, ports: boxes})
+				}
+			}
+		}
+	}
+	return ids, nets
+}

@@ -1,0 +1,124 @@
+package compiler
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/netpol/netpol/internal/synth"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+func TestOrderNamespaces(t *testing.T) {
+	tests := []struct {
+		name string
+		ns   map[string]labels.Set
+		want []string
+	}{
+		{"the least varied label first: env groups before team",
+			map[string]labels.Set{
+				"a-prod": {"env": "prod", "team": "a"}, "b-dev": {"env": "dev", "team": "b"},
+				"a-dev": {"env": "dev", "team": "a"}, "c-prod": {"env": "prod", "team": "c"}, "b-prod": {"env": "prod", "team": "b"},
+			},
+			[]string{"a-dev", "b-dev", "a-prod", "b-prod", "c-prod"}},
+		{"a namespace without the label after those with it",
+			map[string]labels.Set{"x": {"env": "prod"}, "y": {}, "z": {"env": "dev"}},
+			[]string{"z", "x", "y"}},
+		{"no labels: by name", map[string]labels.Set{"b": {}, "a": {}}, []string{"a", "b"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := orderNamespaces(tc.ns); !slices.Equal(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestIdentityRanges: a namespace all of whose identities are selected is
+// its whole span, neighbouring spans merge, a namespace selected in part
+// lists its identities.
+func TestIdentityRanges(t *testing.T) {
+	ids := &identities{
+		of:         []uint32{0x10001, 0x10002, 0x20001, 0x30001, 0x30002, 0},
+		namespaces: map[string][]uint32{"a": {0x10001, 0x10002}, "b": {0x20001}, "c": {0x30001, 0x30002}},
+		base:       map[string]uint32{"a": 0x10000, "b": 0x20000, "c": 0x30000},
+		nsOf:       map[uint32]string{0x10000: "a", 0x20000: "b", 0x30000: "c"},
+	}
+	span := func(lo, hi uint32) addrRange { return addrRange{idAddr(lo), idAddr(hi)} }
+	tests := []struct {
+		name string
+		pods []int
+		want []addrRange
+	}{
+		{"nothing", nil, nil},
+		{"a host-network pod has no identity", []int{5}, nil},
+		{"one identity of two", []int{0}, []addrRange{span(0x10001, 0x10001)}},
+		{"every identity of a namespace: its span", []int{0, 1}, []addrRange{span(0x10000, 0x1ffff)}},
+		{"two whole namespaces side by side: one range", []int{0, 1, 2}, []addrRange{span(0x10000, 0x2ffff)}},
+		{"a whole namespace and part of another", []int{2, 4}, []addrRange{span(0x20000, 0x2ffff), span(0x30002, 0x30002)}},
+		{"pods of one identity count once", []int{3, 3}, []addrRange{span(0x30001, 0x30001)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ids.ranges(tc.pods); !slices.Equal(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestIdentityLayoutSize: on the realistic synthetic cluster the identity
+// layout holds one map entry per pod address plus sets bounded by
+// namespaces and identities; the address layout holds pods x policies.
+func TestIdentityLayoutSize(t *testing.T) {
+	spec := synth.Spec{Shape: synth.ShapeRealistic, Namespaces: 20, Pods: 2000, Nodes: 20, NetworkPolicies: 200, AdminPolicies: 20, Seed: 1}
+	snap, err := synth.Snapshot(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := eval.New(snap, policy.Build(snap)).Resolved()
+	count := func(layout Layout) nft.Counts {
+		tab, err := Compile(r, Options{Node: "node-001", Layout: layout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tab.Count()
+	}
+	addrs, ids := count(LayoutAddresses), count(LayoutIdentities)
+	podAddrs := 0
+	for i := 0; i < r.NumPods(); i++ {
+		if p := r.Pod(i); !p.HostNetwork {
+			podAddrs += len(p.Addrs)
+		}
+	}
+	t.Logf("address layout %+v; identity layout %+v; %d pod addresses", addrs, ids, podAddrs)
+	if ids.Elements > 2*podAddrs {
+		t.Errorf("identity layout: %d elements, more than twice the %d pod addresses", ids.Elements, podAddrs)
+	}
+	if addrs.Elements < 5*ids.Elements {
+		t.Errorf("address layout %d elements, identity layout %d: the realistic shape should show the product", addrs.Elements, ids.Elements)
+	}
+}
+
+func TestParseLayout(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Layout
+		err  bool
+	}{{"addresses", LayoutAddresses, false}, {"identities", LayoutIdentities, false}, {"ids", 0, true}} {
+		got, err := ParseLayout(tc.in)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("ParseLayout(%q) = %v, %v", tc.in, got, err)
+		}
+	}
+	if _, err := Compile(nil, Options{Layout: LayoutIdentities, AgentPorts: &AgentPorts{Ports: []uint16{9756}}}); err == nil {
+		t.Error("the identity layout took agent-port protection it does not program")
+	} else {
+		t.Log(fmt.Sprint(err))
+	}
+}
