@@ -8,6 +8,7 @@ import (
 
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/policy"
@@ -157,6 +158,95 @@ func TestRestartAdoptsWithoutFlip(t *testing.T) {
 	diffs, err := conformance.Compare(want, got)
 	if err != nil || len(diffs) > 0 {
 		t.Errorf("after the change: %s", fmtDiffs(err, diffs))
+	}
+}
+
+// TestLayoutSwitchWithoutFlip upgrades the nodes in place from one layout
+// of the policy table to the other and back (a new agent adopting the
+// table the old one wrote), while the full matrix is probed without
+// retries: each switch is one transaction, so no round may disagree with
+// the evaluator, in either direction.
+func TestLayoutSwitchWithoutFlip(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	snap := baseSnapshot(t, "e2e")
+	if r := snap.AddDocuments([]byte(restartPolicies), "restart policies", false); len(r.Errors) > 0 {
+		t.Fatal(r.Errors)
+	}
+	probes := []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 81}}
+	l, err := lab.Up(ctx, snap, lab.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := l.Down(); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	enf := conformance.NewEnforcer(l)
+	if _, err := enf.Sync(snap); err != nil {
+		t.Fatal(err)
+	}
+	want := eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: probes})
+	var (
+		mu       sync.Mutex
+		rounds   int
+		problems []string
+	)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			got, _, err := l.Probe(ctx, lab.ProbeOptions{Probes: probes, Timeout: 500 * time.Millisecond, NoRetry: true})
+			mu.Lock()
+			rounds++
+			if err != nil {
+				problems = append(problems, err.Error())
+			} else if diffs, err := conformance.Compare(want, got); err != nil || len(diffs) > 0 {
+				problems = append(problems, fmtDiffs(err, diffs))
+			}
+			mu.Unlock()
+		}
+	}()
+	const switches = 6
+	layout := compiler.LayoutAddresses
+	for i := 0; i < switches; i++ {
+		if layout == compiler.LayoutAddresses {
+			layout = compiler.LayoutIdentities
+		} else {
+			layout = compiler.LayoutAddresses
+		}
+		enf.Close()
+		enf = conformance.NewEnforcer(l)
+		enf.Layout = layout
+		rep, err := enf.Sync(snap)
+		if err != nil {
+			t.Fatalf("switch %d: %v", i, err)
+		}
+		for node, ns := range rep.Nodes {
+			if ns.Stats.Transactions != 1 {
+				t.Errorf("switch %d to layout %d: node %s: %d transactions, want 1 (%+v)", i, layout, node, ns.Stats.Transactions, ns.Stats)
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	<-done
+	enf.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d layout switches while %d full-matrix probe rounds ran (%d cells each)", switches, rounds, len(want.Results))
+	if rounds < 3 {
+		t.Errorf("only %d probe rounds ran during the switches", rounds)
+	}
+	for _, p := range problems {
+		t.Errorf("a probe round disagreed with the evaluator: %s", p)
 	}
 }
 

@@ -50,6 +50,10 @@ type Options struct {
 	// Layout is the table's layout (identity.go); Live programs the
 	// address layout only.
 	Layout Layout
+	// Identities, with the identity layout, is the numbering of the
+	// node's last compile, kept where it still fits and updated to this
+	// compile's (nil: numbered afresh).
+	Identities *Identities
 }
 
 // Names of the fixed objects.

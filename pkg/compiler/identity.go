@@ -19,6 +19,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -78,8 +79,24 @@ type identities struct {
 	nsOf       map[uint32]string // the reverse of base
 }
 
-func newIdentities(r *eval.Resolved) (*identities, error) {
-	type class struct{ ns, key string }
+// Identities is the numbering one compile of the identity layout used, for
+// the next compile of the same node to keep (Options.Identities): a pod
+// whose namespace and labels were numbered keeps its number, so an event
+// changes the elements it is about, not every number after it. Numbers of
+// namespaces and label sets that are gone are given to new ones.
+type Identities struct {
+	base  map[string]uint32            // by namespace
+	class map[string]map[string]uint32 // by namespace, then labels and named ports: the class part
+}
+
+// identityKey is what makes a pod's class in its namespace.
+func identityKey(p eval.PodView) string {
+	return p.Labels.String() + "\x00" + namedPortsSignature(p.Ports)
+}
+
+// newIdentities numbers r's pods; with prev, the numbers prev gave are
+// kept and prev is updated to this numbering.
+func newIdentities(r *eval.Resolved, prev *Identities) (*identities, error) {
 	nsLabels := map[string]labels.Set{}
 	classes := map[string]map[string]bool{}
 	keyOf := make([]string, r.NumPods())
@@ -88,7 +105,7 @@ func newIdentities(r *eval.Resolved) (*identities, error) {
 		if p.HostNetwork || len(p.Addrs) == 0 {
 			continue
 		}
-		keyOf[i] = p.Labels.String() + "\x00" + namedPortsSignature(p.Ports)
+		keyOf[i] = identityKey(p)
 		if classes[p.Namespace] == nil {
 			classes[p.Namespace] = map[string]bool{}
 			nsLabels[p.Namespace] = p.NamespaceLabels
@@ -98,32 +115,68 @@ func newIdentities(r *eval.Resolved) (*identities, error) {
 	if len(classes) > maxIdentityPart {
 		return nil, fmt.Errorf("the identity layout numbers at most %d namespaces with pods, not %d", maxIdentityPart, len(classes))
 	}
-	ids := &identities{of: make([]uint32, r.NumPods()), namespaces: map[string][]uint32{}, base: map[string]uint32{}, nsOf: map[uint32]string{}}
-	byKey := map[class]uint32{}
-	for n, ns := range orderNamespaces(nsLabels) {
-		keys := slices.Sorted(func(yield func(string) bool) {
-			for k := range classes[ns] {
-				if !yield(k) {
-					return
-				}
-			}
-		})
+	if prev == nil {
+		prev = &Identities{}
+	}
+	next := &Identities{base: map[string]uint32{}, class: map[string]map[string]uint32{}}
+	// Namespaces: the numbers kept first, then the new ones, in order,
+	// each in the lowest free number.
+	usedNS := map[uint32]bool{}
+	order := orderNamespaces(nsLabels)
+	for _, ns := range order {
+		if b, ok := prev.base[ns]; ok {
+			next.base[ns], usedNS[b] = b, true
+		}
+	}
+	free := uint32(1)
+	for _, ns := range order {
+		if _, ok := next.base[ns]; ok {
+			continue
+		}
+		for usedNS[free<<classBits] {
+			free++
+		}
+		next.base[ns], usedNS[free<<classBits] = free<<classBits, true
+	}
+	ids := &identities{of: make([]uint32, r.NumPods()), namespaces: map[string][]uint32{}, base: next.base, nsOf: map[uint32]string{}}
+	for _, ns := range order {
+		keys := slices.Sorted(maps.Keys(classes[ns]))
 		if len(keys) > maxIdentityPart {
 			return nil, fmt.Errorf("namespace %s: the identity layout numbers at most %d distinct pod label sets, not %d", ns, maxIdentityPart, len(keys))
 		}
-		base := uint32(n+1) << classBits
-		ids.base[ns], ids.nsOf[base] = base, ns
-		for c, k := range keys {
-			id := base | uint32(c+1)
-			byKey[class{ns, k}] = id
-			ids.namespaces[ns] = append(ids.namespaces[ns], id)
+		base := next.base[ns]
+		ids.nsOf[base] = ns
+		kept, used := map[string]uint32{}, map[uint32]bool{}
+		if prev.base[ns] == base {
+			for _, k := range keys {
+				if c, ok := prev.class[ns][k]; ok {
+					kept[k], used[c] = c, true
+				}
+			}
 		}
+		c := uint32(1)
+		for _, k := range keys {
+			if _, ok := kept[k]; ok {
+				continue
+			}
+			for used[c] {
+				c++
+			}
+			kept[k], used[c] = c, true
+		}
+		next.class[ns] = kept
+		for _, k := range keys {
+			ids.namespaces[ns] = append(ids.namespaces[ns], base|kept[k])
+		}
+		slices.Sort(ids.namespaces[ns])
 	}
 	for i, k := range keyOf {
 		if k != "" {
-			ids.of[i] = byKey[class{r.Pod(i).Namespace, k}]
+			ns := r.Pod(i).Namespace
+			ids.of[i] = next.base[ns] | next.class[ns][k]
 		}
 	}
+	*prev = *next
 	return ids, nil
 }
 
@@ -247,7 +300,7 @@ func compileIdentities(r *eval.Resolved, opts Options) (*nft.Table, error) {
 	if node < 0 {
 		return nil, fmt.Errorf("node %q is not in the snapshot", opts.Node)
 	}
-	ids, err := newIdentities(r)
+	ids, err := newIdentities(r, opts.Identities)
 	if err != nil {
 		return nil, err
 	}

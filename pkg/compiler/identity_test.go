@@ -2,12 +2,15 @@ package compiler
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/netpol/netpol/internal/synth"
+	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
@@ -121,4 +124,95 @@ func TestParseLayout(t *testing.T) {
 	} else {
 		t.Log(fmt.Sprint(err))
 	}
+}
+
+// TestElementWritesPerEvent counts what one event changes in node-001's
+// table (elements added and deleted, the difference the Applier sends),
+// in both layouts, on the realistic shape: a new replica of an existing
+// workload on another node (an identity that exists), the same pod
+// relabelled, and a namespace relabelled. The identity layout writes one
+// pod-ids element for the new pod, whatever the policies that select it.
+func TestElementWritesPerEvent(t *testing.T) {
+	spec := synth.Spec{Shape: synth.ShapeRealistic, Namespaces: 20, Pods: 2000, Nodes: 20, NetworkPolicies: 200, AdminPolicies: 20, Seed: 1}
+	base, err := synth.Snapshot(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pod-network pod of another node, in a namespace with pods on
+	// node-001 too, to copy: its labels are an identity in use.
+	var model *corev1.Pod
+	local := map[string]bool{}
+	for _, p := range base.Pods {
+		if p.Spec.NodeName == "node-001" {
+			local[p.Namespace] = true
+		}
+	}
+	for _, p := range base.Pods {
+		if !p.Spec.HostNetwork && p.Spec.NodeName != "node-001" && local[p.Namespace] && p.Labels["app.kubernetes.io/component"] == "backend" {
+			model = p
+			break
+		}
+	}
+	if model == nil {
+		t.Fatal("no pod to copy")
+	}
+	replica := model.DeepCopy()
+	replica.Name += "-replica"
+	replica.Status.PodIP = "10.127.255.1"
+	replica.Status.PodIPs = []corev1.PodIP{{IP: "10.127.255.1"}}
+	events := []struct {
+		name  string
+		apply func(s *cluster.Snapshot)
+		// most element writes the identity layout may send
+		most int
+	}{
+		{"a new replica (an identity that exists)", func(s *cluster.Snapshot) { s.Pods = append(s.Pods, replica) }, 1},
+		{"a pod relabelled to a new identity", func(s *cluster.Snapshot) {
+			p := s.Pod(model.Namespace, model.Name)
+			p.Labels = maps.Clone(p.Labels)
+			p.Labels["version"] = "canary"
+		}, 0},
+		{"a namespace relabelled", func(s *cluster.Snapshot) {
+			ns := s.Namespace(model.Namespace)
+			ns.Labels = maps.Clone(ns.Labels)
+			ns.Labels["env"] = "dev"
+		}, 0},
+	}
+	for _, ev := range events {
+		for _, layout := range []Layout{LayoutAddresses, LayoutIdentities} {
+			numbering := &Identities{} // kept from one compile to the next, as node.Programmer keeps it
+			before := compileNode(t, base, layout, numbering)
+			after := deepCopySnapshot(base)
+			ev.apply(after)
+			plan := nft.Diff(before, compileNode(t, after, layout, numbering))
+			writes := plan.Stats.ElementsAdded + plan.Stats.ElementsDeleted
+			t.Logf("%s, layout %d: %d element writes, %d chains rewritten", ev.name, layout, writes, plan.Stats.ChainsRewritten)
+			if layout == LayoutIdentities && ev.most > 0 && writes > ev.most {
+				t.Errorf("%s: the identity layout writes %d elements, want at most %d", ev.name, writes, ev.most)
+			}
+		}
+	}
+}
+
+func compileNode(t *testing.T, snap *cluster.Snapshot, layout Layout, numbering *Identities) *nft.Table {
+	t.Helper()
+	tab, err := Compile(eval.New(snap, policy.Build(snap)).Resolved(), Options{Node: "node-001", Layout: layout, Identities: numbering})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tab
+}
+
+// deepCopySnapshot copies the objects an event changes (pods, namespaces).
+func deepCopySnapshot(s *cluster.Snapshot) *cluster.Snapshot {
+	out := *s
+	out.Pods = make([]*corev1.Pod, len(s.Pods))
+	for i, p := range s.Pods {
+		out.Pods[i] = p.DeepCopy()
+	}
+	out.Namespaces = make([]*corev1.Namespace, len(s.Namespaces))
+	for i, ns := range s.Namespaces {
+		out.Namespaces[i] = ns.DeepCopy()
+	}
+	return &out
 }

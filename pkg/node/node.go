@@ -88,7 +88,10 @@ type Programmer struct {
 	// date by UpdatePolicy; applied says the kernel took its last change.
 	live    *compiler.Live
 	applied bool
-	proxy   *proxier.Proxier // nil with NoProxy
+	// identities is the identity layout's numbering, kept from sync to
+	// sync so that an event changes the elements it is about.
+	identities compiler.Identities
+	proxy      *proxier.Proxier // nil with NoProxy
 	// dns learns domainNames addresses (nil: not asked, or dnsErr says
 	// why not).
 	dns    *dnsSnooper
@@ -279,7 +282,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		var live *compiler.Live
 		var err error
 		if p.opts.Layout == compiler.LayoutIdentities {
-			opts.Layout = p.opts.Layout
+			opts.Layout, opts.Identities = p.opts.Layout, &p.identities
 			r.Table, err = compiler.Compile(in.Resolved, opts)
 		} else {
 			live, err = compiler.NewLive(in.Resolved, opts)
