@@ -293,8 +293,8 @@ type idCompiler struct {
 var passToDefault = verdictAccept
 
 func compileIdentities(r *eval.Resolved, opts Options) (*nft.Table, error) {
-	if opts.DNS != nil || !opts.AgentPorts.Empty() {
-		return nil, fmt.Errorf("the identity layout does not program the agent's DNS queue or port protection yet")
+	if opts.DNS != nil {
+		return nil, fmt.Errorf("the identity layout does not program the agent's DNS queue yet")
 	}
 	node := r.NodeIndex(opts.Node)
 	if node < 0 {
@@ -311,6 +311,9 @@ func compileIdentities(r *eval.Resolved, opts Options) (*nft.Table, error) {
 		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}, ruleSets: map[peerKey]ruleSetNames{},
 			live: &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}, classes: map[string][2]string{}, domainClasses: map[string]bool{}}}}
 	c.fixedObjects()
+	if !opts.AgentPorts.Empty() {
+		c.rules.protectAgentPorts(opts.AgentPorts) // in the input chain, as the address layout does
+	}
 	self := map[string]bool{}
 	dispatched := map[string]bool{}
 	for i := 0; i < r.NumPods(); i++ {

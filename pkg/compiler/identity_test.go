@@ -119,8 +119,8 @@ func TestParseLayout(t *testing.T) {
 			t.Errorf("ParseLayout(%q) = %v, %v", tc.in, got, err)
 		}
 	}
-	if _, err := Compile(nil, Options{Layout: LayoutIdentities, AgentPorts: &AgentPorts{Ports: []uint16{9756}}}); err == nil {
-		t.Error("the identity layout took agent-port protection it does not program")
+	if _, err := Compile(nil, Options{Layout: LayoutIdentities, DNS: &DNS{}}); err == nil {
+		t.Error("the identity layout took the DNS queue it does not program")
 	} else {
 		t.Log(fmt.Sprint(err))
 	}

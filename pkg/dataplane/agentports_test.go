@@ -50,28 +50,30 @@ spec:
 			plain := ev.Table(eval.TableOptions{Probes: probes})
 			ev.GuardNodes(g.ap)
 			want := ev.Table(eval.TableOptions{Probes: probes})
-			dp, err := dataplane.NewWith(snap, ev, dataplane.Options{AgentPorts: g.ap})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := dp.Table(eval.TableOptions{Probes: probes})
-			if err != nil {
-				t.Fatal(err)
-			}
-			changed := 0
-			for i, w := range want.Results {
-				if got.Results[i] != w {
-					t.Errorf("%s, policies %d: %s -> %s %s/%d: traced %v, evaluator %v", g.name, pi, w.From, w.To, w.Protocol, w.Port, got.Results[i].Allowed, w.Allowed)
+			for _, layout := range []compiler.Layout{compiler.LayoutAddresses, compiler.LayoutIdentities} {
+				dp, err := dataplane.NewWith(snap, ev, dataplane.Options{AgentPorts: g.ap, Layout: layout})
+				if err != nil {
+					t.Fatal(err)
 				}
-				if plain.Results[i].Allowed && !w.Allowed {
-					changed++
-					if w.Protocol != "TCP" || w.Port != 81 {
-						t.Errorf("%s: the guard denied %s -> %s %s/%d, not an agent port", g.name, w.From, w.To, w.Protocol, w.Port)
+				got, err := dp.Table(eval.TableOptions{Probes: probes})
+				if err != nil {
+					t.Fatal(err)
+				}
+				changed := 0
+				for i, w := range want.Results {
+					if got.Results[i] != w {
+						t.Errorf("%s, policies %d, layout %d: %s -> %s %s/%d: traced %v, evaluator %v", g.name, pi, layout, w.From, w.To, w.Protocol, w.Port, got.Results[i].Allowed, w.Allowed)
+					}
+					if plain.Results[i].Allowed && !w.Allowed {
+						changed++
+						if w.Protocol != "TCP" || w.Port != 81 {
+							t.Errorf("%s: the guard denied %s -> %s %s/%d, not an agent port", g.name, w.From, w.To, w.Protocol, w.Port)
+						}
 					}
 				}
-			}
-			if changed < g.minDenied {
-				t.Errorf("%s, policies %d: the guard denied %d cells, want at least %d", g.name, pi, changed, g.minDenied)
+				if changed < g.minDenied {
+					t.Errorf("%s, policies %d: the guard denied %d cells, want at least %d", g.name, pi, changed, g.minDenied)
+				}
 			}
 		}
 	}
