@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/netpol/netpol/internal/benchstat"
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
@@ -41,9 +45,14 @@ func compileNode(b testing.TB, snap *cluster.Snapshot) *nft.Table {
 // nodeOnlyLab is a lab with the benchmark node and no pods: a network
 // namespace to program.
 func nodeOnlyLab(b testing.TB, snap *cluster.Snapshot, pods ...string) *lab.Lab {
+	return nodeOnlyLabOf(b, snap, benchNode, pods...)
+}
+
+// nodeOnlyLabOf is nodeOnlyLab for another node.
+func nodeOnlyLabOf(b testing.TB, snap *cluster.Snapshot, node string, pods ...string) *lab.Lab {
 	small := cluster.New()
 	for _, n := range snap.Nodes {
-		if n.Name == benchNode {
+		if n.Name == node {
 			small.Nodes = append(small.Nodes, n)
 		}
 	}
@@ -67,8 +76,10 @@ func nodeOnlyLab(b testing.TB, snap *cluster.Snapshot, pods ...string) *lab.Lab 
 	return l
 }
 
-func nodeApplier(b testing.TB, l *lab.Lab) *nft.Applier {
-	a, err := nft.NewApplier(int(l.Node(benchNode).Handle), compiler.DefaultTable)
+func nodeApplier(b testing.TB, l *lab.Lab) *nft.Applier { return nodeApplierOf(b, l, benchNode) }
+
+func nodeApplierOf(b testing.TB, l *lab.Lab, node string) *nft.Applier {
+	a, err := nft.NewApplier(int(l.Node(node).Handle), compiler.DefaultTable)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -208,6 +219,92 @@ func BenchmarkConnRate(b *testing.B) {
 	b.ReportMetric(with/without, "ratio")
 }
 
+// BenchmarkConnRateRealistic is TCP connections/s between two pods of
+// node-001 that policy lets talk (both dispatched into class chains),
+// through node-001's table of the realistic 10,000-pod cluster
+// (synth.RealisticScale) in each layout, against the same node without a
+// table: NETPOL_CONNRATE_ROUNDS rounds (default 5) of the three, in turn,
+// each 3 s. It reports the median of each and of each round's ratio, and
+// the ratios' spread (lowest and highest): one pair is noise on this
+// machine.
+func BenchmarkConnRateRealistic(b *testing.B) {
+	requireRoot(b)
+	const node = "node-001"
+	rounds, err := benchstat.EnvInts("NETPOL_CONNRATE_ROUNDS", []int{5})
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap := synthSnapshot(b, synth.RealisticScale)
+	ev := eval.New(snap, policy.Build(snap))
+	tables := map[compiler.Layout]*nft.Table{}
+	for _, layout := range []compiler.Layout{compiler.LayoutAddresses, compiler.LayoutIdentities} {
+		t, err := compiler.Compile(ev.Resolved(), compiler.Options{Node: node, Layout: layout})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tables[layout] = t
+	}
+	// A TCP port the destination declares (the lab serves those).
+	declared := func(dst *corev1.Pod) []eval.Probe {
+		var out []eval.Probe
+		for _, c := range dst.Spec.Containers {
+			for _, p := range c.Ports {
+				if p.Protocol == "" || p.Protocol == corev1.ProtocolTCP {
+					out = append(out, eval.Probe{Protocol: "TCP", Port: p.ContainerPort})
+				}
+			}
+		}
+		return out
+	}
+	from, to, probe := dispatchedAllowedPairPort(b, snap, ev, tables[compiler.LayoutIdentities], node, declared)
+	b.Logf("%s -> %s on %s", from, to, probe)
+	l := nodeOnlyLabOf(b, snap, node, from, to)
+	a := nodeApplierOf(b, l, node)
+	rate := func() float64 {
+		return connRate(b, func() error {
+			o, err := l.ProbeOne(context.Background(), from, to, probe, eval.FamilyIPv4)
+			if err == nil && !o.Allowed {
+				err = fmt.Errorf("%s -> %s: %s", from, to, o.Result)
+			}
+			return err
+		})
+	}
+	var none, addrs, ids, addrRatio, idRatio []float64
+	for b.Loop() {
+		for range rounds[0] {
+			if err := a.Delete(); err != nil {
+				b.Fatal(err)
+			}
+			n := rate()
+			for _, layout := range []compiler.Layout{compiler.LayoutIdentities, compiler.LayoutAddresses} {
+				if err := a.Delete(); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := a.Apply(tables[layout]); err != nil {
+					b.Fatal(err)
+				}
+				r := rate()
+				if layout == compiler.LayoutIdentities {
+					ids, idRatio = append(ids, r), append(idRatio, r/n)
+				} else {
+					addrs, addrRatio = append(addrs, r), append(addrRatio, r/n)
+				}
+			}
+			none = append(none, n)
+		}
+	}
+	median := func(xs []float64) float64 { s := slices.Sorted(slices.Values(xs)); return s[len(s)/2] }
+	b.ReportMetric(median(none), "conn/s-no-table")
+	b.ReportMetric(median(ids), "conn/s-identities")
+	b.ReportMetric(median(addrs), "conn/s-addresses")
+	b.ReportMetric(median(idRatio), "ratio-identities")
+	b.ReportMetric(slices.Min(idRatio), "ratio-identities-min")
+	b.ReportMetric(slices.Max(idRatio), "ratio-identities-max")
+	b.ReportMetric(median(addrRatio), "ratio-addresses")
+	b.ReportMetric(slices.Min(addrRatio), "ratio-addresses-min")
+	b.ReportMetric(slices.Max(addrRatio), "ratio-addresses-max")
+}
+
 // connRate makes connections with connect from 4 goroutines for 3 s and
 // returns how many succeeded per second; a failure fails the benchmark.
 func connRate(b *testing.B, connect func() error) float64 {
@@ -234,6 +331,21 @@ func connRate(b *testing.B, connect func() error) float64 {
 // lets talk on tcp/80 and whose traffic the kernel dispatches into class
 // chains in both directions.
 func dispatchedAllowedPair(b *testing.B, snap *cluster.Snapshot, ev *eval.Evaluator, t *nft.Table) (string, string) {
+	return dispatchedAllowedPairOn(b, snap, ev, t, benchNode)
+}
+
+func dispatchedAllowedPairOn(b *testing.B, snap *cluster.Snapshot, ev *eval.Evaluator, t *nft.Table, node string) (string, string) {
+	from, to, _ := dispatchedAllowedPairPort(b, snap, ev, t, node, func(*corev1.Pod) []eval.Probe {
+		return []eval.Probe{{Protocol: "TCP", Port: 80}}
+	})
+	return from, to
+}
+
+// dispatchedAllowedPairPort finds two pods on node whose traffic the
+// kernel dispatches into class chains in both directions and one of the
+// probes (of the destination pod) that policy allows between them.
+func dispatchedAllowedPairPort(b *testing.B, snap *cluster.Snapshot, ev *eval.Evaluator, t *nft.Table, node string,
+	probes func(dst *corev1.Pod) []eval.Probe) (string, string, eval.Probe) {
 	inMap := func(m string, ip string) bool {
 		key := nft.IPv4.AddrBytes(netip.MustParseAddr(ip))
 		for _, e := range t.Sets[m].Elements {
@@ -245,11 +357,12 @@ func dispatchedAllowedPair(b *testing.B, snap *cluster.Snapshot, ev *eval.Evalua
 	}
 	var local []string
 	ips := map[string]string{}
+	pods := map[string]*corev1.Pod{}
 	for _, p := range snap.Pods {
-		if p.Spec.NodeName == benchNode {
+		if p.Spec.NodeName == node && !p.Spec.HostNetwork {
 			k := p.Namespace + "/" + p.Name
 			local = append(local, k)
-			ips[k] = p.Status.PodIP
+			ips[k], pods[k] = p.Status.PodIP, p
 		}
 	}
 	for _, src := range local {
@@ -260,12 +373,14 @@ func dispatchedAllowedPair(b *testing.B, snap *cluster.Snapshot, ev *eval.Evalua
 			if src == dst || !inMap("ingress-pods4", ips[dst]) {
 				continue
 			}
-			v, err := ev.Explain(src, dst, eval.Probe{Protocol: "TCP", Port: 80}, eval.FamilyIPv4)
-			if err == nil && v.Allowed {
-				return src, dst
+			for _, probe := range probes(pods[dst]) {
+				v, err := ev.Explain(src, dst, probe, eval.FamilyIPv4)
+				if err == nil && v.Allowed {
+					return src, dst, probe
+				}
 			}
 		}
 	}
 	b.Fatal("no allowed pair of dispatched pods on the node")
-	return "", ""
+	return "", "", eval.Probe{}
 }
