@@ -66,8 +66,9 @@ const (
 )
 
 // identities numbers the pod-network pods: pods with the same namespace,
-// labels and named container ports share one identity (they are selected
-// by the same peers and resolve named ports alike). Namespaces are
+// the same values of the labels peers select on and the same named
+// container ports share one identity (they are selected by the same peers
+// and resolve named ports alike). Namespaces are
 // numbered so that those with the same values of their least varied
 // labels (env, team) are neighbours, which keeps a peer that selects
 // such namespaces to a few ranges.
@@ -89,9 +90,40 @@ type Identities struct {
 	class map[string]map[string]uint32 // by namespace, then labels and named ports: the class part
 }
 
-// identityKey is what makes a pod's class in its namespace.
-func identityKey(p eval.PodView) string {
-	return p.Labels.String() + "\x00" + namedPortsSignature(p.Ports)
+// identityKey is what makes a pod's class in its namespace: the labels
+// that some peer's pod selector reads (relevant: a label no selector
+// reads, such as pod-template-hash, does not split a workload), and its
+// named ports.
+func identityKey(p eval.PodView, relevant map[string]bool) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
+		if relevant[k] {
+			fmt.Fprintf(&b, "%s=%s,", k, p.Labels[k])
+		}
+	}
+	return b.String() + "\x00" + namedPortsSignature(p.Ports)
+}
+
+// selectedLabelKeys are the pod label keys the pod selectors of the
+// policies' peers read.
+func selectedLabelKeys(pols []*policy.Policy) map[string]bool {
+	keys := map[string]bool{}
+	for _, p := range pols {
+		for _, d := range policy.Directions {
+			for _, r := range p.Rules[d] {
+				for _, peer := range r.Peers {
+					if peer.Kind != policy.PeerPods || peer.Pods == nil {
+						continue
+					}
+					reqs, _ := peer.Pods.Requirements()
+					for _, req := range reqs {
+						keys[req.Key()] = true
+					}
+				}
+			}
+		}
+	}
+	return keys
 }
 
 // newIdentities numbers r's pods; with prev, the numbers prev gave are
@@ -100,12 +132,13 @@ func newIdentities(r *eval.Resolved, prev *Identities) (*identities, error) {
 	nsLabels := map[string]labels.Set{}
 	classes := map[string]map[string]bool{}
 	keyOf := make([]string, r.NumPods())
+	relevant := selectedLabelKeys(r.Policies())
 	for i := 0; i < r.NumPods(); i++ {
 		p := r.Pod(i)
 		if p.HostNetwork || len(p.Addrs) == 0 {
 			continue
 		}
-		keyOf[i] = identityKey(p)
+		keyOf[i] = identityKey(p, relevant)
 		if classes[p.Namespace] == nil {
 			classes[p.Namespace] = map[string]bool{}
 			nsLabels[p.Namespace] = p.NamespaceLabels
