@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -12,18 +11,18 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	sigsjson "sigs.k8s.io/json"
 	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
-	"sigs.k8s.io/yaml"
 )
 
 // Report collects what loading found wrong or left out. Problems with one
@@ -79,18 +78,14 @@ func (r *Report) SkippedNote() string {
 // LoadPaths reads every path (a file, a directory of .yaml/.yml/.json files,
 // or "-" for stdin) into one snapshot. Duplicate objects are errors: the
 // first one read is kept. Report.Empty names the paths that held no object.
+// Files and stdin are read as streams (see AddReader).
 func LoadPaths(paths []string, stdin io.Reader) (*Snapshot, *Report) {
 	snap := New()
 	report := newReport()
 	for _, p := range paths {
 		before := report.Objects
 		if p == "-" {
-			data, err := io.ReadAll(stdin)
-			if err != nil {
-				report.Errors = append(report.Errors, fmt.Errorf("reading stdin: %w", err))
-				continue
-			}
-			report.Merge(snap.AddDocuments(data, "<stdin>", false))
+			snap.addStream(stdin, "<stdin>", false, report, func(err error) error { return fmt.Errorf("reading stdin: %w", err) })
 			if report.Objects == before {
 				report.Empty = append(report.Empty, "- (stdin): no object")
 			}
@@ -107,12 +102,13 @@ func LoadPaths(paths []string, stdin io.Reader) (*Snapshot, *Report) {
 		}
 		errs := len(report.Errors)
 		for _, f := range files {
-			data, err := os.ReadFile(f)
+			r, err := os.Open(f)
 			if err != nil {
 				report.Errors = append(report.Errors, err)
 				continue
 			}
-			report.Merge(snap.AddDocuments(data, f, false))
+			snap.addStream(r, f, false, report, func(err error) error { return err })
+			r.Close()
 		}
 		if report.Objects == before && len(report.Errors) == errs {
 			what := "no object (an empty file, or only comments and empty documents)"
@@ -155,39 +151,85 @@ func expandPath(p string) ([]string, error) {
 // already there is replaced (as `kubectl apply` would); without, it is an
 // error and the first one stays.
 func (s *Snapshot) AddDocuments(data []byte, file string, replace bool) *Report {
+	return s.AddReader(bytes.NewReader(data), file, replace)
+}
+
+// AddReader is AddDocuments reading r as a stream: documents are decoded
+// as they are read (on every CPU, added in order), the items of a `kind:
+// List` one at a time, so that no more of the input is held than the
+// objects kept.
+func (s *Snapshot) AddReader(r io.Reader, file string, replace bool) *Report {
 	report := newReport()
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for doc := 1; ; doc++ {
-		raw, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			report.Errors = append(report.Errors, fmt.Errorf("%s (document %d): %w", file, doc, err))
-			break
-		}
-		src := Source{File: file, Document: doc}
-		jsonDoc, err := yaml.YAMLToJSONStrict(raw) // duplicate keys are errors, not "last wins"
-		if err != nil {
-			report.Errors = append(report.Errors, fmt.Errorf("%s: invalid YAML: %w", src, err))
-			continue
-		}
-		s.addObject(jsonDoc, src, replace, report)
-	}
+	s.addStream(r, file, replace, report, func(err error) error { return fmt.Errorf("reading %s: %w", file, err) })
 	return report
 }
 
 var listKind = regexp.MustCompile(`List$`)
 
+// errNotChecked marks a result that quickHead read from what is not JSON:
+// never reported (the unit is decoded again, through the YAML parser).
+var errNotChecked = errors.New("not JSON")
+
+// addObject adds one JSON document (an object or a List of them).
 func (s *Snapshot) addObject(data []byte, src Source, replace bool, report *Report) {
+	res, _ := analyze(data, src, "", 0, decodeChecked, nil)
+	for i := range res {
+		s.commit(&res[i], replace, report)
+	}
+}
+
+// result is what one document or List item comes to, found without the
+// snapshot (decoding can run on another goroutine); commit adds it.
+type result struct {
+	counted bool   // counts in Report.Objects
+	err     error  // reported instead of adding anything
+	skipped string // "apiVersion kind" of a kind netpol does not read
+	// The decoded object: add puts it in the snapshot.
+	key       ObjectKey
+	src       Source
+	item      string // the List item it is, "" for none
+	add       func(*Snapshot)
+	decodeErr error // reported after the duplicate check
+	unknown   []string
+}
+
+// clean is a result that the decoding of a file's JSON as it is (without
+// the YAML parser) decides as the YAML parser would have: nothing to
+// report (and so no error message to match).
+func (r *result) clean() bool {
+	return r.err == nil && r.decodeErr == nil && len(r.unknown) == 0
+}
+
+// where says where an object is: the source, and the item of its List.
+func where(src Source, item string) string {
+	if item == "" {
+		return src.String()
+	}
+	if src.File == "" {
+		return fmt.Sprintf("%s (item %s)", src, item)
+	}
+	return fmt.Sprintf("%s (document %d, item %s)", src.File, src.Document, item)
+}
+
+// How analyze may read its JSON.
+const (
+	decodeChecked = iota // all through the decoder, which checks it all
+	decodeUnique         // with quickHead (no key is there twice)
+	decodeValid          // with quickHead, and valid JSON
+)
+
+// analyze decodes one JSON document: an object, or a List of them (each
+// item in turn; item names the item this document is, "" for none, and
+// base numbers the items of a List that are not its first). It appends a
+// result per object and reports whether the document was a List.
+func analyze(data []byte, src Source, item string, base int, mode int, out []result) ([]result, bool) {
+	at := func() string { return where(src, item) }
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || string(data) == "null" {
-		return // an empty document, as between two "---"
+		return out, false // an empty document, as between two "---"
 	}
-	if !bytes.HasPrefix(data, []byte("{")) {
-		report.Objects++
-		report.Errors = append(report.Errors, fmt.Errorf("%s: not a Kubernetes object: the document is %s, not a mapping with apiVersion and kind", src, documentKind(data)))
-		return
+	if data[0] != '{' {
+		return append(out, result{counted: true, err: fmt.Errorf("%s: not a Kubernetes object: the document is %s, not a mapping with apiVersion and kind", at(), documentKind(data))}), false
 	}
 	var head struct {
 		metav1.TypeMeta `json:",inline"`
@@ -197,53 +239,68 @@ func (s *Snapshot) addObject(data []byte, src Source, replace bool, report *Repo
 		} `json:"metadata"`
 		Items []json.RawMessage `json:"items"`
 	}
-	// Case-sensitive, as the typed decode below: "metAdata" is not metadata.
-	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(data, &head); err != nil {
-		report.Objects++
-		report.Errors = append(report.Errors, fmt.Errorf("%s: not a Kubernetes object: %s", src, plainJSONError(err)))
-		return
+	quick := false
+	if mode != decodeChecked {
+		head.APIVersion, head.Kind, head.Metadata.Name, head.Metadata.Namespace, quick = quickHead(data)
 	}
+	// Case-sensitive, as the typed decode below: "metAdata" is not metadata.
+	if !quick {
+		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(data, &head); err != nil {
+			return append(out, result{counted: true, err: fmt.Errorf("%s: not a Kubernetes object: %s", at(), plainJSONError(err))}), false
+		}
+	}
+	// What the decoder does not read, as a kind that is skipped, must be
+	// JSON all the same.
+	unchecked := quick && mode == decodeUnique
 	if head.Kind == "" || head.APIVersion == "" {
-		report.Objects++
-		report.Errors = append(report.Errors, fmt.Errorf("%s: object %q has no apiVersion or kind", src, head.Metadata.Name))
-		return
+		return append(out, result{counted: true, err: fmt.Errorf("%s: object %q has no apiVersion or kind", at(), head.Metadata.Name)}), false
 	}
 	if listKind.MatchString(head.Kind) && head.Items != nil {
-		for _, item := range head.Items {
-			s.addObject(item, src, replace, report)
+		for i, it := range head.Items {
+			n := strconv.Itoa(base + i + 1)
+			if item != "" {
+				n = item + "." + n
+			}
+			out, _ = analyze(it, src, n, 0, mode, out)
 		}
-		return
+		return out, true
 	}
-	report.Objects++
+	r := result{counted: true}
+	skip := func() ([]result, bool) {
+		r.skipped = head.APIVersion + " " + head.Kind
+		if unchecked && !json.Valid(data) {
+			r.err = errNotChecked
+		}
+		return append(out, r), false
+	}
 	kind, ok := kinds[head.Kind]
 	if !ok {
-		report.Skipped[head.APIVersion+" "+head.Kind]++
-		return
+		return skip()
 	}
 	gv, err := parseGroupVersion(head.APIVersion)
 	if err != nil || gv.group != kind.group {
-		report.Skipped[head.APIVersion+" "+head.Kind]++
-		return
+		return skip()
 	}
 	decode, ok := kind.versions[gv.version]
 	if !ok {
-		report.Errors = append(report.Errors, fmt.Errorf("%s: %s %q: unsupported apiVersion %q (netpol reads %s)",
-			src, head.Kind, head.Metadata.Name, head.APIVersion, kind.supported()))
-		return
+		r.err = fmt.Errorf("%s: %s %q: unsupported apiVersion %q (netpol reads %s)",
+			at(), head.Kind, head.Metadata.Name, head.APIVersion, kind.supported())
+		return append(out, r), false
 	}
-	src.APIVersion = head.APIVersion
-	key := ObjectKey{Kind: head.Kind, Namespace: head.Metadata.Namespace, Name: head.Metadata.Name}
+	// Strings that many objects repeat are shared (as the objects' own).
+	src.APIVersion = unique.Make(head.APIVersion).Value()
+	key := ObjectKey{Kind: unique.Make(head.Kind).Value(), Namespace: head.Metadata.Namespace, Name: head.Metadata.Name}
 	if key.Name == "" {
-		report.Errors = append(report.Errors, fmt.Errorf("%s: %s without metadata.name", src, head.Kind))
-		return
+		r.err = fmt.Errorf("%s: %s without metadata.name", at(), head.Kind)
+		return append(out, r), false
 	}
 	if errs := validation.IsDNS1123Subdomain(key.Name); len(errs) > 0 {
-		report.Errors = append(report.Errors, fmt.Errorf("%s: %s: metadata.name %q: %s", src, head.Kind, key.Name, strings.Join(errs, "; ")))
-		return
+		r.err = fmt.Errorf("%s: %s: metadata.name %q: %s", at(), head.Kind, key.Name, strings.Join(errs, "; "))
+		return append(out, r), false
 	}
 	if errs := validation.IsDNS1123Label(key.Namespace); kind.namespaced && key.Namespace != "" && len(errs) > 0 {
-		report.Errors = append(report.Errors, fmt.Errorf("%s: %s %q: metadata.namespace %q: %s", src, head.Kind, key.Name, key.Namespace, strings.Join(errs, "; ")))
-		return
+		r.err = fmt.Errorf("%s: %s %q: metadata.namespace %q: %s", at(), head.Kind, key.Name, key.Namespace, strings.Join(errs, "; "))
+		return append(out, r), false
 	}
 	if !kind.namespaced && key.Namespace != "" {
 		key.Namespace = "" // cluster-scoped: a namespace field means nothing
@@ -251,25 +308,55 @@ func (s *Snapshot) addObject(data []byte, src Source, replace bool, report *Repo
 	if kind.namespaced && key.Namespace == "" {
 		key.Namespace = metav1.NamespaceDefault // as kubectl does for a manifest without one
 	}
+	key.Namespace = unique.Make(key.Namespace).Value()
+	r.key, r.src, r.item = key, src, item
+	var obj metav1.Object
+	r.add, obj, r.unknown, r.decodeErr = decode(data, key.Namespace)
+	if r.decodeErr != nil {
+		r.add, r.unknown = nil, nil
+	} else {
+		r.key.Name = obj.GetName() // the object's string, not a copy
+	}
+	return append(out, r), false
+}
+
+// commit adds what analyze found to the snapshot and the report, in the
+// order the original single pass did: a duplicate is reported before the
+// object's decoding errors.
+func (s *Snapshot) commit(r *result, replace bool, report *Report) {
+	if r.counted {
+		report.Objects++
+	}
+	switch {
+	case r.err != nil:
+		report.Errors = append(report.Errors, r.err)
+		return
+	case r.skipped != "":
+		report.Skipped[r.skipped]++
+		return
+	case r.add == nil && r.decodeErr == nil:
+		return // an empty document
+	}
+	key := r.key
 	if prev, dup := s.Origin[key]; dup {
 		if !replace {
-			report.Errors = append(report.Errors, fmt.Errorf("%s: duplicate %s, already read from %s; keeping the first", src, key, prev))
+			report.Errors = append(report.Errors, fmt.Errorf("%s: duplicate %s, already read from %s; keeping the first", where(r.src, r.item), key, prev))
 			return
 		}
 		s.Delete(key)
 	}
-	unknown, err := decode(s, data, key.Namespace)
-	if err != nil {
-		report.Errors = append(report.Errors, fmt.Errorf("%s: %s: %s", src, key, plainJSONError(err)))
+	if r.decodeErr != nil {
+		report.Errors = append(report.Errors, fmt.Errorf("%s: %s: %s", where(r.src, r.item), key, plainJSONError(r.decodeErr)))
 		return
 	}
-	if len(unknown) > 0 {
-		s.UnknownFields[key] = unknown
+	if len(r.unknown) > 0 {
+		s.UnknownFields[key] = r.unknown
 		if !isPolicyKind(key.Kind) {
-			report.Notes = append(report.Notes, fmt.Sprintf("%s: %s: ignoring unknown field(s) %s", src, key, strings.Join(unknown, ", ")))
+			report.Notes = append(report.Notes, fmt.Sprintf("%s: %s: ignoring unknown field(s) %s", where(r.src, r.item), key, strings.Join(r.unknown, ", ")))
 		}
 	}
-	s.Origin[key] = src
+	r.add(s)
+	s.Origin[key] = r.src
 }
 
 // documentKind says what a JSON document that is not an object is.
@@ -356,9 +443,9 @@ func parseGroupVersion(apiVersion string) (groupVersion, error) {
 	return groupVersion{}, fmt.Errorf("malformed apiVersion %q", apiVersion)
 }
 
-// decodeFunc decodes one object into the snapshot and returns the paths of
-// fields the typed struct does not know.
-type decodeFunc func(s *Snapshot, data []byte, namespace string) ([]string, error)
+// decodeFunc decodes one object, without the snapshot: add puts it there.
+// It returns the paths of fields the typed struct does not know.
+type decodeFunc func(data []byte, namespace string) (add func(*Snapshot), obj metav1.Object, unknown []string, err error)
 
 type kindInfo struct {
 	group      string
@@ -381,10 +468,6 @@ func (k kindInfo) supported() string {
 
 var kinds = map[string]kindInfo{
 	KindNamespace: {group: "", versions: map[string]decodeFunc{"v1": decodeInto(func(s *Snapshot, o *corev1.Namespace) {
-		if o.Labels == nil {
-			o.Labels = map[string]string{}
-		}
-		o.Labels[namespaceNameLabel] = o.Name // the API server sets it on every namespace
 		s.Namespaces = append(s.Namespaces, o)
 	})}},
 	KindNode: {group: "", versions: map[string]decodeFunc{"v1": decodeInto(func(s *Snapshot, o *corev1.Node) {
@@ -444,19 +527,26 @@ func decodeInto[T any, PT interface {
 	*T
 	namespacedObject
 }](add func(*Snapshot, PT)) decodeFunc {
-	return func(s *Snapshot, data []byte, namespace string) ([]string, error) {
+	return func(data []byte, namespace string) (func(*Snapshot), metav1.Object, []string, error) {
 		obj := PT(new(T))
 		strict, err := sigsjson.UnmarshalStrict(data, obj, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		var unknown []string
 		for _, e := range strict {
 			unknown = append(unknown, strings.Trim(strings.TrimPrefix(e.Error(), "unknown field "), `"`))
 		}
 		obj.SetNamespace(namespace)
-		add(s, obj)
-		return unknown, nil
+		if ns, ok := any(obj).(*corev1.Namespace); ok {
+			if ns.Labels == nil {
+				ns.Labels = map[string]string{}
+			}
+			ns.Labels[namespaceNameLabel] = ns.Name // the API server sets it on every namespace
+		}
+		trim(obj)
+		m, _ := any(obj).(metav1.Object)
+		return func(s *Snapshot) { add(s, obj) }, m, unknown, nil
 	}
 }
 
