@@ -48,22 +48,8 @@ spec:
 // the evaluator's table, and each restart must send nothing to the kernel.
 // Then a restarted applier applies a policy change from its read-back.
 func TestRestartAdoptsWithoutFlip(t *testing.T) {
-	requireRoot(t)
 	ctx := context.Background()
-	snap := baseSnapshot(t, "e2e")
-	if r := snap.AddDocuments([]byte(restartPolicies), "restart policies", false); len(r.Errors) > 0 {
-		t.Fatal(r.Errors)
-	}
-	probes := []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 81}}
-	l, err := lab.Up(ctx, snap, lab.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
+	snap, l, probes := restartLab(t)
 	enf := conformance.NewEnforcer(l)
 	if _, err := enf.Sync(snap); err != nil {
 		t.Fatal(err)
@@ -79,34 +65,7 @@ func TestRestartAdoptsWithoutFlip(t *testing.T) {
 		t.Fatalf("the policies should allow some cells and deny others; %d of %d denied", denied, len(want.Results))
 	}
 
-	var (
-		mu       sync.Mutex
-		rounds   int
-		problems []string
-	)
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			// No retry: a cell that drops even once during a restart shows.
-			got, _, err := l.Probe(ctx, lab.ProbeOptions{Probes: probes, Timeout: 500 * time.Millisecond, NoRetry: true})
-			mu.Lock()
-			rounds++
-			if err != nil {
-				problems = append(problems, err.Error())
-			} else if diffs, err := conformance.Compare(want, got); err != nil || len(diffs) > 0 {
-				problems = append(problems, fmtDiffs(err, diffs))
-			}
-			mu.Unlock()
-		}
-	}()
-
+	probing := probeContinuously(ctx, l, want, probes)
 	const restarts = 20
 	for i := 0; i < restarts; i++ {
 		enf.Close()
@@ -124,18 +83,9 @@ func TestRestartAdoptsWithoutFlip(t *testing.T) {
 	}
 	// Let the probes run across the last restart for a while.
 	time.Sleep(time.Second)
-	close(stop)
-	<-done
+	rounds := probing.stop(t)
 	enf.Close()
-	mu.Lock()
 	t.Logf("%d restarts while %d full-matrix probe rounds ran (%d cells each, %d denied)", restarts, rounds, len(want.Results), denied)
-	if rounds < 3 {
-		t.Errorf("only %d probe rounds ran during the restarts", rounds)
-	}
-	for _, p := range problems {
-		t.Errorf("a probe round disagreed with the evaluator: %s", p)
-	}
-	mu.Unlock()
 
 	// A restarted applier diffs a changed state against what it reads back.
 	snap.Delete(cluster.ObjectKey{Kind: cluster.KindNetworkPolicy, Namespace: "x", Name: "ingress-from-y"})
@@ -167,52 +117,14 @@ func TestRestartAdoptsWithoutFlip(t *testing.T) {
 // retries: each switch is one transaction, so no round may disagree with
 // the evaluator, in either direction.
 func TestLayoutSwitchWithoutFlip(t *testing.T) {
-	requireRoot(t)
 	ctx := context.Background()
-	snap := baseSnapshot(t, "e2e")
-	if r := snap.AddDocuments([]byte(restartPolicies), "restart policies", false); len(r.Errors) > 0 {
-		t.Fatal(r.Errors)
-	}
-	probes := []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 81}}
-	l, err := lab.Up(ctx, snap, lab.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
+	snap, l, probes := restartLab(t)
 	enf := conformance.NewEnforcer(l)
 	if _, err := enf.Sync(snap); err != nil {
 		t.Fatal(err)
 	}
 	want := eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: probes})
-	var (
-		mu       sync.Mutex
-		rounds   int
-		problems []string
-	)
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			got, _, err := l.Probe(ctx, lab.ProbeOptions{Probes: probes, Timeout: 500 * time.Millisecond, NoRetry: true})
-			mu.Lock()
-			rounds++
-			if err != nil {
-				problems = append(problems, err.Error())
-			} else if diffs, err := conformance.Compare(want, got); err != nil || len(diffs) > 0 {
-				problems = append(problems, fmtDiffs(err, diffs))
-			}
-			mu.Unlock()
-		}
-	}()
+	probing := probeContinuously(ctx, l, want, probes)
 	const switches = 6
 	layout := compiler.LayoutAddresses
 	for i := 0; i < switches; i++ {
@@ -236,18 +148,81 @@ func TestLayoutSwitchWithoutFlip(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	time.Sleep(time.Second)
-	close(stop)
-	<-done
+	rounds := probing.stop(t)
 	enf.Close()
-	mu.Lock()
-	defer mu.Unlock()
 	t.Logf("%d layout switches while %d full-matrix probe rounds ran (%d cells each)", switches, rounds, len(want.Results))
-	if rounds < 3 {
-		t.Errorf("only %d probe rounds ran during the switches", rounds)
+}
+
+// restartLab is the e2e base with restartPolicies, in a lab, and the
+// probes the restart tests make.
+func restartLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, []eval.Probe) {
+	t.Helper()
+	requireRoot(t)
+	snap := baseSnapshot(t, "e2e")
+	if r := snap.AddDocuments([]byte(restartPolicies), "restart policies", false); len(r.Errors) > 0 {
+		t.Fatal(r.Errors)
 	}
-	for _, p := range problems {
-		t.Errorf("a probe round disagreed with the evaluator: %s", p)
+	l, err := lab.Up(context.Background(), snap, lab.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := l.Down(); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	return snap, l, []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 81}}
+}
+
+// probing probes the full matrix round after round, without retries (a
+// cell that drops even once shows), until stopped.
+type probing struct {
+	mu       sync.Mutex
+	rounds   int
+	problems []string
+	halt     chan struct{}
+	done     chan struct{}
+}
+
+func probeContinuously(ctx context.Context, l *lab.Lab, want *eval.Table, probes []eval.Probe) *probing {
+	p := &probing{halt: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for {
+			select {
+			case <-p.halt:
+				return
+			default:
+			}
+			got, _, err := l.Probe(ctx, lab.ProbeOptions{Probes: probes, Timeout: 500 * time.Millisecond, NoRetry: true})
+			p.mu.Lock()
+			p.rounds++
+			if err != nil {
+				p.problems = append(p.problems, err.Error())
+			} else if diffs, err := conformance.Compare(want, got); err != nil || len(diffs) > 0 {
+				p.problems = append(p.problems, fmtDiffs(err, diffs))
+			}
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+// stop ends the probing, fails t for every round that disagreed with the
+// evaluator (or when fewer than 3 ran) and returns how many ran.
+func (p *probing) stop(t *testing.T) int {
+	t.Helper()
+	close(p.halt)
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rounds < 3 {
+		t.Errorf("only %d probe rounds ran", p.rounds)
+	}
+	for _, problem := range p.problems {
+		t.Errorf("a probe round disagreed with the evaluator: %s", problem)
+	}
+	return p.rounds
 }
 
 func fmtDiffs(err error, diffs []conformance.Difference) string {
