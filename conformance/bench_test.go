@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -223,7 +224,9 @@ func BenchmarkConnRate(b *testing.B) {
 // node-001 that policy lets talk (both dispatched into class chains),
 // through node-001's table of the realistic 10,000-pod cluster
 // (synth.RealisticScale) in each layout, against the same node without a
-// table: NETPOL_CONNRATE_ROUNDS rounds (default 5) of the three, in turn,
+// table and with the identity table's chains but nobody dispatched (the
+// cost of the base chains alone): NETPOL_CONNRATE_ROUNDS rounds (default 5)
+// of the four, in turn,
 // each 3 s. It reports the median of each and of each round's ratio, and
 // the ratios' spread (lowest and highest): one pair is noise on this
 // machine.
@@ -269,14 +272,26 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 			return err
 		})
 	}
-	var none, addrs, ids, addrRatio, idRatio []float64
+	// The identity table with nobody dispatched: every chain and set is
+	// there, the connection crosses only the base chains' first rules
+	// (what a table costs before any policy rule).
+	undispatched := *tables[compiler.LayoutIdentities]
+	undispatched.Sets = maps.Clone(undispatched.Sets)
+	for _, name := range []string{"egress-pods4", "egress-pods6", "ingress-pods4", "ingress-pods6"} {
+		s := *undispatched.Sets[name]
+		s.Elements = nil
+		undispatched.Sets[name] = &s
+	}
+	const baseOnly = compiler.Layout(-1)
+	tables[baseOnly] = &undispatched
+	var none, addrs, ids, base, addrRatio, idRatio, baseRatio []float64
 	for b.Loop() {
 		for range rounds[0] {
 			if err := a.Delete(); err != nil {
 				b.Fatal(err)
 			}
 			n := rate()
-			for _, layout := range []compiler.Layout{compiler.LayoutIdentities, compiler.LayoutAddresses} {
+			for _, layout := range []compiler.Layout{compiler.LayoutIdentities, compiler.LayoutAddresses, baseOnly} {
 				if err := a.Delete(); err != nil {
 					b.Fatal(err)
 				}
@@ -284,10 +299,13 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 					b.Fatal(err)
 				}
 				r := rate()
-				if layout == compiler.LayoutIdentities {
+				switch layout {
+				case compiler.LayoutIdentities:
 					ids, idRatio = append(ids, r), append(idRatio, r/n)
-				} else {
+				case compiler.LayoutAddresses:
 					addrs, addrRatio = append(addrs, r), append(addrRatio, r/n)
+				default:
+					base, baseRatio = append(base, r), append(baseRatio, r/n)
 				}
 			}
 			none = append(none, n)
@@ -300,6 +318,8 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 	b.ReportMetric(median(idRatio), "ratio-identities")
 	b.ReportMetric(slices.Min(idRatio), "ratio-identities-min")
 	b.ReportMetric(slices.Max(idRatio), "ratio-identities-max")
+	b.ReportMetric(median(base), "conn/s-base-chains-only")
+	b.ReportMetric(median(baseRatio), "ratio-base-chains-only")
 	b.ReportMetric(median(addrRatio), "ratio-addresses")
 	b.ReportMetric(slices.Min(addrRatio), "ratio-addresses-min")
 	b.ReportMetric(slices.Max(addrRatio), "ratio-addresses-max")
