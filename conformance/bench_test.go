@@ -224,9 +224,10 @@ func BenchmarkConnRate(b *testing.B) {
 // node-001 that policy lets talk (both dispatched into class chains),
 // through node-001's table of the realistic 10,000-pod cluster
 // (synth.RealisticScale) in each layout, against the same node without a
-// table and with the identity table's chains but nobody dispatched (the
-// cost of the base chains alone): NETPOL_CONNRATE_ROUNDS rounds (default 5)
-// of the four, in turn,
+// table, with the identity table's chains but nobody dispatched (the
+// cost of the base chains alone), and with one forward chain, empty or
+// with the conntrack rule alone: NETPOL_CONNRATE_ROUNDS rounds (default 5)
+// of the six, in turn,
 // each 3 s. It reports the median of each and of each round's ratio, and
 // the ratios' spread (lowest and highest): one pair is noise on this
 // machine.
@@ -284,14 +285,27 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 	}
 	const baseOnly = compiler.Layout(-1)
 	tables[baseOnly] = &undispatched
+	// Two tables of one forward base chain: empty (the cost of a hook),
+	// and holding only `ct state established,related accept` (which turns
+	// connection tracking on in the namespace).
+	const hookOnly, ctOnly = compiler.Layout(-2), compiler.Layout(-3)
+	for _, v := range []struct {
+		layout compiler.Layout
+		rules  []*nft.Rule
+	}{{hookOnly, nil}, {ctOnly, []*nft.Rule{nft.NewRule().CtEstablishedRelated().Verdict(nft.Verdict{Kind: nft.Accept})}}} {
+		t := nft.NewTable(compiler.DefaultTable)
+		t.AddChain(&nft.Chain{Name: "forward", Base: &nft.Hook{Type: "filter", Hook: nft.HookForward, Policy: "accept"}, Rules: v.rules})
+		tables[v.layout] = t
+	}
 	var none, addrs, ids, base, addrRatio, idRatio, baseRatio []float64
+	var hook, ct, hookRatio, ctRatio []float64
 	for b.Loop() {
 		for range rounds[0] {
 			if err := a.Delete(); err != nil {
 				b.Fatal(err)
 			}
 			n := rate()
-			for _, layout := range []compiler.Layout{compiler.LayoutIdentities, compiler.LayoutAddresses, baseOnly} {
+			for _, layout := range []compiler.Layout{compiler.LayoutIdentities, compiler.LayoutAddresses, baseOnly, hookOnly, ctOnly} {
 				if err := a.Delete(); err != nil {
 					b.Fatal(err)
 				}
@@ -304,8 +318,12 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 					ids, idRatio = append(ids, r), append(idRatio, r/n)
 				case compiler.LayoutAddresses:
 					addrs, addrRatio = append(addrs, r), append(addrRatio, r/n)
-				default:
+				case baseOnly:
 					base, baseRatio = append(base, r), append(baseRatio, r/n)
+				case hookOnly:
+					hook, hookRatio = append(hook, r), append(hookRatio, r/n)
+				default:
+					ct, ctRatio = append(ct, r), append(ctRatio, r/n)
 				}
 			}
 			none = append(none, n)
@@ -318,6 +336,10 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 	b.ReportMetric(median(idRatio), "ratio-identities")
 	b.ReportMetric(slices.Min(idRatio), "ratio-identities-min")
 	b.ReportMetric(slices.Max(idRatio), "ratio-identities-max")
+	b.ReportMetric(median(hook), "conn/s-empty-chain")
+	b.ReportMetric(median(hookRatio), "ratio-empty-chain")
+	b.ReportMetric(median(ct), "conn/s-ct-state-only")
+	b.ReportMetric(median(ctRatio), "ratio-ct-state-only")
 	b.ReportMetric(median(base), "conn/s-base-chains-only")
 	b.ReportMetric(median(baseRatio), "ratio-base-chains-only")
 	b.ReportMetric(median(addrRatio), "ratio-addresses")
