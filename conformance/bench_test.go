@@ -195,15 +195,7 @@ func BenchmarkConnRate(b *testing.B) {
 	l := nodeOnlyLab(b, snap, from, to)
 	a := nodeApplier(b, l)
 	probe := eval.Probe{Protocol: "TCP", Port: 80}
-	rate := func() float64 {
-		return connRate(b, func() error {
-			o, err := l.ProbeOne(context.Background(), from, to, probe, eval.FamilyIPv4)
-			if err == nil && !o.Allowed {
-				err = fmt.Errorf("%s -> %s: %s", from, to, o.Result)
-			}
-			return err
-		})
-	}
+	rate := func() float64 { return probeRate(b, l, from, to, probe) }
 	var with, without float64
 	for b.Loop() {
 		if err := a.Delete(); err != nil {
@@ -264,15 +256,7 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 	b.Logf("%s -> %s on %s", from, to, probe)
 	l := nodeOnlyLabOf(b, snap, node, from, to)
 	a := nodeApplierOf(b, l, node)
-	rate := func() float64 {
-		return connRate(b, func() error {
-			o, err := l.ProbeOne(context.Background(), from, to, probe, eval.FamilyIPv4)
-			if err == nil && !o.Allowed {
-				err = fmt.Errorf("%s -> %s: %s", from, to, o.Result)
-			}
-			return err
-		})
-	}
+	rate := func() float64 { return probeRate(b, l, from, to, probe) }
 	// The identity table with nobody dispatched: every chain and set is
 	// there, the connection crosses only the base chains' first rules
 	// (what a table costs before any policy rule).
@@ -345,6 +329,18 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 	b.ReportMetric(median(addrRatio), "ratio-addresses")
 	b.ReportMetric(slices.Min(addrRatio), "ratio-addresses-min")
 	b.ReportMetric(slices.Max(addrRatio), "ratio-addresses-max")
+}
+
+// probeRate is connRate of probes from one lab pod to another, each of
+// which must connect.
+func probeRate(b *testing.B, l *lab.Lab, from, to string, probe eval.Probe) float64 {
+	return connRate(b, func() error {
+		o, err := l.ProbeOne(context.Background(), from, to, probe, eval.FamilyIPv4)
+		if err == nil && !o.Allowed {
+			err = fmt.Errorf("%s -> %s: %s", from, to, o.Result)
+		}
+		return err
+	})
 }
 
 // connRate makes connections with connect from 4 goroutines for 3 s and

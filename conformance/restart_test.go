@@ -51,10 +51,7 @@ func TestRestartAdoptsWithoutFlip(t *testing.T) {
 	ctx := context.Background()
 	snap, l, probes := restartLab(t)
 	enf := conformance.NewEnforcer(l)
-	if _, err := enf.Sync(snap); err != nil {
-		t.Fatal(err)
-	}
-	want := eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: probes})
+	want := syncedTable(t, enf, snap, probes)
 	denied := 0
 	for _, r := range want.Results {
 		if !r.Allowed {
@@ -120,10 +117,7 @@ func TestLayoutSwitchWithoutFlip(t *testing.T) {
 	ctx := context.Background()
 	snap, l, probes := restartLab(t)
 	enf := conformance.NewEnforcer(l)
-	if _, err := enf.Sync(snap); err != nil {
-		t.Fatal(err)
-	}
-	want := eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: probes})
+	want := syncedTable(t, enf, snap, probes)
 	probing := probeContinuously(ctx, l, want, probes)
 	const switches = 6
 	layout := compiler.LayoutAddresses
@@ -172,6 +166,16 @@ func restartLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, []eval.Probe) {
 		}
 	})
 	return snap, l, []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 81}}
+}
+
+// syncedTable programs the lab through enf and returns the evaluator's
+// table for probes: what the kernel must answer from now on.
+func syncedTable(t *testing.T, enf *conformance.Enforcer, snap *cluster.Snapshot, probes []eval.Probe) *eval.Table {
+	t.Helper()
+	if _, err := enf.Sync(snap); err != nil {
+		t.Fatal(err)
+	}
+	return eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: probes})
 }
 
 // probing probes the full matrix round after round, without retries (a

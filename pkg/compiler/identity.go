@@ -310,10 +310,11 @@ type idCompiler struct {
 	node int
 	t    *nft.Table
 	ids  *identities
-	// classes maps a class key to its chain; policyChains a policy's
-	// rules (by policy, direction, rules) to theirs; tiers a next tier's
-	// key to its chain.
-	classes, policyChains, tiers map[string]string
+	// classes maps a class key to its chain and pass verdict;
+	// policyChains a policy's rules (by policy, direction, rules) to
+	// their chain; tiers a next tier's key to its chain.
+	classes             map[string]idClass
+	policyChains, tiers map[string]string
 	// idSets are the identity sets by content; ruleIDs the identity
 	// ranges of each rule's pod peers.
 	idSets  map[string]string
@@ -321,9 +322,12 @@ type idCompiler struct {
 	rules   *compiler // the address layout's helpers: networks, ports, domains
 }
 
-// passToDefault is what a pass map holds for a local pod whose class has
-// no next tier: the default allows.
-var passToDefault = verdictAccept
+// idClass is a class's chain and what its pods' pass map entries hold
+// (nil when its Admin tier is empty).
+type idClass struct {
+	chain string
+	pass  *nft.Verdict
+}
 
 func compileIdentities(r *eval.Resolved, opts Options) (*nft.Table, error) {
 	if opts.DNS != nil {
@@ -339,54 +343,59 @@ func compileIdentities(r *eval.Resolved, opts Options) (*nft.Table, error) {
 	}
 	t := nft.NewTable(opts.Table)
 	c := &idCompiler{r: r, pols: r.Policies(), node: node, t: t, ids: ids,
-		classes: map[string]string{}, policyChains: map[string]string{}, tiers: map[string]string{},
+		classes: map[string]idClass{}, policyChains: map[string]string{}, tiers: map[string]string{},
 		idSets: map[string]string{}, ruleIDs: map[[3]int][]addrRange{},
-		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}, ruleSets: map[peerKey]ruleSetNames{},
-			live: &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}, classes: map[string][2]string{}, domainClasses: map[string]bool{}}}}
+		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}}}
 	c.fixedObjects()
 	if !opts.AgentPorts.Empty() {
 		c.rules.protectAgentPorts(opts.AgentPorts) // in the input chain, as the address layout does
 	}
-	self := map[string]bool{}
-	dispatched := map[string]bool{}
+	// An address two pods claim is the first one's, in each map.
+	identified := map[netip.Addr]bool{}
+	type addrDir struct {
+		a netip.Addr
+		d policy.Direction
+	}
+	dispatched := map[addrDir]bool{}
+	self := map[netip.Addr]bool{}
 	for i := 0; i < r.NumPods(); i++ {
 		p := r.Pod(i)
+		if p.HostNetwork || ids.of[i] == 0 {
+			continue
+		}
 		for _, a := range p.Addrs {
-			if p.HostNetwork || ids.of[i] == 0 {
-				break
-			}
-			f := nft.FamilyOf(a)
-			m := t.Sets[mapPodIDs+f.Suffix]
-			if key := f.AddrBytes(a); !dispatched[string(key)+m.Name] {
-				dispatched[string(key)+m.Name] = true // two pods claim one address: the first keeps it
-				m.Elements = append(m.Elements, nft.Element{Key: key, Data: nft.IntegerBytes(ids.of[i])})
+			if !identified[a] {
+				identified[a] = true
+				f := nft.FamilyOf(a)
+				m := t.Sets[mapPodIDs+f.Suffix]
+				m.Elements = append(m.Elements, nft.Element{Key: f.AddrBytes(a), Data: nft.IntegerBytes(ids.of[i])})
 			}
 		}
-		if p.Node != node || p.HostNetwork || len(p.Addrs) == 0 {
+		if p.Node != node {
 			continue
 		}
 		for _, d := range policy.Directions {
-			chain, next := c.class(i, d)
-			if chain == "" {
+			cl := c.class(i, d)
+			if cl.chain == "" {
 				continue
 			}
 			for _, a := range p.Addrs {
+				if dispatched[addrDir{a, d}] {
+					continue
+				}
+				dispatched[addrDir{a, d}] = true
 				f := nft.FamilyOf(a)
 				key := f.AddrBytes(a)
 				m := t.Sets[dispatchMap(d)+f.Suffix]
-				if dispatched[string(key)+m.Name] {
-					continue
-				}
-				dispatched[string(key)+m.Name] = true
-				m.Elements = append(m.Elements, nft.Element{Key: key, Verdict: &nft.Verdict{Kind: nft.Jump, Chain: chain}})
-				if next != nil {
+				m.Elements = append(m.Elements, nft.Element{Key: key, Verdict: &nft.Verdict{Kind: nft.Jump, Chain: cl.chain}})
+				if cl.pass != nil {
 					pm := t.Sets[passMap(d)+f.Suffix]
-					pm.Elements = append(pm.Elements, nft.Element{Key: key, Verdict: next})
+					pm.Elements = append(pm.Elements, nft.Element{Key: key, Verdict: cl.pass})
 				}
-				if sk := nft.Key(key, key); !self[string(sk)] {
-					self[string(sk)] = true
+				if !self[a] {
+					self[a] = true
 					s := t.Sets[setSelf+f.Suffix]
-					s.Elements = append(s.Elements, nft.Element{Key: sk})
+					s.Elements = append(s.Elements, nft.Element{Key: nft.Key(key, key)})
 				}
 			}
 		}
@@ -450,34 +459,34 @@ func (c *idCompiler) fixedObjects() {
 	}
 }
 
-// class returns pod's class chain for direction d ("" when no policy
-// applies) and, when its Admin tier can Pass, the verdict its pass map
-// entry holds (the next tier's chain, or accept).
-func (c *idCompiler) class(pod int, d policy.Direction) (string, *nft.Verdict) {
+// class returns pod's class for direction d (chain "" when no policy
+// applies): its chain, built on first use, and, when its Admin tier can
+// Pass, the verdict its pods' pass map entries hold (the next tier's
+// chain, or accept: the default allows).
+func (c *idCompiler) class(pod int, d policy.Direction) idClass {
 	plan := c.r.Plan(pod, d)
 	if plan == nil || plan.Empty() {
-		return "", nil
+		return idClass{}
 	}
 	named := ""
 	if d == policy.Ingress {
 		named = c.rules.resolveNamedPorts(plan.Allow, pod)
 	}
+	key := plan.Key + named
+	if cl, ok := c.classes[key]; ok {
+		return cl
+	}
 	next := c.nextTier(plan, pod, named)
-	var pass *nft.Verdict
+	cl := idClass{chain: directionPrefix(d) + "." + contentID(key)}
 	if len(plan.Admin) > 0 {
-		v := passToDefault
+		v := verdictAccept
 		if next != "" {
 			v = nft.Verdict{Kind: nft.Goto, Chain: next}
 		}
-		pass = &v
+		cl.pass = &v
 	}
-	key := plan.Key + named
-	if chain, ok := c.classes[key]; ok {
-		return chain, pass
-	}
-	name := directionPrefix(d) + "." + contentID(key)
-	c.classes[key] = name
-	ch := c.t.AddChain(&nft.Chain{Name: name})
+	c.classes[key] = cl
+	ch := c.t.AddChain(&nft.Chain{Name: cl.chain})
 	peer := peerSide(d)
 	ch.Rules = append(ch.Rules, nft.NewRule().MarkSetConst(0).Done())
 	for _, f := range nft.Families {
@@ -497,7 +506,7 @@ func (c *idCompiler) class(pod int, d policy.Direction) (string, *nft.Verdict) {
 		}
 	}
 	ch.Rules = append(ch.Rules, end)
-	return name, pass
+	return cl
 }
 
 // byPolicy splits a tier's plan rules into runs of one policy each.
@@ -607,7 +616,7 @@ func (c *idCompiler) ruleMatches(pr eval.PlanRule, d policy.Direction, action po
 			out = append(out, end(func() *nft.Builder { return pm.match(nft.NewRule()).L4ProtoPortInSet(sets.ports) }, pm.f)...)
 		}
 		if len(named) > 0 {
-			for _, nm := range c.namedMatches(named, d) {
+			for _, nm := range c.namedPortMatches(named, d) {
 				if pm.f != nil && nm.f != nil && nm.f != pm.f {
 					continue
 				}
@@ -662,10 +671,10 @@ type namedMatch struct {
 	match func(*nft.Builder) *nft.Builder
 }
 
-// namedMatches resolves named ports on the destination: for ingress the
+// namedPortMatches resolves named ports on the destination: for ingress the
 // local pods (by address), for egress a pod-network destination by its
 // identity (in the mark) and a host-network one by its address.
-func (c *idCompiler) namedMatches(named []policy.Port, d policy.Direction) []namedMatch {
+func (c *idCompiler) namedPortMatches(named []policy.Port, d policy.Direction) []namedMatch {
 	id := "named." + contentID(fmt.Sprint(named)+directionPrefix(d))
 	var out []namedMatch
 	if d == policy.Egress {
