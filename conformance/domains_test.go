@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/domain"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
@@ -28,12 +30,12 @@ var web = eval.Probe{Protocol: corev1.ProtocolTCP, Port: 80}
 // kube-dns's endpoint, its addresses on the outside serving tcp/80) and
 // programs its nodes with DNS learning, as the agent does.
 func domainLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, *conformance.Enforcer) {
-	return domainLabFrom(t, domainsFixture, web)
+	return domainLabFrom(t, compiler.LayoutAddresses, domainsFixture, web)
 }
 
 // domainLabFrom is domainLab for another state file, the outside serving
 // ports.
-func domainLabFrom(t *testing.T, path string, ports ...eval.Probe) (*cluster.Snapshot, *lab.Lab, *conformance.Enforcer) {
+func domainLabFrom(t *testing.T, layout compiler.Layout, path string, ports ...eval.Probe) (*cluster.Snapshot, *lab.Lab, *conformance.Enforcer) {
 	t.Helper()
 	requireRoot(t)
 	snap, report := cluster.LoadPaths([]string{path}, nil)
@@ -51,6 +53,7 @@ func domainLabFrom(t *testing.T, path string, ports ...eval.Probe) (*cluster.Sna
 	})
 	enf := conformance.NewEnforcer(l)
 	enf.DNS = &node.DNSOptions{}
+	enf.Layout = layout
 	t.Cleanup(enf.Close)
 	if _, err := enf.Sync(snap); err != nil {
 		t.Fatal(err)
@@ -76,7 +79,13 @@ func domainLabFrom(t *testing.T, path string, ports ...eval.Probe) (*cluster.Sna
 // (x/b's www.example.com and *.example.com), a 100-address answer over
 // 1,232 bytes, the DNS pod on the client's node and on another.
 func TestDomainNamesInKernel(t *testing.T) {
-	snap, l, enf := domainLab(t)
+	for _, layout := range []compiler.Layout{compiler.LayoutAddresses, compiler.LayoutIdentities} {
+		t.Run(fmt.Sprint(layout), func(t *testing.T) { domainNamesInKernel(t, layout) })
+	}
+}
+
+func domainNamesInKernel(t *testing.T, layout compiler.Layout) {
+	snap, l, enf := domainLabFrom(t, layout, domainsFixture, web)
 	for _, tcp := range []bool{false, true} {
 		cells := domainsAgree(t, snap, l, tcp)
 		for cell, allowed := range map[string]bool{
@@ -148,7 +157,7 @@ func domainsAgree(t *testing.T, snap *cluster.Snapshot, l *lab.Lab, tcp bool) ma
 // ClusterIP, learned into the patterns' IPv6 sets, admit IPv6
 // connections; a pod whose primary address is IPv4 asks for A records.
 func TestDomainNamesInKernelIPv6(t *testing.T) {
-	snap, l, enf := domainLabFrom(t, "testdata/lab-dns-dualstack.yaml", web)
+	snap, l, enf := domainLabFrom(t, compiler.LayoutAddresses, "testdata/lab-dns-dualstack.yaml", web)
 	cells := domainsAgree(t, snap, l, false)
 	for cell, allowed := range map[string]bool{
 		"x/b dns/allowed.example.com": true, // 2001:db8:113::10
@@ -258,7 +267,7 @@ func TestDomainNameEstablishedOutlivesTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	udp80 := eval.Probe{Protocol: corev1.ProtocolUDP, Port: 80}
-	_, l, _ := domainLabFrom(t, path, web, udp80)
+	_, l, _ := domainLabFrom(t, compiler.LayoutAddresses, path, web, udp80)
 	ctx := context.Background()
 	server, _ := l.ClusterDNS(netip.MustParseAddr("10.244.1.10"))
 	addrs, err := l.Resolve(ctx, "x/a", "short.example.com", false, server)

@@ -24,6 +24,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 		portsAllow   []string
 		dnsServers   []string
 		memoryRatio  float64
+		layout       layoutFlag
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -43,6 +44,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 			}
 			opts.Logger = logger
 			opts.Kubeconfig = in.kubeconfig
+			opts.Layout = layout.layout
 			if opts.NodePortAddresses, err = parseList(nodePortAddr, netip.ParseAddr); err != nil {
 				return fmt.Errorf("--nodeport-addresses: %w", err)
 			}
@@ -113,6 +115,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 	f.StringVar(&opts.ProxyTable, "proxy-table", "", "nftables table name for Service NAT (default netpol-proxy)")
 	f.StringSliceVar(&nodePortAddr, "nodeport-addresses", nil, "node addresses that serve NodePorts, comma-separated (default: the Node's InternalIP and ExternalIP addresses)")
 	f.StringSliceVar(&clusterCIDRs, "cluster-cidr", nil, "pod networks, comma-separated; other clients of ClusterIPs are masqueraded (default: every Node's spec.podCIDRs)")
+	layout.register(cmd, "")
 	f.BoolVar(&opts.NoDNS, "no-dns", false, "do not learn domainNames addresses from the cluster DNS's answers (domainNames rules then admit nothing)")
 	f.Uint16Var(&opts.DNSQueue, "dns-queue", node.DefaultDNSQueue, "NFQUEUE queue number the cluster DNS's answers to pods with domainNames rules are sent to")
 	f.StringSliceVar(&dnsServers, "dns-server", nil, "DNS servers besides the endpoints of Service kube-system/kube-dns whose answers teach domainNames addresses, as ADDRESS or ADDRESS:PORT (port 53 by default), comma-separated (a node-local cache)")

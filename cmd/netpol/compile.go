@@ -98,16 +98,11 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 type layoutFlag struct{ layout compiler.Layout }
 
 func (l *layoutFlag) register(cmd *cobra.Command, prefix string) {
-	cmd.Flags().Var(l, "layout", prefix+"the policy table's layout: addresses (the agent's: peers as sets of pod addresses) or identities "+
-		"(pods as identities in the packet mark, peers as sets of identities; offline only for now)")
+	cmd.Flags().Var(l, "layout", prefix+"the policy table's layout: addresses (peers as sets of pod addresses) or identities "+
+		"(pods as identities in the packet mark, peers as sets of identities: a table that grows with pods plus policies)")
 }
 
-func (l *layoutFlag) String() string {
-	if l.layout == compiler.LayoutIdentities {
-		return "identities"
-	}
-	return "addresses"
-}
+func (l *layoutFlag) String() string { return l.layout.String() }
 
 func (l *layoutFlag) Set(s string) (err error) {
 	l.layout, err = compiler.ParseLayout(s)

@@ -92,6 +92,10 @@ type Options struct {
 	// ClusterCIDRs are the pod networks (clients outside them are
 	// masqueraded to ClusterIPs); nil means every Node's spec.podCIDRs.
 	ClusterCIDRs []netip.Prefix
+	// Layout is the policy table's layout (compiler.LayoutAddresses by
+	// default; compiler.LayoutIdentities: pods as identities, a table
+	// that grows with pods plus policies).
+	Layout compiler.Layout
 	// NoDNS turns domainNames learning off: the cluster DNS's answers are
 	// not queued, and domainNames rules admit nothing.
 	NoDNS bool
@@ -252,7 +256,7 @@ func New(opts Options) (*Agent, error) {
 // programmerOptions are the node programmer's options for the agent's.
 func programmerOptions(opts Options, ns netns.NsHandle) node.Options {
 	return node.Options{Node: opts.NodeName, NetNS: ns, Table: opts.Table, NoProxy: opts.NoProxy,
-		ProxyTable: opts.ProxyTable, HealthChecks: true, AgentPorts: opts.agentPorts(), Logger: opts.Logger.With("node", opts.NodeName),
+		ProxyTable: opts.ProxyTable, HealthChecks: true, AgentPorts: opts.agentPorts(), Layout: opts.Layout, Logger: opts.Logger.With("node", opts.NodeName),
 		Build: proxy.Options{NodePortAddresses: opts.NodePortAddresses, ClusterCIDRs: opts.ClusterCIDRs}, DNS: opts.dnsOptions()}
 }
 

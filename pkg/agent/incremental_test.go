@@ -20,6 +20,8 @@ import (
 
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/node"
 )
 
@@ -350,5 +352,130 @@ spec:
 		if count("full") != full || count(tt.path) <= want {
 			t.Fatalf("%s: syncs full %v -> %v, %s %v -> %v; want no full sync and a %s one", tt.name, full, count("full"), tt.path, want, count(tt.path), tt.path)
 		}
+	}
+}
+
+// TestIncrementalPathIdentities is TestIncrementalPath on the identity
+// layout: a replica of a workload (an identity that exists) added or
+// deleted on another node is one pod-ids element written, whatever the
+// policies that select it; one added on node-1 adds its own entries; a
+// policy that selects no pod here writes nothing. A new identity, the
+// labels of a namespace with pods and a policy that selects pods here are
+// compiled in full, keeping the numbering (so the kernel is sent what
+// changed). After each the kernel holds what a full compile with the
+// numbering gives, and the periodic resync agrees.
+func TestIncrementalPathIdentities(t *testing.T) {
+	snap, err := synth.Snapshot(synth.Spec{Namespaces: 6, Pods: 300, Nodes: 3, NetworkPolicies: 30, AdminPolicies: 6, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, snap, Options{NoStatus: true, NoProxy: true, ResyncPeriod: time.Hour, Layout: compiler.LayoutIdentities})
+	numbering := &compiler.Identities{} // follows the agent's: both number alike from the same states
+	want := func() *nft.Table {
+		table, err := compiler.Compile(node.Prepare(h.snap).Resolved, compiler.Options{Node: "node-1", Layout: compiler.LayoutIdentities, Identities: numbering})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return table
+	}
+	h.run()
+	first := want()
+	h.waitFor("first sync", 10*time.Second, func() bool { return holds(h.pol, first) })
+	ctx := context.Background()
+	pod := func(onNode1 bool, i int) *corev1.Pod {
+		for _, p := range h.snap.Pods {
+			if (p.Spec.NodeName == "node-1") == onNode1 && !p.Spec.HostNetwork {
+				if i == 0 {
+					return p
+				}
+				i--
+			}
+		}
+		t.Fatalf("not enough pods (on node-1: %v)", onNode1)
+		return nil
+	}
+	addCopy := func(p *corev1.Pod, name, ip string) error {
+		p = p.DeepCopy()
+		p.Name, p.ResourceVersion = name, ""
+		p.Status.PodIP = ip
+		p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+		h.snap.Pods = append(h.snap.Pods, p)
+		_, err := h.kube.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		return err
+	}
+	remove := func(ns, name string) error {
+		for _, p := range h.snap.Pods {
+			if p.Namespace == ns && p.Name == name {
+				h.dropPod(p)
+			}
+		}
+		return h.kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})
+	}
+	remote, local := pod(false, 2), pod(true, 0)
+	steps := []struct {
+		name     string
+		change   func() error
+		wantPath string
+		writes   int // element writes the kernel must see (-1: any)
+	}{
+		{"replica on another node added", func() error { return addCopy(remote, "replica-remote", "10.99.0.7") }, "incremental", 1},
+		{"that replica deleted", func() error { return remove(remote.Namespace, "replica-remote") }, "incremental", 1},
+		{"replica on node-1 added", func() error { return addCopy(local, "replica-local", "10.99.1.7") }, "incremental", -1},
+		{"NetworkPolicy selecting no pod here added", func() error {
+			np := selectApp("remote", remote)
+			np.Spec.PodSelector.MatchLabels["app"] = "no-pod-here"
+			return h.createPolicy(np)
+		}, "incremental", 0},
+		{"pod on another node relabelled with a label no selector here reads", func() error {
+			p := pod(false, 5).DeepCopy()
+			p.Labels["release"] = "canary"
+			h.replacePod(p)
+			_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
+			return err
+		}, "incremental", 0},
+		{"pod on another node given a named port no pod had (a new identity)", func() error {
+			p := pod(false, 6).DeepCopy()
+			p.Spec.Containers = []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{{Name: "never-seen", ContainerPort: 9999}}}}
+			h.replacePod(p)
+			_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
+			return err
+		}, "full", -1},
+		{"NetworkPolicy selecting a pod here added", func() error { return h.createPolicy(selectApp("local", pod(true, 1))) }, "full", -1},
+	}
+	paths := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, path := range []string{"incremental", "rebase", "full"} {
+			var m dto.Metric
+			h.agent.metrics.policySyncs.WithLabelValues(path).Write(&m)
+			out[path] = m.GetCounter().GetValue()
+		}
+		return out
+	}
+	for _, st := range steps {
+		before, kernelBefore := paths(), h.pol.Kernel()
+		if err := st.change(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		w := want()
+		h.waitFor(st.name+" programmed", 10*time.Second, func() bool { return holds(h.pol, w) })
+		h.waitFor(st.name+" counted", 5*time.Second, func() bool { return !maps.Equal(paths(), before) })
+		after := paths()
+		for path, n := range after {
+			if took := n > before[path]; took != (path == st.wantPath) {
+				t.Fatalf("%s: took %v syncs by path (before: %v), want the %s path only", st.name, after, before, st.wantPath)
+			}
+		}
+		d := nft.Diff(kernelBefore, h.pol.Kernel())
+		writes := d.Stats.ElementsAdded + d.Stats.ElementsDeleted
+		t.Logf("%s: %s path, %d element writes, %d chains added, %d rewritten", st.name, st.wantPath, writes, d.Stats.ChainsAdded, d.Stats.ChainsRewritten)
+		if st.writes >= 0 && writes != st.writes {
+			t.Errorf("%s: %d element writes, want %d", st.name, writes, st.writes)
+		}
+	}
+	h.agent.syncTables(node.Policy, true)
+	var m dto.Metric
+	h.agent.metrics.liveMismatches.Write(&m)
+	if n := m.GetCounter().GetValue(); n != 0 || h.logs.count("differed from a full compile") > 0 {
+		t.Fatalf("the resync found the incremental table different from a full compile (%v times)", n)
 	}
 }

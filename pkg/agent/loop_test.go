@@ -127,7 +127,7 @@ func newHarness(t testing.TB, snap *cluster.Snapshot, opts Options, anps ...runt
 		opts.MinSyncInterval = 5 * time.Millisecond
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(h.logs, nil))
-	prog, err := node.NewWith(node.Options{Node: opts.NodeName, NoProxy: opts.NoProxy}, h.pol, h.nat)
+	prog, err := node.NewWith(node.Options{Node: opts.NodeName, NoProxy: opts.NoProxy, Layout: opts.Layout}, h.pol, h.nat)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package compiler
 import (
 	"errors"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -41,4 +42,14 @@ func NewLiveFromPods(pods []*PodState, nsLabels func(ns string) labels.Set, node
 		return nil, err
 	}
 	return l, nil
+}
+
+// Clone (tests only) is a copy of the numbering that compiles made from
+// it do not change.
+func (n *Identities) Clone() *Identities {
+	c := &Identities{base: maps.Clone(n.base), class: map[string]map[string]uint32{}}
+	for ns, m := range n.class {
+		c.class[ns] = maps.Clone(m)
+	}
+	return c
 }

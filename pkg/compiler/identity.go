@@ -12,8 +12,8 @@ package compiler
 // direction only; a Pass leaves a shared policy chain through a map from
 // the local pod's address to its class's next tier.
 //
-// Compile builds it with Options.Layout = LayoutIdentities; the agent's
-// incremental path (Live) still programs the address layout.
+// Compile builds it with Options.Layout = LayoutIdentities;
+// IdentityLive keeps it up to date with pod events (identity_live.go).
 
 import (
 	"cmp"
@@ -41,6 +41,13 @@ const (
 	// LayoutIdentities: pods as identities in the packet mark.
 	LayoutIdentities
 )
+
+func (l Layout) String() string {
+	if l == LayoutIdentities {
+		return "identities"
+	}
+	return "addresses"
+}
 
 // ParseLayout reads a layout's name.
 func ParseLayout(s string) (Layout, error) {
@@ -94,14 +101,45 @@ type Identities struct {
 // that some peer's pod selector reads (relevant: a label no selector
 // reads, such as pod-template-hash, does not split a workload), and its
 // named ports.
-func identityKey(p eval.PodView, relevant map[string]bool) string {
+func identityKey(podLabels labels.Set, ports []corev1.ContainerPort, relevant map[string]bool) string {
 	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
+	for _, k := range slices.Sorted(maps.Keys(podLabels)) {
 		if relevant[k] {
-			fmt.Fprintf(&b, "%s=%s,", k, p.Labels[k])
+			fmt.Fprintf(&b, "%s=%s,", k, podLabels[k])
 		}
 	}
-	return b.String() + "\x00" + namedPortsSignature(p.Ports)
+	return b.String() + "\x00" + namedPortsSignature(ports)
+}
+
+// localPolicies are the policies some plan of the node's pod-network pods
+// holds: only their peers' selectors shape the node's table (a policy
+// that applies to no pod here changes nothing in it, Live's premise).
+func localPolicies(r *eval.Resolved, node int) []*policy.Policy {
+	in := map[int32]bool{}
+	for i := 0; i < r.NumPods(); i++ {
+		p := r.Pod(i)
+		if p.Node != node || p.HostNetwork || len(p.Addrs) == 0 {
+			continue
+		}
+		for _, d := range policy.Directions {
+			plan := r.Plan(i, d)
+			if plan == nil {
+				continue
+			}
+			for _, rules := range [][]eval.PlanRule{plan.Admin, plan.Allow, plan.Baseline} {
+				for _, pr := range rules {
+					in[pr.Policy] = true
+				}
+			}
+		}
+	}
+	var out []*policy.Policy
+	for i, p := range r.Policies() {
+		if in[int32(i)] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // selectedLabelKeys are the pod label keys the pod selectors of the
@@ -126,19 +164,19 @@ func selectedLabelKeys(pols []*policy.Policy) map[string]bool {
 	return keys
 }
 
-// newIdentities numbers r's pods; with prev, the numbers prev gave are
-// kept and prev is updated to this numbering.
-func newIdentities(r *eval.Resolved, prev *Identities) (*identities, error) {
+// newIdentities numbers r's pods over the relevant label keys; with
+// prev, the numbers prev gave are kept and prev is updated to this
+// numbering.
+func newIdentities(r *eval.Resolved, prev *Identities, relevant map[string]bool) (*identities, error) {
 	nsLabels := map[string]labels.Set{}
 	classes := map[string]map[string]bool{}
 	keyOf := make([]string, r.NumPods())
-	relevant := selectedLabelKeys(r.Policies())
 	for i := 0; i < r.NumPods(); i++ {
 		p := r.Pod(i)
 		if p.HostNetwork || len(p.Addrs) == 0 {
 			continue
 		}
-		keyOf[i] = identityKey(p, relevant)
+		keyOf[i] = identityKey(p.Labels, p.Ports, relevant)
 		if classes[p.Namespace] == nil {
 			classes[p.Namespace] = map[string]bool{}
 			nsLabels[p.Namespace] = p.NamespaceLabels
@@ -310,6 +348,8 @@ type idCompiler struct {
 	node int
 	t    *nft.Table
 	ids  *identities
+	// relevant are the pod label keys identities are made of.
+	relevant map[string]bool
 	// classes maps a class key to its chain and pass verdict;
 	// policyChains a policy's rules (by policy, direction, rules) to
 	// their chain; tiers a next tier's key to its chain.
@@ -319,91 +359,136 @@ type idCompiler struct {
 	// ranges of each rule's pod peers.
 	idSets  map[string]string
 	ruleIDs map[[3]int][]addrRange
-	rules   *compiler // the address layout's helpers: networks, ports, domains
+	// ingressNamed are the ingress named-port sets (by name without the
+	// family suffix) with their ports: they hold the local pods'
+	// addresses. namedNets are the networks of egress NetworkPolicy
+	// rules with named ports: a pod address in them is allowed by
+	// address, not identity.
+	ingressNamed map[string][]policy.Port
+	namedNets    map[*nft.Family][]addrRange
+	rules        *compiler // the address layout's helpers: networks, ports, domains
 }
 
 // idClass is a class's chain and what its pods' pass map entries hold
-// (nil when its Admin tier is empty).
+// (nil when its Admin tier is empty); dnsClient says its pods' DNS
+// answers are learned (its Admin or Baseline rules name domains).
 type idClass struct {
-	chain string
-	pass  *nft.Verdict
+	chain     string
+	pass      *nft.Verdict
+	dnsClient bool
 }
 
 func compileIdentities(r *eval.Resolved, opts Options) (*nft.Table, error) {
-	if opts.DNS != nil {
-		return nil, fmt.Errorf("the identity layout does not program the agent's DNS queue yet")
+	c, err := buildIdentities(r, opts, nil)
+	if err != nil {
+		return nil, err
 	}
+	return c.t, nil
+}
+
+// buildIdentities compiles the node's table; each pod-network pod is
+// given to pod (when not nil) with its identity and, for a pod of the
+// node, its classes by direction (IdentityLive records them).
+func buildIdentities(r *eval.Resolved, opts Options, pod func(i int, id uint32, classes [2]idClass)) (*idCompiler, error) {
 	node := r.NodeIndex(opts.Node)
 	if node < 0 {
 		return nil, fmt.Errorf("node %q is not in the snapshot", opts.Node)
 	}
-	ids, err := newIdentities(r, opts.Identities)
+	relevant := selectedLabelKeys(localPolicies(r, node))
+	ids, err := newIdentities(r, opts.Identities, relevant)
 	if err != nil {
 		return nil, err
 	}
 	t := nft.NewTable(opts.Table)
-	c := &idCompiler{r: r, pols: r.Policies(), node: node, t: t, ids: ids,
+	c := &idCompiler{r: r, pols: r.Policies(), node: node, t: t, ids: ids, relevant: relevant,
 		classes: map[string]idClass{}, policyChains: map[string]string{}, tiers: map[string]string{},
 		idSets: map[string]string{}, ruleIDs: map[[3]int][]addrRange{},
+		ingressNamed: map[string][]policy.Port{}, namedNets: map[*nft.Family][]addrRange{},
 		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}}}
 	c.fixedObjects()
+	if opts.DNS != nil {
+		if err := c.rules.dnsChains(opts.DNS); err != nil {
+			return nil, err
+		}
+	}
 	if !opts.AgentPorts.Empty() {
 		c.rules.protectAgentPorts(opts.AgentPorts) // in the input chain, as the address layout does
 	}
-	// An address two pods claim is the first one's, in each map.
-	identified := map[netip.Addr]bool{}
-	type addrDir struct {
-		a netip.Addr
-		d policy.Direction
-	}
-	dispatched := map[addrDir]bool{}
-	self := map[netip.Addr]bool{}
+	// An address two pods claim is the first one's: in pod-ids, and in
+	// each direction's dispatch (with its pass and DNS entries).
+	claimed := map[string]bool{}
 	for i := 0; i < r.NumPods(); i++ {
 		p := r.Pod(i)
 		if p.HostNetwork || ids.of[i] == 0 {
 			continue
 		}
-		for _, a := range p.Addrs {
-			if !identified[a] {
-				identified[a] = true
-				f := nft.FamilyOf(a)
-				m := t.Sets[mapPodIDs+f.Suffix]
-				m.Elements = append(m.Elements, nft.Element{Key: f.AddrBytes(a), Data: nft.IntegerBytes(ids.of[i])})
+		var classes [2]idClass
+		if p.Node == node {
+			for _, d := range policy.Directions {
+				classes[d] = c.class(i, d)
 			}
 		}
-		if p.Node != node {
-			continue
+		elems := podElements(ids.of[i], p.Addrs, p.Node == node, classes, opts.DNS != nil)
+		for _, e := range elems {
+			if !claimed[e.claim] {
+				s := t.Sets[e.set]
+				s.Elements = append(s.Elements, e.Element)
+			}
 		}
-		for _, d := range policy.Directions {
-			cl := c.class(i, d)
-			if cl.chain == "" {
-				continue
-			}
-			for _, a := range p.Addrs {
-				if dispatched[addrDir{a, d}] {
-					continue
-				}
-				dispatched[addrDir{a, d}] = true
-				f := nft.FamilyOf(a)
-				key := f.AddrBytes(a)
-				m := t.Sets[dispatchMap(d)+f.Suffix]
-				m.Elements = append(m.Elements, nft.Element{Key: key, Verdict: &nft.Verdict{Kind: nft.Jump, Chain: cl.chain}})
-				if cl.pass != nil {
-					pm := t.Sets[passMap(d)+f.Suffix]
-					pm.Elements = append(pm.Elements, nft.Element{Key: key, Verdict: cl.pass})
-				}
-				if !self[a] {
-					self[a] = true
-					s := t.Sets[setSelf+f.Suffix]
-					s.Elements = append(s.Elements, nft.Element{Key: nft.Key(key, key)})
-				}
-			}
+		for _, e := range elems {
+			claimed[e.claim] = true
+		}
+		if pod != nil {
+			pod(i, ids.of[i], classes)
 		}
 	}
 	for _, s := range t.Sets {
 		sortElements(s)
 	}
-	return t, nil
+	return c, nil
+}
+
+// setElement is an element and the set it belongs to; claim is what of
+// an address it stands for (pod-ids, a direction, self): of two pods with
+// one address, the first claims it.
+type setElement struct {
+	set, claim string
+	nft.Element
+}
+
+// podElements are the elements a pod-network pod with identity id and
+// addresses addrs puts in the node's table: its pod-ids entries and, for a
+// pod of the node (local), its dispatch, pass, self and DNS-client entries.
+func podElements(id uint32, addrs []netip.Addr, local bool, classes [2]idClass, dns bool) []setElement {
+	var out []setElement
+	for _, a := range addrs {
+		f := nft.FamilyOf(a)
+		key := f.AddrBytes(a)
+		out = append(out, setElement{mapPodIDs + f.Suffix, "ids" + a.String(), nft.Element{Key: key, Data: nft.IntegerBytes(id)}})
+		if !local {
+			continue
+		}
+		self := false
+		for _, d := range policy.Directions {
+			cl := classes[d]
+			if cl.chain == "" {
+				continue
+			}
+			self = true
+			claim := directionPrefix(d) + a.String()
+			out = append(out, setElement{dispatchMap(d) + f.Suffix, claim, nft.Element{Key: key, Verdict: &nft.Verdict{Kind: nft.Jump, Chain: cl.chain}}})
+			if cl.pass != nil {
+				out = append(out, setElement{passMap(d) + f.Suffix, claim, nft.Element{Key: key, Verdict: cl.pass}})
+			}
+			if dns && d == policy.Egress && cl.dnsClient {
+				out = append(out, setElement{setDNSClients + f.Suffix, claim, nft.Element{Key: key}})
+			}
+		}
+		if self {
+			out = append(out, setElement{setSelf + f.Suffix, "self" + a.String(), nft.Element{Key: nft.Key(key, key)}})
+		}
+	}
+	return out
 }
 
 func passMap(d policy.Direction) string {
@@ -477,7 +562,7 @@ func (c *idCompiler) class(pod int, d policy.Direction) idClass {
 		return cl
 	}
 	next := c.nextTier(plan, pod, named)
-	cl := idClass{chain: directionPrefix(d) + "." + contentID(key)}
+	cl := idClass{chain: directionPrefix(d) + "." + contentID(key), dnsClient: d == policy.Egress && c.namesDomains(plan)}
 	if len(plan.Admin) > 0 {
 		v := verdictAccept
 		if next != "" {
@@ -507,6 +592,23 @@ func (c *idCompiler) class(pod int, d policy.Direction) idClass {
 	}
 	ch.Rules = append(ch.Rules, end)
 	return cl
+}
+
+// namesDomains reports whether an Admin or Baseline rule of the plan looks
+// up learned domain addresses.
+func (c *idCompiler) namesDomains(plan *eval.Plan) bool {
+	for _, rules := range [][]eval.PlanRule{plan.Admin, plan.Baseline} {
+		for _, pr := range rules {
+			if pr.Match != eval.MatchPeersPorts {
+				continue
+			}
+			r := c.rules.rule(pr, plan.Direction)
+			if !r.AllPeers && slices.ContainsFunc(r.Peers, func(p policy.Peer) bool { return p.Kind == policy.PeerDomainNames }) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // byPolicy splits a tier's plan rules into runs of one policy each.
@@ -700,6 +802,9 @@ func (c *idCompiler) namedPortMatches(named []policy.Port, d policy.Direction) [
 				return b.In(nil, name, nft.MarkKey(), nft.L4Proto(), nft.DstPort())
 			}})
 		}
+	}
+	if d == policy.Ingress {
+		c.ingressNamed[id] = named
 	}
 	for _, f := range nft.Families {
 		name := id + "." + f.Suffix
@@ -936,6 +1041,11 @@ func (c *idCompiler) allowItems(plan *eval.Plan, pod int) ([]allowItem, map[*nft
 			add(namedMatches(namedPorts, c.r.Pod(pod).Ports)) // the destination is the pod itself
 			continue
 		}
+		if !r.AllPeers {
+			for f, rs := range peerNets {
+				c.namedNets[f] = append(c.namedNets[f], rs...)
+			}
+		}
 		// Egress: each destination resolves the names on its own ports:
 		// a pod-network pod by its identity, a host-network one by its
 		// address.
@@ -945,17 +1055,14 @@ func (c *idCompiler) allowItems(plan *eval.Plan, pod int) ([]allowItem, map[*nft
 			if len(boxes) == 0 {
 				continue
 			}
-			byPeer := c.r.PeerPods(pi, d, ri, j)
-			if id := c.ids.of[j]; id != 0 {
-				inNets := false
-				for _, a := range dst.Addrs {
-					inNets = inNets || containsAddr(peerNets[nft.FamilyOf(a)], a)
-				}
-				if byPeer || inNets {
-					ids = append(ids, allowItem{addrs: []addrRange{singleAddr(idAddr(id))}, ports: boxes})
-				}
+			if id := c.ids.of[j]; id != 0 && (r.AllPeers || c.r.PeerPods(pi, d, ri, j)) {
+				// Every pod of the identity is a peer alike.
+				ids = append(ids, allowItem{addrs: []addrRange{singleAddr(idAddr(id))}, ports: boxes})
 				continue
 			}
+			// A host-network pod, or a pod the rule's networks hold but
+			// not its pod peers: by address (its identity's other pods
+			// may be elsewhere).
 			for _, a := range dst.Addrs {
 				f := nft.FamilyOf(a)
 				if containsAddr(peerNets[f], a) {

@@ -685,32 +685,7 @@ func (l *Live) patch(before, after map[elementRef]bool) {
 			s = &nft.Set{Name: name, Fields: []nft.FieldType{c.ref.f.Field}}
 			t.Sets[name] = s
 		}
-		pos := l.positions(s)
-		for _, e := range c.del {
-			i, ok := pos[string(e.Key)]
-			if !ok {
-				continue
-			}
-			delete(pos, string(e.Key))
-			last := len(s.Elements) - 1
-			if i != last {
-				s.Elements[i] = s.Elements[last]
-				pos[string(s.Elements[i].Key)] = i
-			}
-			s.Elements[last] = nft.Element{}
-			s.Elements = s.Elements[:last]
-		}
-		for _, e := range c.add {
-			if _, ok := pos[string(e.Key)]; !ok {
-				pos[string(e.Key)] = len(s.Elements)
-				s.Elements = append(s.Elements, e)
-			}
-		}
-		s.Changes = nil
-		if !created && s.Revision != 0 {
-			s.Changes = &nft.SetChanges{From: s.Revision, Add: c.add, Delete: c.del}
-		}
-		s.Revision = revisions.Add(1)
+		patchSet(s, l.positions(s), c.add, c.del, created)
 		switch {
 		case c.ref.tier == nil:
 		case len(s.Elements) == 0:
@@ -733,23 +708,64 @@ func (l *Live) patch(before, after map[elementRef]bool) {
 
 // positions is the index of a set's elements by key, made on the set's
 // first change.
-func (l *Live) positions(s *nft.Set) map[string]int {
-	pos, ok := l.pos[s.Name]
+func (l *Live) positions(s *nft.Set) map[string]int { return elementPositions(l.pos, s) }
+
+// elementPositions is the index of s's elements by key, kept in index
+// from the set's first change on.
+func elementPositions(index map[string]map[string]int, s *nft.Set) map[string]int {
+	pos, ok := index[s.Name]
 	if !ok {
 		pos = make(map[string]int, len(s.Elements))
 		for i, e := range s.Elements {
 			pos[string(e.Key)] = i
 		}
-		l.pos[s.Name] = pos
+		index[s.Name] = pos
 	}
 	return pos
 }
 
+// patchSet deletes del from s and adds add, in place, by key (pos is the
+// index of s's elements): an element is removed by moving the last one
+// into its place, so a change costs the same in a set of ten elements as
+// in one of 100,000. s gets a new Revision and, unless created, the
+// Changes from its last one (the Applier then sends only those).
+func patchSet(s *nft.Set, pos map[string]int, add, del []nft.Element, created bool) {
+	for _, e := range del {
+		i, ok := pos[string(e.Key)]
+		if !ok {
+			continue
+		}
+		delete(pos, string(e.Key))
+		last := len(s.Elements) - 1
+		if i != last {
+			s.Elements[i] = s.Elements[last]
+			pos[string(s.Elements[i].Key)] = i
+		}
+		s.Elements[last] = nft.Element{}
+		s.Elements = s.Elements[:last]
+	}
+	for _, e := range add {
+		if _, ok := pos[string(e.Key)]; !ok {
+			pos[string(e.Key)] = len(s.Elements)
+			s.Elements = append(s.Elements, e)
+		}
+	}
+	s.Changes = nil
+	if !created && s.Revision != 0 {
+		s.Changes = &nft.SetChanges{From: s.Revision, Add: add, Delete: del}
+	}
+	s.Revision = revisions.Add(1)
+}
+
 // Snapshot is a copy of the current table that later updates do not
 // change, its set elements in key order (as Compile gives them).
-func (l *Live) Snapshot() *nft.Table {
-	c := &nft.Table{Name: l.table.Name, Chains: maps.Clone(l.table.Chains), Sets: make(map[string]*nft.Set, len(l.table.Sets))}
-	for name, s := range l.table.Sets {
+func (l *Live) Snapshot() *nft.Table { return snapshot(l.table) }
+
+// snapshot is a copy of t whose sets later patches do not change (chains
+// are never changed in place), elements in key order.
+func snapshot(t *nft.Table) *nft.Table {
+	c := &nft.Table{Name: t.Name, Chains: maps.Clone(t.Chains), Sets: make(map[string]*nft.Set, len(t.Sets))}
+	for name, s := range t.Sets {
 		cs := &nft.Set{Name: s.Name, Fields: s.Fields, Interval: s.Interval, Verdict: s.Verdict, Data: s.Data, Timeout: s.Timeout,
 			Dynamic: s.Dynamic, Size: s.Size, Typeof: s.Typeof, Elements: slices.Clone(s.Elements)}
 		sortElements(cs)

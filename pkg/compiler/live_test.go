@@ -268,9 +268,15 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 	fromPods("end")
 }
 
+// liveTable is Live or IdentityLive.
+type liveTable interface {
+	Snapshot() *nft.Table
+	Table() *nft.Table
+}
+
 // compare checks Live against a full compile: its snapshot must render
 // alike, and its table (elements in any order) must need no change.
-func compare(t *testing.T, live *compiler.Live, snap *cluster.Snapshot, opts compiler.Options, what string, stats *liveStats) {
+func compare(t *testing.T, live liveTable, snap *cluster.Snapshot, opts compiler.Options, what string, stats *liveStats) {
 	t.Helper()
 	got := live.Snapshot()
 	want, err := compiler.Compile(eval.New(snap, policy.Build(snap)).Resolved(), opts)

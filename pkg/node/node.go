@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"net/netip"
 	"sync"
 
 	"github.com/vishvananda/netns"
@@ -44,8 +45,9 @@ type Options struct {
 	HealthChecks bool
 	// AgentPorts protects the agent's own ports in the policy table.
 	AgentPorts *compiler.AgentPorts
-	// Layout is the policy table's layout. The identity layout is
-	// compiled in full on every sync (UpdatePolicy asks for one).
+	// Layout is the policy table's layout. In the identity layout a
+	// policy change that applies here is compiled in full (RebasePolicy
+	// asks for one).
 	Layout compiler.Layout
 	// DNS, when set, enforces domainNames rules by learning from the
 	// cluster DNS's answers (dns.go). Only New takes it (it needs the
@@ -75,6 +77,17 @@ func (t Tables) String() string {
 	return "none"
 }
 
+// liveTable is the compiler's incremental table of either layout
+// (compiler.Live, compiler.IdentityLive).
+type liveTable interface {
+	Table() *nft.Table
+	Snapshot() *nft.Table
+	Update(compiler.Changes) (*nft.Table, error)
+	SelectsLocal(policy.Subject) bool
+	SetDNSServers([]netip.AddrPort) (*nft.Table, error)
+	DNSServers() []netip.AddrPort
+}
+
 // Programmer keeps one node's tables in step with the cluster. Its
 // methods are not safe for concurrent use.
 type Programmer struct {
@@ -86,7 +99,7 @@ type Programmer struct {
 	policy nft.Kernel
 	// live is the policy table of the last full compile, kept up to
 	// date by UpdatePolicy; applied says the kernel took its last change.
-	live    *compiler.Live
+	live    liveTable
 	applied bool
 	// identities is the identity layout's numbering, kept from sync to
 	// sync so that an event changes the elements it is about.
@@ -279,11 +292,11 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		r := &res.Policy
 		r.Ran = true
 		opts := compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts, DNS: p.compilerDNS(in)}
-		var live *compiler.Live
+		var live liveTable
 		var err error
 		if p.opts.Layout == compiler.LayoutIdentities {
 			opts.Layout, opts.Identities = p.opts.Layout, &p.identities
-			r.Table, err = compiler.Compile(in.Resolved, opts)
+			live, err = compiler.NewIdentityLive(in.Resolved, opts)
 		} else {
 			live, err = compiler.NewLive(in.Resolved, opts)
 		}
@@ -329,10 +342,6 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 // the caller syncs in full.
 func (p *Programmer) UpdatePolicy(ch compiler.Changes) PolicyResult {
 	r := PolicyResult{Ran: true, Incremental: true}
-	if p.opts.Layout == compiler.LayoutIdentities {
-		r.Err = &compiler.NeedsFullError{Reason: "the identity layout is compiled in full"}
-		return r
-	}
 	if p.live == nil {
 		r.Err = &compiler.NeedsFullError{Reason: "no full compile yet"}
 		return r
@@ -353,15 +362,16 @@ func (p *Programmer) UpdatePolicy(ch compiler.Changes) PolicyResult {
 // Node. A compiler.NeedsFullError means nothing was done.
 func (p *Programmer) RebasePolicy(ch compiler.Changes, model *policy.Model, nodes []*corev1.Node) PolicyResult {
 	r := PolicyResult{Ran: true, Incremental: true}
-	if p.opts.Layout == compiler.LayoutIdentities {
-		r.Err = &compiler.NeedsFullError{Reason: "the identity layout is compiled in full"}
-		return r
-	}
-	if p.live == nil {
+	live, ok := p.live.(*compiler.Live)
+	switch {
+	case p.live == nil:
 		r.Err = &compiler.NeedsFullError{Reason: "no full compile yet"}
 		return r
+	case !ok:
+		r.Err = &compiler.NeedsFullError{Reason: "the identity layout compiles a policy change in full"}
+		return r
 	}
-	t, err := p.live.Rebase(ch, model, nodes)
+	t, err := live.Rebase(ch, model, nodes)
 	if err != nil {
 		// The Live may hold the pod changes now: only a full compile
 		// starts again from a known state.

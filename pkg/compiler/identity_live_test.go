@@ -1,0 +1,182 @@
+package compiler_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/netpol/netpol/internal/synth"
+	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// TestIdentityLiveMatchesCompile is TestLiveMatchesCompile for the identity
+// layout: on every corpus world and a realistic synthetic cluster, random
+// pod and namespace changes go to an IdentityLive as Changes; each update
+// it takes must leave a table that renders exactly as a full compile of
+// the changed snapshot with the same numbering, and each it refuses
+// (NeedsFullError) is followed, as in the agent, by a new IdentityLive.
+// Replicas of existing workloads (an identity that exists), the most
+// common event of a real cluster, are added often; each must be taken.
+func TestIdentityLiveMatchesCompile(t *testing.T) {
+	worlds := corpusWorlds(t)
+	realistic, err := synth.Snapshot(synth.Spec{Shape: synth.ShapeRealistic, Namespaces: 8, Pods: 600, Nodes: 6, NetworkPolicies: 60, AdminPolicies: 8, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worlds = append(worlds, world{"realistic", realistic})
+	var stats identityLiveStats
+	for wi, w := range worlds {
+		for _, n := range w.snap.Nodes {
+			t.Run(w.name+"/"+n.Name, func(t *testing.T) {
+				var dns *compiler.DNS
+				if wi%2 == 1 || strings.Contains(w.name, "domain") {
+					dns = &compiler.DNS{Queue: nft.QueueXtables, QueueNum: 53, Servers: []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53")}}
+				}
+				identityLiveAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 11)), &stats, dns)
+			})
+		}
+	}
+	t.Logf("%d updates compared with a full compile (%d to pods of the node, %d replicas), %d refused; %d DNS client elements",
+		stats.updates, stats.local, stats.replicas, stats.refused, stats.dnsClients)
+	if stats.updates < 1000 || stats.local < 30 || stats.replicas < 300 || stats.dnsClients == 0 {
+		t.Fatalf("too little compared: want at least 1,000 updates, 30 to pods of the node, 300 replicas and a DNS client")
+	}
+}
+
+type identityLiveStats struct {
+	updates, local, replicas, refused, dnsClients int
+}
+
+func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *identityLiveStats, dns *compiler.DNS) {
+	snap := *base
+	snap.Pods = slices.Clone(base.Pods)
+	snap.Namespaces = slices.Clone(base.Namespaces)
+	numbering := &compiler.Identities{}
+	opts := compiler.Options{Node: node, DNS: dns, Layout: compiler.LayoutIdentities, Identities: numbering}
+	build := func() *compiler.IdentityLive {
+		l, err := compiler.NewIdentityLive(eval.New(&snap, policy.Build(&snap)).Resolved(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	check := func(live *compiler.IdentityLive, what string) {
+		t.Helper()
+		o := opts
+		o.Identities = numbering.Clone() // a compile of the same pods keeps it
+		var ls liveStats
+		compare(t, live, &snap, o, what, &ls)
+		stats.dnsClients += ls.dnsClients
+	}
+	nsLabels := func(ns string) labels.Set {
+		for _, n := range snap.Namespaces {
+			if n.Name == ns {
+				return compiler.NamespaceLabelsOf(ns, n)
+			}
+		}
+		return compiler.NamespaceLabelsOf(ns, nil)
+	}
+	live := build()
+	check(live, "start")
+	for step := range 40 {
+		ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
+		var what string
+		var local, replica bool
+		if r.IntN(2) == 0 {
+			what, local, replica = addReplica(&snap, node, r, step, &ch)
+		} else {
+			what, local = mutate(&snap, node, r, step, &ch)
+		}
+		if step == 20 && dns != nil {
+			servers := []netip.AddrPort{netip.MustParseAddrPort("10.244.9.9:53"), netip.MustParseAddrPort("[fd00::9]:5353")}
+			if _, err := live.SetDNSServers(servers); err != nil {
+				t.Fatal(err)
+			}
+			d := *dns
+			d.Servers = servers
+			opts.DNS = &d
+		}
+		prev := live.Snapshot()
+		_, err := live.Update(ch)
+		var full *compiler.NeedsFullError
+		switch {
+		case errors.As(err, &full):
+			if replica && !strings.Contains(err.Error(), "named ports") {
+				// (A pod in the networks of a rule with named ports is
+				// allowed by address: only a full compile places it.)
+				t.Fatalf("step %d (%s): a replica of an existing workload was refused: %v", step, what, err)
+			}
+			if d := nft.Diff(prev, live.Table()); !d.Empty() {
+				t.Fatalf("step %d (%s): a refused update changed the table", step, what)
+			}
+			stats.refused++
+			live = build()
+		case err != nil:
+			t.Fatalf("step %d (%s): %v", step, what, err)
+		default:
+			stats.updates++
+			if local {
+				stats.local++
+			}
+			if replica {
+				stats.replicas++
+				// On another node, a new pod of an existing identity is
+				// its pod-ids entry; on its own, its entries in the
+				// dispatch, pass, self, DNS and named-port sets too.
+				most := 1
+				if local {
+					most = 12
+				}
+				d := nft.Diff(prev, live.Table())
+				if w := d.Stats.ElementsAdded + d.Stats.ElementsDeleted; w > most || d.Stats.ChainsRewritten > 0 {
+					t.Errorf("step %d (%s): %d element writes and %d chains for a replica, want at most %d and none", step, what, w, d.Stats.ChainsRewritten, most)
+				}
+			}
+		}
+		check(live, fmt.Sprintf("step %d (%s)", step, what))
+	}
+}
+
+// addReplica adds a copy of a running pod-network pod under a new name and
+// address (a Deployment scaled up): its identity exists. It says what it
+// did, whether the copy is on node, and whether it is such a replica (an
+// original sharing its address with another pod is no model).
+func addReplica(snap *cluster.Snapshot, node string, r *rand.Rand, step int, ch *compiler.Changes) (string, bool, bool) {
+	held := map[string]int{}
+	for _, p := range snap.Pods {
+		if compiler.PodStateOf(p) != nil && !p.Spec.HostNetwork {
+			for _, ip := range p.Status.PodIPs {
+				held[ip.IP]++
+			}
+		}
+	}
+	var models []*corev1.Pod
+	for _, p := range snap.Pods {
+		if st := compiler.PodStateOf(p); st != nil && !p.Spec.HostNetwork && len(st.Addrs) > 0 &&
+			!slices.ContainsFunc(p.Status.PodIPs, func(ip corev1.PodIP) bool { return held[ip.IP] > 1 }) {
+			models = append(models, p)
+		}
+	}
+	if len(models) == 0 {
+		return "no replica", false, false
+	}
+	p := models[r.IntN(len(models))].DeepCopy()
+	p.Name = fmt.Sprintf("%s-replica%d", p.Name, step)
+	p.Status.PodIP = fmt.Sprintf("10.250.%d.%d", step/200, step%200+1)
+	p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+	snap.Pods = append(snap.Pods, p)
+	st := compiler.PodStateOf(p)
+	ch.Pods[st.Key] = st
+	return "replica " + st.Key, st.Node == node, true
+}
