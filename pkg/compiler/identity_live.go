@@ -34,8 +34,8 @@ type IdentityLive struct {
 	// claims counts the pods that hold each address: of two, only a
 	// full compile says whose the address is.
 	claims map[netip.Addr]int
-	perID  map[uint32]int       // pods by identity
-	users  map[string]int       // the node's pods by class chain
+	perID  map[uint32]int        // pods by identity
+	users  map[string]int        // the node's pods by class chain
 	ns     map[string]labels.Set // namespaces with pods: their labels
 	// classes are the classes (by direction) of the node's pods, by
 	// classSignature.
