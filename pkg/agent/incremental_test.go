@@ -426,6 +426,24 @@ func TestIncrementalPathIdentities(t *testing.T) {
 			np.Spec.PodSelector.MatchLabels["app"] = "no-pod-here"
 			return h.createPolicy(np)
 		}, "incremental", 0},
+		{"AdminNetworkPolicy whose subjects are not here added (the policies renumbered)", func() error {
+			doc := `apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: aaa-elsewhere}
+spec:
+  priority: 1
+  subject:
+    namespaces:
+      matchLabels: {team: nobody}
+  ingress:
+  - name: deny-all
+    action: Deny
+    from:
+    - namespaces: {}`
+			h.snap.AddDocuments([]byte(doc), "test", true)
+			_, err := h.dyn.Resource(cluster.GVRAdminPolicy).Create(ctx, policyObjects(t, doc)[0].(*unstructured.Unstructured), metav1.CreateOptions{})
+			return err
+		}, "incremental", 0},
 		{"pod on another node relabelled with a label no selector here reads", func() error {
 			p := pod(false, 5).DeepCopy()
 			p.Labels["release"] = "canary"

@@ -122,7 +122,9 @@ func newHarness(t testing.TB, snap *cluster.Snapshot, opts Options, anps ...runt
 		cluster.GVRClusterPolicyV1beta1:  "ClusterNetworkPolicyList",
 		cluster.GVRClusterPolicyV1alpha2: "ClusterNetworkPolicyList",
 	}, anps...)
-	opts.NodeName = "node-1"
+	if opts.NodeName == "" {
+		opts.NodeName = "node-1"
+	}
 	if opts.MinSyncInterval == 0 {
 		opts.MinSyncInterval = 5 * time.Millisecond
 	}

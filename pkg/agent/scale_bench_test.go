@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
 	goruntime "runtime"
 	rtmetrics "runtime/metrics"
 	"slices"
@@ -47,29 +48,52 @@ import (
 // informers' state gives.
 //
 // Sizes: NETPOL_BENCH_PODS (comma-separated, default 10000); events per
-// kind: NETPOL_BENCH_EVENTS (default 200). make bench-agent runs 10,000
-// and 100,000 pods in one run.
+// kind: NETPOL_BENCH_EVENTS (default 200); shapes: NETPOL_BENCH_SHAPES
+// (easy, realistic; default easy: the realistic shape's events are
+// realisticEvents); layouts: NETPOL_BENCH_LAYOUTS (addresses, identities;
+// default addresses). make bench-agent runs 10,000 and 100,000 pods in one
+// run.
 func BenchmarkAgentEvents(b *testing.B) {
 	sizes := envInts(b, "NETPOL_BENCH_PODS", []int{10000})
 	events := envInts(b, "NETPOL_BENCH_EVENTS", []int{200})[0]
+	shapes := envList("NETPOL_BENCH_SHAPES", synth.ShapeEasy)
+	layouts := envList("NETPOL_BENCH_LAYOUTS", compiler.LayoutAddresses.String())
 	for _, pods := range sizes {
-		b.Run(fmt.Sprintf("pods=%d", pods), func(b *testing.B) {
-			sb := newScaleBench(b, pods)
-			b.Run("first-sync", func(b *testing.B) {
-				for range b.N {
-					sb.firstSync(b)
+		for _, shape := range shapes {
+			for _, name := range layouts {
+				layout, err := compiler.ParseLayout(name)
+				if err != nil {
+					b.Fatal(err)
 				}
-			})
-			for _, kind := range scaleEvents {
-				b.Run(kind.name, func(b *testing.B) {
-					for range b.N {
-						sb.measure(b, kind, events)
+				b.Run(fmt.Sprintf("pods=%d,shape=%s,layout=%s", pods, shape, layout), func(b *testing.B) {
+					sb := newScaleBench(b, pods, shape, layout)
+					b.Run("first-sync", func(b *testing.B) {
+						for range b.N {
+							sb.firstSync(b)
+						}
+					})
+					for _, kind := range sb.events {
+						b.Run(kind.name, func(b *testing.B) {
+							for range b.N {
+								sb.measure(b, kind, events)
+							}
+						})
 					}
+					sb.checkKernel(b)
 				})
 			}
-			sb.checkKernel(b)
-		})
+		}
 	}
+}
+
+// envList is a comma-separated environment variable's values (def when
+// unset).
+func envList(name, def string) []string {
+	v := os.Getenv(name)
+	if v == "" {
+		v = def
+	}
+	return strings.Split(v, ",")
 }
 
 func envInts(b *testing.B, name string, def []int) []int {
@@ -83,19 +107,41 @@ func envInts(b *testing.B, name string, def []int) []int {
 type scaleBench struct {
 	h           *harness
 	spec        synth.Spec
+	events      []scaleEvent
 	messages    atomic.Int64 // netlink messages committed since the last reset
 	firstDone   bool
 	baseHeap    uint64   // live heap with the fake API loaded, before the agent starts
 	added       []string // pods added by pod-add, deleted by pod-delete
 	eventsSoFar int
+	// The realistic shape's events copy its pods (replicas) and relabel
+	// its namespaces; free gives each node's next unused host number in
+	// its pod network.
+	models     []*corev1.Pod
+	namespaces []string
+	free       map[string]int
 }
 
-func newScaleBench(b *testing.B, pods int) *scaleBench {
-	spec := synth.Spec{Namespaces: pods / 100, Pods: pods, Nodes: pods / 100, NetworkPolicies: pods / 10,
+func newScaleBench(b *testing.B, pods int, shape string, layout compiler.Layout) *scaleBench {
+	spec := synth.Spec{Shape: shape, Namespaces: pods / 100, Pods: pods, Nodes: pods / 100, NetworkPolicies: pods / 10,
 		AdminPolicies: pods / 100, Services: pods / 5, Seed: 1}
 	snap, err := synth.Snapshot(spec)
 	if err != nil {
 		b.Fatal(err)
+	}
+	sb := &scaleBench{spec: spec, events: scaleEvents, free: map[string]int{}}
+	nodeName := "node-1"
+	if shape == synth.ShapeRealistic {
+		nodeName, sb.events = "node-001", realisticEvents
+		for _, p := range snap.Pods {
+			if !p.Spec.HostNetwork && p.Status.PodIP != "" {
+				sb.models = append(sb.models, p)
+			}
+		}
+		for _, ns := range snap.Namespaces {
+			if ns.Labels["team"] != "" {
+				sb.namespaces = append(sb.namespaces, ns.Name)
+			}
+		}
 	}
 	var admin []runtime.Object
 	add := func(obj any, apiVersion, kind string) {
@@ -117,8 +163,7 @@ func newScaleBench(b *testing.B, pods int) *scaleBench {
 	for _, p := range snap.ClusterPolicies {
 		add(p, cluster.GVRClusterPolicyV1beta1.GroupVersion().String(), "ClusterNetworkPolicy")
 	}
-	sb := &scaleBench{spec: spec}
-	sb.h = newHarness(b, snap, Options{NoStatus: true, ResyncPeriod: time.Hour}, admin...)
+	sb.h = newHarness(b, snap, Options{NoStatus: true, ResyncPeriod: time.Hour, NodeName: nodeName, Layout: layout}, admin...)
 	var served []*metav1.APIResourceList
 	for _, gvr := range []struct{ gv, resource string }{
 		{cluster.GVRAdminPolicy.GroupVersion().String(), cluster.GVRAdminPolicy.Resource},
@@ -370,12 +415,15 @@ func (sb *scaleBench) checkKernel(b *testing.B) {
 	}
 	var fresh policy.Cache // nothing shared with the agent's
 	model, _ := fresh.Build(sources, loadPolicy)
-	want, err := compiler.Compile(eval.New(snap, model).Resolved(), compiler.Options{Node: sb.h.agent.opts.NodeName})
+	numbering := sb.h.agent.prog.Identities() // the identity layout numbers as the agent did
+	want, err := compiler.Compile(eval.New(snap, model).Resolved(),
+		compiler.Options{Node: sb.h.agent.opts.NodeName, Layout: sb.h.agent.opts.Layout, Identities: &numbering})
 	if err != nil {
 		b.Fatal(err)
 	}
 	if d := nft.Diff(sb.h.pol.Kernel(), want); !d.Empty() {
-		b.Fatalf("after the events the kernel's policy table differs from a full compile: %d operations", len(d.Ops))
+		plan := d.String()
+		b.Fatalf("after the events the kernel's policy table differs from a full compile: %d operations:\n%s", len(d.Ops), plan[:min(len(plan), 3000)])
 	}
 }
 

@@ -611,6 +611,18 @@ func (c *idCompiler) namesDomains(plan *eval.Plan) bool {
 	return false
 }
 
+// rulesKey names plan rules by their policies' names, not their indexes:
+// a policy added elsewhere renumbers the policies, and must not rename
+// the chains of others (nor make a node that it does not concern
+// rewrite them).
+func (c *idCompiler) rulesKey(rules []eval.PlanRule) string {
+	var b strings.Builder
+	for _, pr := range rules {
+		fmt.Fprintf(&b, "%s#%d/%s/%d,", c.pols[pr.Policy].Ref(), pr.Rule, pr.Action, pr.Match)
+	}
+	return b.String()
+}
+
 // byPolicy splits a tier's plan rules into runs of one policy each.
 func byPolicy(rules []eval.PlanRule) [][]eval.PlanRule {
 	var out [][]eval.PlanRule
@@ -627,7 +639,7 @@ func byPolicy(rules []eval.PlanRule) [][]eval.PlanRule {
 // of a plan): made once, jumped to from every class it applies to.
 func (c *idCompiler) policyChain(rules []eval.PlanRule, d policy.Direction, tier policy.Tier) string {
 	p := c.pols[rules[0].Policy]
-	key := fmt.Sprintf("%s|%d|%d|%v", p.Ref(), d, tier, rules)
+	key := fmt.Sprintf("%s|%d|%d|%s", p.Ref(), d, tier, c.rulesKey(rules))
 	if name, ok := c.policyChains[key]; ok {
 		return name
 	}
@@ -889,7 +901,7 @@ func (c *idCompiler) nextTier(plan *eval.Plan, pod int, named string) string {
 	if len(plan.Baseline) == 0 {
 		return ""
 	}
-	key := fmt.Sprintf("baseline|%d|%v", plan.Direction, plan.Baseline)
+	key := fmt.Sprintf("baseline|%d|%s", plan.Direction, c.rulesKey(plan.Baseline))
 	if name, ok := c.tiers[key]; ok {
 		return name
 	}

@@ -47,21 +47,26 @@ func TestIdentityLiveMatchesCompile(t *testing.T) {
 			})
 		}
 	}
-	t.Logf("%d updates compared with a full compile (%d to pods of the node, %d replicas), %d refused; %d DNS client elements",
-		stats.updates, stats.local, stats.replicas, stats.refused, stats.dnsClients)
-	if stats.updates < 1000 || stats.local < 30 || stats.replicas < 300 || stats.dnsClients == 0 {
-		t.Fatalf("too little compared: want at least 1,000 updates, 30 to pods of the node, 300 replicas and a DNS client")
+	t.Logf("%d updates compared with a full compile (%d to pods of the node, %d replicas), %d refused, %d policies added that apply to no pod of the node; %d DNS client elements",
+		stats.updates, stats.local, stats.replicas, stats.refused, stats.unconcerned, stats.dnsClients)
+	if stats.updates < 1000 || stats.local < 30 || stats.replicas < 300 || stats.unconcerned < 50 || stats.dnsClients == 0 {
+		t.Fatalf("too little compared: want at least 1,000 updates, 30 to pods of the node, 300 replicas, 50 unconcerned policies and a DNS client")
 	}
 }
 
 type identityLiveStats struct {
 	updates, local, replicas, refused, dnsClients int
+	// unconcerned counts policies added that apply to no pod of the node.
+	unconcerned int
 }
 
 func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *identityLiveStats, dns *compiler.DNS) {
 	snap := *base
 	snap.Pods = slices.Clone(base.Pods)
 	snap.Namespaces = slices.Clone(base.Namespaces)
+	snap.NetworkPolicies = slices.Clone(base.NetworkPolicies)
+	snap.AdminPolicies = slices.Clone(base.AdminPolicies)
+	snap.ClusterPolicies = slices.Clone(base.ClusterPolicies)
 	numbering := &compiler.Identities{}
 	opts := compiler.Options{Node: node, DNS: dns, Layout: compiler.LayoutIdentities, Identities: numbering}
 	build := func() *compiler.IdentityLive {
@@ -93,9 +98,27 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 		ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
 		var what string
 		var local, replica bool
-		if r.IntN(2) == 0 {
+		switch r.IntN(5) {
+		case 0, 1:
 			what, local, replica = addReplica(&snap, node, r, step, &ch)
-		} else {
+		case 2:
+			// A policy is added ahead of the others (the policies are
+			// renumbered): if it applies to no pod here, the table must
+			// not change, chain names included.
+			pol, name := addPolicyFirst(&snap, r, step)
+			if pol == nil {
+				continue
+			}
+			what = "policy " + name + " added"
+			if live.SelectsLocal(pol.Subject) {
+				live = build()
+				stats.refused++
+			} else {
+				stats.unconcerned++
+			}
+			check(live, fmt.Sprintf("step %d (%s)", step, what))
+			continue
+		default:
 			what, local = mutate(&snap, node, r, step, &ch)
 		}
 		if step == 20 && dns != nil {
@@ -146,6 +169,35 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 		}
 		check(live, fmt.Sprintf("step %d (%s)", step, what))
 	}
+}
+
+// addPolicyFirst adds a copy of one of snap's policies under a name that
+// sorts before every other, and returns its model policy and name (nil
+// when snap has none).
+func addPolicyFirst(snap *cluster.Snapshot, r *rand.Rand, step int) (*policy.Policy, string) {
+	name := fmt.Sprintf("aaa-%d", step)
+	switch n, a, c := len(snap.NetworkPolicies), len(snap.AdminPolicies), len(snap.ClusterPolicies); {
+	case c > 0 && r.IntN(2) == 0:
+		p := snap.ClusterPolicies[r.IntN(c)].DeepCopy()
+		p.Name = name
+		snap.ClusterPolicies = append(snap.ClusterPolicies, p)
+	case a > 0 && r.IntN(2) == 0:
+		p := snap.AdminPolicies[r.IntN(a)].DeepCopy()
+		p.Name = name
+		snap.AdminPolicies = append(snap.AdminPolicies, p)
+	case n > 0:
+		p := snap.NetworkPolicies[r.IntN(n)].DeepCopy()
+		p.Name = name
+		snap.NetworkPolicies = append(snap.NetworkPolicies, p)
+	default:
+		return nil, ""
+	}
+	for _, p := range policy.Build(snap).Policies {
+		if p.Name == name {
+			return p, name
+		}
+	}
+	panic("policy " + name + " not in the model")
 }
 
 // addReplica adds a copy of a running pod-network pod under a new name and

@@ -397,6 +397,10 @@ func (p *Programmer) PolicyTable() *nft.Table {
 	return p.live.Snapshot()
 }
 
+// Identities is the identity layout's numbering as the last compile left
+// it: a compile given a pointer to it numbers as this node did.
+func (p *Programmer) Identities() compiler.Identities { return p.identities }
+
 // SelectsLocal reports whether some policy of pols applies to a pod of
 // this node (true before the first full compile).
 func (p *Programmer) SelectsLocal(pols []*policy.Policy) bool {
