@@ -19,6 +19,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -111,35 +112,42 @@ func identityKey(podLabels labels.Set, ports []corev1.ContainerPort, relevant ma
 	return b.String() + "\x00" + namedPortsSignature(ports)
 }
 
-// localPolicies are the policies some plan of the node's pod-network pods
-// holds: only their peers' selectors shape the node's table (a policy
-// that applies to no pod here changes nothing in it, Live's premise).
-func localPolicies(r *eval.Resolved, node int) []*policy.Policy {
-	in := map[int32]bool{}
-	for i := 0; i < r.NumPods(); i++ {
-		p := r.Pod(i)
-		if p.Node != node || p.HostNetwork || len(p.Addrs) == 0 {
-			continue
-		}
-		for _, d := range policy.Directions {
-			plan := r.Plan(i, d)
-			if plan == nil {
-				continue
-			}
-			for _, rules := range [][]eval.PlanRule{plan.Admin, plan.Allow, plan.Baseline} {
-				for _, pr := range rules {
-					in[pr.Policy] = true
-				}
+// localPolicies are the policies whose subjects select one of the local
+// pods (the node's pod-network pods, given as namespace, namespace labels
+// and labels): only their peers' selectors shape the node's table (a
+// policy that applies to no pod here changes nothing in it, Live's
+// premise).
+func localPolicies(pols []*policy.Policy, local iter.Seq2[PodState, labels.Set]) []*policy.Policy {
+	in := make([]bool, len(pols))
+	for p, nsLabels := range local {
+		for i, pol := range pols {
+			if !in[i] && pol.Subject.Selects(p.Namespace, nsLabels, p.Labels) {
+				in[i] = true
 			}
 		}
 	}
 	var out []*policy.Policy
-	for i, p := range r.Policies() {
-		if in[int32(i)] {
+	for i, p := range pols {
+		if in[i] {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// localPods are r's pod-network pods of node, with their namespaces'
+// labels.
+func localPods(r *eval.Resolved, node int) iter.Seq2[PodState, labels.Set] {
+	return func(yield func(PodState, labels.Set) bool) {
+		for i := 0; i < r.NumPods(); i++ {
+			p := r.Pod(i)
+			if p.Node == node && !p.HostNetwork && len(p.Addrs) > 0 {
+				if !yield(PodState{Namespace: p.Namespace, Labels: p.Labels}, p.NamespaceLabels) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // selectedLabelKeys are the pod label keys the pod selectors of the
@@ -394,7 +402,7 @@ func buildIdentities(r *eval.Resolved, opts Options, pod func(i int, id uint32, 
 	if node < 0 {
 		return nil, fmt.Errorf("node %q is not in the snapshot", opts.Node)
 	}
-	relevant := selectedLabelKeys(localPolicies(r, node))
+	relevant := selectedLabelKeys(localPolicies(r.Policies(), localPods(r, node)))
 	ids, err := newIdentities(r, opts.Identities, relevant)
 	if err != nil {
 		return nil, err

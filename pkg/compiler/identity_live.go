@@ -2,12 +2,16 @@ package compiler
 
 import (
 	"fmt"
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
@@ -44,6 +48,7 @@ type IdentityLive struct {
 	namedNets    map[*nft.Family][]addrRange
 	pos          map[string]map[string]int
 	dnsServers   []netip.AddrPort
+	resolved     int // pods the evaluator resolved for the compile
 }
 
 // idPod is what IdentityLive keeps of a pod.
@@ -57,43 +62,186 @@ type idPod struct {
 // NewIdentityLive compiles the node's table in the identity layout (as
 // Compile) and keeps what it needs to update it.
 func NewIdentityLive(r *eval.Resolved, opts Options) (*IdentityLive, error) {
+	opts = identityOptions(opts)
+	c, classes, err := buildWithClasses(r, opts)
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]idRec, r.NumPods())
+	nsLabels := map[string]labels.Set{}
+	for i := range recs {
+		v := r.Pod(i)
+		nsLabels[v.Namespace] = v.NamespaceLabels
+		recs[i] = idRec{ns: v.Namespace, idPod: idPod{id: c.ids.of[i], hostNetwork: v.HostNetwork, addrs: v.Addrs}}
+		if recs[i].id != 0 && v.Node == c.node {
+			recs[i].local = &PodState{Key: v.Key, Namespace: v.Namespace, Node: opts.Node, Labels: v.Labels, Addrs: v.Addrs, Ports: v.Ports}
+		}
+		recs[i].key = v.Key
+	}
+	return newIdentityLive(c, opts, classes, recs, nsLabels), nil
+}
+
+// NewIdentityLiveFromPods is NewIdentityLive for a sync that has the pods
+// as a sequence (in (namespace, name) order, which may be read more than
+// once; each pod may be made for its step alone) and the model: the
+// evaluator resolves one pod of each identity, every pod of the node and
+// every host-network pod, instead of every pod, and each other pod is
+// its identity's pod-ids entries. A full compile then costs the cluster's
+// identities, not its pods, in selector lookups. It falls back to every
+// pod when a pod address is in the networks of a NetworkPolicy rule with
+// named ports (such a pod is allowed by address).
+func NewIdentityLiveFromPods(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*corev1.Pod], podCount int, opts Options) (*IdentityLive, error) {
+	opts = identityOptions(opts)
+	nsLabels := map[string]labels.Set{}
+	for _, ns := range snap.Namespaces {
+		nsLabels[ns.Name] = NamespaceLabelsOf(ns.Name, ns)
+	}
+	labelsOf := func(ns string) labels.Set {
+		if l, ok := nsLabels[ns]; ok {
+			return l
+		}
+		return NamespaceLabelsOf(ns, nil)
+	}
+	local := func(yield func(PodState, labels.Set) bool) {
+		for p := range pods {
+			if st := PodStateOf(p); st != nil && st.Node == opts.Node && !st.HostNetwork && len(st.Addrs) > 0 {
+				if !yield(*st, labelsOf(st.Namespace)) {
+					return
+				}
+			}
+		}
+	}
+	relevant := selectedLabelKeys(localPolicies(model.Policies, local))
+	// One pod of each identity represents it; every pod is a record.
+	var reps []*corev1.Pod
+	repOf := map[string]int{}
+	recs := make([]idRec, 0, podCount)
+	repIndex := make([]int, 0, podCount) // by record: its representative
+	for p := range pods {
+		st := PodStateOf(p)
+		if st == nil {
+			continue
+		}
+		rep := -1
+		switch {
+		case st.HostNetwork || st.Node == opts.Node:
+			rep = len(reps)
+			reps = append(reps, p.DeepCopy())
+		case len(st.Addrs) > 0:
+			k := st.Namespace + "\x00" + identityKey(st.Labels, st.Ports, relevant)
+			i, ok := repOf[k]
+			if !ok {
+				i = len(reps)
+				repOf[k] = i
+				reps = append(reps, p.DeepCopy())
+			}
+			rep = i
+		}
+		nsLabels[st.Namespace] = labelsOf(st.Namespace)
+		recs = append(recs, idRec{key: st.Key, ns: st.Namespace, idPod: idPod{hostNetwork: st.HostNetwork, addrs: st.Addrs}})
+		repIndex = append(repIndex, rep)
+	}
+	r := eval.NewFromPods(snap, model, slices.Values(reps), len(reps)).Resolved()
+	if r.NumPods() != len(reps) {
+		return nil, fmt.Errorf("the evaluator took %d of %d representative pods", r.NumPods(), len(reps))
+	}
+	c, classes, err := buildWithClasses(r, opts)
+	if err != nil {
+		return nil, err
+	}
+	for i := range recs {
+		ri := repIndex[i]
+		if ri < 0 {
+			continue
+		}
+		recs[i].id = c.ids.of[ri]
+		if v := r.Pod(ri); v.Key == recs[i].key && recs[i].id != 0 && v.Node == c.node {
+			recs[i].local = &PodState{Key: v.Key, Namespace: v.Namespace, Node: opts.Node, Labels: v.Labels, Addrs: v.Addrs, Ports: v.Ports}
+		}
+		if r.Pod(ri).Key != recs[i].key {
+			for _, a := range recs[i].addrs {
+				if containsAddr(c.namedNets[nft.FamilyOf(a)], a) {
+					// Allowed by address: only a resolution of every pod
+					// says which of its identity's pods are.
+					return NewIdentityLive(eval.NewFromPods(snap, model, pods, podCount).Resolved(), opts)
+				}
+			}
+		}
+	}
+	return newIdentityLive(c, opts, classes, recs, nsLabels), nil
+}
+
+// identityOptions are opts with the defaults an IdentityLive needs.
+func identityOptions(opts Options) Options {
 	if opts.Table == "" {
 		opts.Table = DefaultTable
 	}
 	if opts.Identities == nil {
 		opts.Identities = &Identities{}
 	}
+	opts.Layout = LayoutIdentities
+	return opts
+}
+
+// buildWithClasses compiles r and returns the classes of the node's pods
+// by classSignature.
+func buildWithClasses(r *eval.Resolved, opts Options) (*idCompiler, map[string][2]idClass, error) {
 	classes := map[string][2]idClass{}
 	c, err := buildIdentities(r, opts, func(i int, _ uint32, cl [2]idClass) {
 		if p := r.Pod(i); p.Node >= 0 && r.NodeName(p.Node) == opts.Node {
 			classes[classSignature(p.Namespace, p.Labels, p.Ports)] = cl
 		}
 	})
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range c.t.Sets {
-		s.Revision = revisions.Add(1)
-	}
+	return c, classes, err
+}
+
+// idRec is a pod as NewIdentityLive reads it.
+type idRec struct {
+	key, ns string
+	idPod
+}
+
+// newIdentityLive keeps c's table and what updates need: recs are every
+// pod, in (namespace, name) order, whose pod-ids entries the table gets
+// (the first of two pods with one address has it).
+func newIdentityLive(c *idCompiler, opts Options, classes map[string][2]idClass, recs []idRec, nsLabels map[string]labels.Set) *IdentityLive {
 	l := &IdentityLive{opts: opts, table: c.t, numbering: opts.Identities, relevant: c.relevant,
-		pods: make(map[string]idPod, r.NumPods()), claims: make(map[netip.Addr]int, r.NumPods()),
+		pods: make(map[string]idPod, len(recs)), claims: make(map[netip.Addr]int, len(recs)),
 		perID: map[uint32]int{}, users: map[string]int{}, ns: map[string]labels.Set{}, classes: classes,
-		ingressNamed: c.ingressNamed, namedNets: c.namedNets, pos: map[string]map[string]int{}}
+		ingressNamed: c.ingressNamed, namedNets: c.namedNets, pos: map[string]map[string]int{}, resolved: c.r.NumPods()}
 	if opts.DNS != nil {
 		l.dnsServers = slices.Clone(opts.DNS.Servers)
 	}
-	for i := 0; i < r.NumPods(); i++ {
-		v := r.Pod(i)
-		l.ns[v.Namespace] = v.NamespaceLabels
-		ip := idPod{id: c.ids.of[i], hostNetwork: v.HostNetwork, addrs: v.Addrs}
-		if ip.id != 0 && v.Node == c.node {
-			ip.local = &PodState{Key: v.Key, Namespace: v.Namespace, Node: opts.Node, Labels: v.Labels, Addrs: v.Addrs, Ports: v.Ports}
-		}
-		l.add(ip, +1)
-		l.pods[v.Key] = ip
+	for _, f := range nft.Families {
+		c.t.Sets[mapPodIDs+f.Suffix].Elements = nil
 	}
-	return l, nil
+	for _, rec := range recs {
+		l.ns[rec.ns] = nsLabels[rec.ns]
+		if rec.id != 0 {
+			for _, a := range rec.addrs {
+				if l.claims[a] == 0 {
+					f := nft.FamilyOf(a)
+					s := c.t.Sets[mapPodIDs+f.Suffix]
+					s.Elements = append(s.Elements, nft.Element{Key: f.AddrBytes(a), Data: nft.IntegerBytes(rec.id)})
+				}
+			}
+		}
+		l.add(rec.idPod, +1)
+		l.pods[rec.key] = rec.idPod
+	}
+	for _, s := range c.t.Sets {
+		if strings.HasPrefix(s.Name, mapPodIDs) {
+			sortElements(s)
+		}
+		s.Revision = revisions.Add(1)
+	}
+	return l
 }
+
+// ResolvedPods is how many pods the evaluator resolved for the compile
+// (NewIdentityLiveFromPods: one of each identity, the node's and the
+// host-network ones).
+func (l *IdentityLive) ResolvedPods() int { return l.resolved }
 
 // Table is the current table, valid until the next Update.
 func (l *IdentityLive) Table() *nft.Table { return l.table }

@@ -232,3 +232,50 @@ func addReplica(snap *cluster.Snapshot, node string, r *rand.Rand, step int, ch 
 	ch.Pods[st.Key] = st
 	return "replica " + st.Key, st.Node == node, true
 }
+
+// TestIdentityLiveFromPods: the table compiled from one pod of each
+// identity (NewIdentityLiveFromPods, the agent's full path) is the table
+// compiled from every pod, on every node of every corpus world and of a
+// realistic cluster, with and without the DNS objects.
+func TestIdentityLiveFromPods(t *testing.T) {
+	worlds := corpusWorlds(t)
+	realistic, err := synth.Snapshot(synth.Spec{Shape: synth.ShapeRealistic, Namespaces: 8, Pods: 600, Nodes: 6, NetworkPolicies: 60, AdminPolicies: 8, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worlds = append(worlds, world{"realistic", realistic})
+	compared, fewer := 0, 0
+	for wi, w := range worlds {
+		model := policy.Build(w.snap)
+		for _, n := range w.snap.Nodes {
+			opts := compiler.Options{Node: n.Name, Layout: compiler.LayoutIdentities}
+			if wi%2 == 1 {
+				opts.DNS = &compiler.DNS{Queue: nft.QueueXtables, QueueNum: 53, Servers: []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53")}}
+			}
+			opts.Identities = &compiler.Identities{}
+			all, err := compiler.NewIdentityLive(eval.New(w.snap, model).Resolved(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.Identities = &compiler.Identities{}
+			reps, err := compiler.NewIdentityLiveFromPods(w.snap, model, slices.Values(w.snap.Pods), len(w.snap.Pods), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var a, b strings.Builder
+			all.Table().Render(&a)
+			reps.Table().Render(&b)
+			if a.String() != b.String() {
+				t.Fatalf("%s/%s: the table from representatives differs:\n%s", w.name, n.Name, lineDiff(a.String(), b.String()))
+			}
+			compared++
+			if reps.ResolvedPods() < len(w.snap.Pods) {
+				fewer++
+			}
+		}
+	}
+	t.Logf("%d tables compared, %d of them resolved fewer pods than the cluster has", compared, fewer)
+	if fewer == 0 {
+		t.Fatal("no table was built from fewer pods than the cluster's")
+	}
+}

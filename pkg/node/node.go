@@ -288,16 +288,25 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 	}
 	if tables&Policy != 0 {
 		built := in.Resolved == nil
-		in.prepare()
 		r := &res.Policy
 		r.Ran = true
 		opts := compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts, DNS: p.compilerDNS(in)}
 		var live liveTable
 		var err error
-		if p.opts.Layout == compiler.LayoutIdentities {
-			opts.Layout, opts.Identities = p.opts.Layout, &p.identities
+		switch {
+		case p.opts.Layout == compiler.LayoutIdentities && in.Resolved == nil && in.Pods != nil:
+			// One pod of each identity resolved, not every pod.
+			if in.Model == nil {
+				in.Model = policy.Build(in.Snapshot)
+			}
+			opts.Identities = &p.identities
+			live, err = compiler.NewIdentityLiveFromPods(in.Snapshot, in.Model, in.Pods, in.PodCount, opts)
+		case p.opts.Layout == compiler.LayoutIdentities:
+			in.prepare()
+			opts.Identities = &p.identities
 			live, err = compiler.NewIdentityLive(in.Resolved, opts)
-		} else {
+		default:
+			in.prepare()
 			live, err = compiler.NewLive(in.Resolved, opts)
 		}
 		if built {
