@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -109,4 +110,35 @@ func BenchmarkNodeTable(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkIdentityFullCompile is the agent's full compile in the identity
+// layout on the realistic shape (synth.RealisticScale, node-001), the model
+// given: from every pod (the evaluator resolves all of them, then
+// NewIdentityLive) against from representatives (NewIdentityLiveFromPods:
+// one pod of each identity resolved), the numbering kept as the agent
+// keeps it.
+func BenchmarkIdentityFullCompile(b *testing.B) {
+	snap, err := synth.Snapshot(synth.RealisticScale)
+	if err != nil {
+		b.Fatal(err)
+	}
+	model := policy.Build(snap)
+	opts := compiler.Options{Node: "node-001", Layout: compiler.LayoutIdentities, Identities: &compiler.Identities{}}
+	b.Run("every-pod", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := compiler.NewIdentityLive(eval.NewFromPods(snap, model, slices.Values(snap.Pods), len(snap.Pods)).Resolved(), opts); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("representatives", func(b *testing.B) {
+		for b.Loop() {
+			l, err := compiler.NewIdentityLiveFromPods(snap, model, slices.Values(snap.Pods), len(snap.Pods), opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(l.ResolvedPods()), "pods-resolved")
+		}
+	})
 }

@@ -23,6 +23,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -102,14 +103,19 @@ type Identities struct {
 // that some peer's pod selector reads (relevant: a label no selector
 // reads, such as pod-template-hash, does not split a workload), and its
 // named ports.
-func identityKey(podLabels labels.Set, ports []corev1.ContainerPort, relevant map[string]bool) string {
+func identityKey(podLabels labels.Set, ports []corev1.ContainerPort, relevant []string) string {
 	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(podLabels)) {
-		if relevant[k] {
-			fmt.Fprintf(&b, "%s=%s,", k, podLabels[k])
+	for _, k := range relevant { // sorted
+		if v, ok := podLabels[k]; ok {
+			b.WriteString(k)
+			b.WriteByte('=')
+			b.WriteString(v)
+			b.WriteByte(',')
 		}
 	}
-	return b.String() + "\x00" + namedPortsSignature(ports)
+	b.WriteByte(0)
+	b.WriteString(namedPortsSignature(ports))
+	return b.String()
 }
 
 // localPolicies are the policies whose subjects select one of the local
@@ -151,8 +157,8 @@ func localPods(r *eval.Resolved, node int) iter.Seq2[PodState, labels.Set] {
 }
 
 // selectedLabelKeys are the pod label keys the pod selectors of the
-// policies' peers read.
-func selectedLabelKeys(pols []*policy.Policy) map[string]bool {
+// policies' peers read, sorted.
+func selectedLabelKeys(pols []*policy.Policy) []string {
 	keys := map[string]bool{}
 	for _, p := range pols {
 		for _, d := range policy.Directions {
@@ -169,13 +175,13 @@ func selectedLabelKeys(pols []*policy.Policy) map[string]bool {
 			}
 		}
 	}
-	return keys
+	return slices.Sorted(maps.Keys(keys))
 }
 
 // newIdentities numbers r's pods over the relevant label keys; with
 // prev, the numbers prev gave are kept and prev is updated to this
 // numbering.
-func newIdentities(r *eval.Resolved, prev *Identities, relevant map[string]bool) (*identities, error) {
+func newIdentities(r *eval.Resolved, prev *Identities, relevant []string) (*identities, error) {
 	nsLabels := map[string]labels.Set{}
 	classes := map[string]map[string]bool{}
 	keyOf := make([]string, r.NumPods())
@@ -264,10 +270,12 @@ func namedPortsSignature(ports []corev1.ContainerPort) string {
 	var out []string
 	for _, p := range ports {
 		if p.Name != "" {
-			out = append(out, fmt.Sprintf("%s/%s/%d", p.Name, policy.ContainerPortProtocol(p), p.ContainerPort))
+			out = append(out, p.Name+"/"+string(policy.ContainerPortProtocol(p))+"/"+strconv.Itoa(int(p.ContainerPort)))
 		}
 	}
-	slices.Sort(out)
+	if len(out) > 1 {
+		slices.Sort(out)
+	}
 	return strings.Join(out, ",")
 }
 
@@ -323,28 +331,29 @@ func idAddr(id uint32) netip.Addr {
 // ranges is the identities of the pods, as ranges: a namespace all of
 // whose identities are in is its whole span; neighbouring ranges merge.
 func (ids *identities) ranges(pods []int) []addrRange {
-	in := map[uint32]bool{}
-	count := map[string]int{}
+	list := make([]uint32, 0, len(pods))
 	for _, pod := range pods {
-		id := ids.of[pod]
-		if id != 0 && !in[id] {
-			in[id] = true
-			count[ids.nsOf[id&^(namespaceSpan-1)]]++
+		if id := ids.of[pod]; id != 0 {
+			list = append(list, id)
 		}
 	}
+	slices.Sort(list)
+	list = slices.Compact(list)
 	var out []addrRange
-	for ns, n := range count {
-		list := ids.namespaces[ns]
-		if n == len(list) {
-			b := ids.base[ns]
-			out = append(out, addrRange{idAddr(b), idAddr(b | (namespaceSpan - 1))})
-			continue
+	for i := 0; i < len(list); {
+		base := list[i] &^ (namespaceSpan - 1)
+		j := i
+		for j < len(list) && list[j]&^(namespaceSpan-1) == base {
+			j++
 		}
-		for _, id := range list {
-			if in[id] {
+		if j-i == len(ids.namespaces[ids.nsOf[base]]) {
+			out = append(out, addrRange{idAddr(base), idAddr(base | (namespaceSpan - 1))})
+		} else {
+			for _, id := range list[i:j] {
 				out = append(out, singleAddr(idAddr(id)))
 			}
 		}
+		i = j
 	}
 	return union(out)
 }
@@ -356,8 +365,8 @@ type idCompiler struct {
 	node int
 	t    *nft.Table
 	ids  *identities
-	// relevant are the pod label keys identities are made of.
-	relevant map[string]bool
+	// relevant are the pod label keys identities are made of, sorted.
+	relevant []string
 	// classes maps a class key to its chain and pass verdict;
 	// policyChains a policy's rules (by policy, direction, rules) to
 	// their chain; tiers a next tier's key to its chain.

@@ -33,7 +33,7 @@ type IdentityLive struct {
 	opts      Options
 	table     *nft.Table
 	numbering *Identities
-	relevant  map[string]bool
+	relevant  []string
 	pods      map[string]idPod
 	// claims counts the pods that hold each address: of two, only a
 	// full compile says whose the address is.
