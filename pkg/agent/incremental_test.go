@@ -451,6 +451,13 @@ spec:
 			_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
 			return err
 		}, "incremental", 0},
+		{"pod of node-1 relabelled by a rollout (a label no subject or peer reads)", func() error {
+			p := pod(true, 2).DeepCopy()
+			p.Labels["pod-template-hash"] = "rollout-2"
+			h.replacePod(p)
+			_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
+			return err
+		}, "incremental", 0},
 		{"pod on another node given a named port no pod had (a new identity)", func() error {
 			p := pod(false, 6).DeepCopy()
 			p.Spec.Containers = []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{{Name: "never-seen", ContainerPort: 9999}}}}

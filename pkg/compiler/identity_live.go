@@ -34,6 +34,10 @@ type IdentityLive struct {
 	table     *nft.Table
 	numbering *Identities
 	relevant  []string
+	// subjectKeys are the pod label keys the policies' subjects read: a
+	// pod of the node has the class of any compiled pod with the same
+	// namespace, values of these keys and named ports.
+	subjectKeys []string
 	pods      map[string]idPod
 	// claims counts the pods that hold each address: of two, only a
 	// full compile says whose the address is.
@@ -42,7 +46,7 @@ type IdentityLive struct {
 	users  map[string]int        // the node's pods by class chain
 	ns     map[string]labels.Set // namespaces with pods: their labels
 	// classes are the classes (by direction) of the node's pods, by
-	// classSignature.
+	// localSignature.
 	classes      map[string][2]idClass
 	ingressNamed map[string][]policy.Port
 	namedNets    map[*nft.Family][]addrRange
@@ -184,15 +188,38 @@ func identityOptions(opts Options) Options {
 }
 
 // buildWithClasses compiles r and returns the classes of the node's pods
-// by classSignature.
+// by localSignature.
 func buildWithClasses(r *eval.Resolved, opts Options) (*idCompiler, map[string][2]idClass, error) {
 	classes := map[string][2]idClass{}
+	keys := subjectLabelKeys(r.Policies())
 	c, err := buildIdentities(r, opts, func(i int, _ uint32, cl [2]idClass) {
 		if p := r.Pod(i); p.Node >= 0 && r.NodeName(p.Node) == opts.Node {
-			classes[classSignature(p.Namespace, p.Labels, p.Ports)] = cl
+			classes[localSignature(p.Namespace, p.Labels, p.Ports, keys)] = cl
 		}
 	})
 	return c, classes, err
+}
+
+// subjectLabelKeys are the pod label keys the policies' subjects read,
+// sorted.
+func subjectLabelKeys(pols []*policy.Policy) []string {
+	keys := map[string]bool{}
+	for _, p := range pols {
+		reqs, _ := p.Subject.Pods.Requirements()
+		for _, req := range reqs {
+			keys[req.Key()] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(keys))
+}
+
+// localSignature is what decides the classes of a pod of the node besides
+// its namespace's labels (a change of which is a full compile): its
+// namespace, the values of the label keys subjects read (a rollout's
+// pod-template-hash is none of them) and its named ports (ingress named
+// ports resolve on them).
+func localSignature(ns string, podLabels labels.Set, ports []corev1.ContainerPort, subjectKeys []string) string {
+	return ns + "\x00" + identityKey(podLabels, ports, subjectKeys)
 }
 
 // idRec is a pod as NewIdentityLive reads it.
@@ -205,7 +232,7 @@ type idRec struct {
 // pod, in (namespace, name) order, whose pod-ids entries the table gets
 // (the first of two pods with one address has it).
 func newIdentityLive(c *idCompiler, opts Options, classes map[string][2]idClass, recs []idRec, nsLabels map[string]labels.Set) *IdentityLive {
-	l := &IdentityLive{opts: opts, table: c.t, numbering: opts.Identities, relevant: c.relevant,
+	l := &IdentityLive{opts: opts, table: c.t, numbering: opts.Identities, relevant: c.relevant, subjectKeys: subjectLabelKeys(c.pols),
 		pods: make(map[string]idPod, len(recs)), claims: make(map[netip.Addr]int, len(recs)),
 		perID: map[uint32]int{}, users: map[string]int{}, ns: map[string]labels.Set{}, classes: classes,
 		ingressNamed: c.ingressNamed, namedNets: c.namedNets, pos: map[string]map[string]int{}, resolved: c.r.NumPods()}
@@ -273,13 +300,22 @@ func (l *IdentityLive) add(p idPod, delta int) {
 }
 
 func (l *IdentityLive) localClasses(p *PodState) [2]idClass {
-	return l.classes[classSignature(p.Namespace, p.Labels, p.Ports)]
+	return l.classes[localSignature(p.Namespace, p.Labels, p.Ports, l.subjectKeys)]
 }
 
-// SelectsLocal reports whether s selects a pod-network pod of this node:
-// a policy whose subject does not (before and after a change) changes
-// nothing in the node's table, nor which labels identities are made of.
+// SelectsLocal reports whether s selects a pod-network pod of this node,
+// or reads a pod label no subject of the last compile read: a policy for
+// which it is false (before and after a change) changes nothing in the
+// node's table, nor which labels identities and classes are made of.
 func (l *IdentityLive) SelectsLocal(s policy.Subject) bool {
+	reqs, _ := s.Pods.Requirements()
+	for _, req := range reqs {
+		if _, known := slices.BinarySearch(l.subjectKeys, req.Key()); !known {
+			// Pods of the node that differ only in this key share a
+			// class: only a full compile tells them apart.
+			return true
+		}
+	}
 	for _, p := range l.pods {
 		if p.local != nil && s.Selects(p.local.Namespace, l.ns[p.local.Namespace], p.local.Labels) {
 			return true
@@ -361,7 +397,7 @@ func (l *IdentityLive) podOf(key string, p *PodState) (idPod, error) {
 	}
 	np := idPod{id: base | class, addrs: p.Addrs}
 	if p.Node == l.opts.Node {
-		if _, ok := l.classes[classSignature(p.Namespace, p.Labels, p.Ports)]; !ok {
+		if _, ok := l.classes[localSignature(p.Namespace, p.Labels, p.Ports, l.subjectKeys)]; !ok {
 			return idPod{}, &NeedsFullError{Reason: "pod " + key + " of this node is a new class"}
 		}
 		np.local = p
