@@ -38,7 +38,7 @@ type IdentityLive struct {
 	// pod of the node has the class of any compiled pod with the same
 	// namespace, values of these keys and named ports.
 	subjectKeys []string
-	pods      map[string]idPod
+	pods        map[string]idPod
 	// claims counts the pods that hold each address: of two, only a
 	// full compile says whose the address is.
 	claims map[netip.Addr]int
