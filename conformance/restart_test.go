@@ -47,10 +47,23 @@ spec:
 // while the full matrix is probed without retries; every round must equal
 // the evaluator's table, and each restart must send nothing to the kernel.
 // Then a restarted applier applies a policy change from its read-back.
+// In the identity layout a restart numbers the pods as the kernel's table
+// does (compiler.Options.Adopt), so it too sends nothing.
 func TestRestartAdoptsWithoutFlip(t *testing.T) {
+	for _, layout := range []compiler.Layout{compiler.LayoutAddresses, compiler.LayoutIdentities} {
+		t.Run(layout.String(), func(t *testing.T) { restartAdoptsWithoutFlip(t, layout) })
+	}
+}
+
+func restartAdoptsWithoutFlip(t *testing.T, layout compiler.Layout) {
 	ctx := context.Background()
 	snap, l, probes := restartLab(t)
-	enf := conformance.NewEnforcer(l)
+	newEnforcer := func() *conformance.Enforcer {
+		e := conformance.NewEnforcer(l)
+		e.Layout = layout
+		return e
+	}
+	enf := newEnforcer()
 	want := syncedTable(t, enf, snap, probes)
 	denied := 0
 	for _, r := range want.Results {
@@ -66,7 +79,7 @@ func TestRestartAdoptsWithoutFlip(t *testing.T) {
 	const restarts = 20
 	for i := 0; i < restarts; i++ {
 		enf.Close()
-		enf = conformance.NewEnforcer(l)
+		enf = newEnforcer()
 		rep, err := enf.Sync(snap)
 		if err != nil {
 			t.Fatalf("restart %d: %v", i, err)
@@ -86,7 +99,7 @@ func TestRestartAdoptsWithoutFlip(t *testing.T) {
 
 	// A restarted applier diffs a changed state against what it reads back.
 	snap.Delete(cluster.ObjectKey{Kind: cluster.KindNetworkPolicy, Namespace: "x", Name: "ingress-from-y"})
-	enf = conformance.NewEnforcer(l)
+	enf = newEnforcer()
 	defer enf.Close()
 	rep, err := enf.Sync(snap)
 	if err != nil {

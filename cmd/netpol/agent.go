@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netpol/netpol/pkg/agent"
+	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/node"
 )
 
@@ -24,7 +25,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 		portsAllow   []string
 		dnsServers   []string
 		memoryRatio  float64
-		layout       layoutFlag
+		layout       = layoutFlag{compiler.DefaultLayout}
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/node"
@@ -93,6 +94,7 @@ func startLabWith(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefi
 	}
 	fmt.Fprintf(stderr, "lab %s: programming %d node(s)\n", lb.Prefix(), len(lb.Nodes()))
 	enf := conformance.NewEnforcer(lb)
+	enf.Layout = compiler.DefaultLayout // the agent's
 	if domains {
 		enf.DNS = &node.DNSOptions{}
 	}

@@ -92,9 +92,9 @@ type Options struct {
 	// ClusterCIDRs are the pod networks (clients outside them are
 	// masqueraded to ClusterIPs); nil means every Node's spec.podCIDRs.
 	ClusterCIDRs []netip.Prefix
-	// Layout is the policy table's layout (compiler.LayoutAddresses by
-	// default; compiler.LayoutIdentities: pods as identities, a table
-	// that grows with pods plus policies).
+	// Layout is the policy table's layout (netpol agent's default is
+	// compiler.DefaultLayout, identities: pods as identities, a table
+	// that grows with pods plus policies; the zero value is addresses).
 	Layout compiler.Layout
 	// NoDNS turns domainNames learning off: the cluster DNS's answers are
 	// not queued, and domainNames rules admit nothing.

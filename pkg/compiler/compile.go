@@ -54,6 +54,11 @@ type Options struct {
 	// node's last compile, kept where it still fits and updated to this
 	// compile's (nil: numbered afresh).
 	Identities *Identities
+	// Adopt, with the identity layout and an empty Identities, is the
+	// node's table as the kernel holds it (an agent's restart): the
+	// identities its pod-ids maps give the pods are kept, so that the
+	// compile sends the kernel nothing it already holds.
+	Adopt *nft.Table
 }
 
 // Names of the fixed objects.

@@ -44,6 +44,10 @@ const (
 	LayoutIdentities
 )
 
+// DefaultLayout is what the agent (netpol agent --layout) and the lab
+// program unless told otherwise.
+const DefaultLayout = LayoutIdentities
+
 func (l Layout) String() string {
 	if l == LayoutIdentities {
 		return "identities"
@@ -98,6 +102,9 @@ type Identities struct {
 	base  map[string]uint32            // by namespace
 	class map[string]map[string]uint32 // by namespace, then labels and named ports: the class part
 }
+
+// Empty reports whether nothing has been numbered yet.
+func (n *Identities) Empty() bool { return len(n.base) == 0 }
 
 // identityKey is what makes a pod's class in its namespace: the labels
 // that some peer's pod selector reads (relevant: a label no selector
@@ -181,7 +188,7 @@ func selectedLabelKeys(pols []*policy.Policy) []string {
 // newIdentities numbers r's pods over the relevant label keys; with
 // prev, the numbers prev gave are kept and prev is updated to this
 // numbering.
-func newIdentities(r *eval.Resolved, prev *Identities, relevant []string) (*identities, error) {
+func newIdentities(r *eval.Resolved, prev *Identities, relevant []string, adopt *nft.Table) (*identities, error) {
 	nsLabels := map[string]labels.Set{}
 	classes := map[string]map[string]bool{}
 	keyOf := make([]string, r.NumPods())
@@ -202,6 +209,9 @@ func newIdentities(r *eval.Resolved, prev *Identities, relevant []string) (*iden
 	}
 	if prev == nil {
 		prev = &Identities{}
+	}
+	if len(prev.base) == 0 && adopt != nil {
+		prev = adoptedNumbering(r, keyOf, adopt)
 	}
 	next := &Identities{base: map[string]uint32{}, class: map[string]map[string]uint32{}}
 	// Namespaces: the numbers kept first, then the new ones, in order,
@@ -263,6 +273,52 @@ func newIdentities(r *eval.Resolved, prev *Identities, relevant []string) (*iden
 	}
 	*prev = *next
 	return ids, nil
+}
+
+// adoptedNumbering is the numbering a kernel's table shows: each pod whose
+// address its pod-ids maps hold gives its namespace that identity's
+// namespace part and its label set (keyOf, by pod) the class part. A
+// number claimed for two namespaces or two label sets of one namespace (a
+// table of another state) is kept for the first only; what no pod shows
+// is numbered afresh.
+func adoptedNumbering(r *eval.Resolved, keyOf []string, kernel *nft.Table) *Identities {
+	held := map[string]uint32{}
+	for _, f := range nft.Families {
+		if s := kernel.Sets[mapPodIDs+f.Suffix]; s != nil {
+			for _, e := range s.Elements {
+				if len(e.Data) == 4 {
+					held[string(e.Key)] = binary.NativeEndian.Uint32(e.Data)
+				}
+			}
+		}
+	}
+	n := &Identities{base: map[string]uint32{}, class: map[string]map[string]uint32{}}
+	baseOwner := map[uint32]string{}
+	classOwner := map[uint32]string{} // identity -> label set
+	for i, key := range keyOf {
+		if key == "" {
+			continue
+		}
+		p := r.Pod(i)
+		a := p.Addrs[0]
+		id, ok := held[string(nft.FamilyOf(a).AddrBytes(a))]
+		if !ok || id == 0 {
+			continue
+		}
+		base, class := id&^(namespaceSpan-1), id&(namespaceSpan-1)
+		if b, ok := n.base[p.Namespace]; ok && b != base || baseOwner[base] != "" && baseOwner[base] != p.Namespace {
+			continue
+		}
+		if c, ok := n.class[p.Namespace][key]; ok && c != class || classOwner[id] != "" && classOwner[id] != key {
+			continue
+		}
+		n.base[p.Namespace], baseOwner[base] = base, p.Namespace
+		if n.class[p.Namespace] == nil {
+			n.class[p.Namespace] = map[string]uint32{}
+		}
+		n.class[p.Namespace][key], classOwner[id] = class, key
+	}
+	return n
 }
 
 // namedPortsSignature is what resolves a pod's named ports.
@@ -412,7 +468,7 @@ func buildIdentities(r *eval.Resolved, opts Options, pod func(i int, id uint32, 
 		return nil, fmt.Errorf("node %q is not in the snapshot", opts.Node)
 	}
 	relevant := selectedLabelKeys(localPolicies(r.Policies(), localPods(r, node)))
-	ids, err := newIdentities(r, opts.Identities, relevant)
+	ids, err := newIdentities(r, opts.Identities, relevant, opts.Adopt)
 	if err != nil {
 		return nil, err
 	}

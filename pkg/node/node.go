@@ -293,6 +293,13 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		opts := compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts, DNS: p.compilerDNS(in)}
 		var live liveTable
 		var err error
+		if p.opts.Layout == compiler.LayoutIdentities && p.identities.Empty() {
+			// A restart: number as the table the kernel holds does, so
+			// that the first sync sends only what changed meanwhile.
+			if kernel, err := p.policy.Read(); err == nil && kernel != nil {
+				opts.Adopt = kernel
+			}
+		}
 		switch {
 		case p.opts.Layout == compiler.LayoutIdentities && in.Resolved == nil && in.Pods != nil:
 			// One pod of each identity resolved, not every pod.

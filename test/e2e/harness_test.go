@@ -334,23 +334,55 @@ func (a *agentProc) metric(t testing.TB, sample string) float64 {
 	return 0
 }
 
-// expected compiles what every node must hold for the live cluster state.
-func (w *world) expected() (*cluster.Snapshot, *policy.Model, map[string]*nft.Table) {
+// expected is the live cluster state and what every node must hold for
+// it, given what its kernel holds (expectation.holds).
+func (w *world) expected() (*cluster.Snapshot, *policy.Model, expectation) {
 	snap, _, err := cluster.LoadLive(w.ctx, cluster.LiveOptions{Kubeconfig: w.env.Kubeconfig})
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	model := policy.Build(snap)
-	resolved := eval.New(snap, model).Resolved()
-	tables := map[string]*nft.Table{}
-	for _, n := range w.lab.Nodes() {
-		t, err := compiler.Compile(resolved, compiler.Options{Node: n.Name, DNS: agentDNS(w.t, snap, n)})
-		if err != nil {
-			w.t.Fatal(err)
+	return snap, model, expectation{t: w.t, snap: snap, resolved: eval.New(snap, model).Resolved(), nodes: w.lab.Nodes()}
+}
+
+// expectation is what the nodes must hold for one cluster state.
+type expectation struct {
+	t        testing.TB
+	snap     *cluster.Snapshot
+	resolved *eval.Resolved
+	nodes    []*lab.Node
+}
+
+// holds reports whether each node's kernel table (by node name) is the
+// agent's table for the state: the compile of the agent's default layout,
+// identities, which numbers the pods as the kernel's table does (an
+// agent numbers them as its earlier syncs did; no other difference is
+// allowed).
+func (e expectation) holds(kernel map[string]*nft.Table) bool {
+	for _, n := range e.nodes {
+		got := kernel[n.Name]
+		if got == nil {
+			return false
 		}
-		tables[n.Name] = t
+		want := agentTable(e.t, e.resolved, n, compiler.Options{DNS: agentDNS(e.t, e.snap, n)}, got)
+		if !nft.Diff(got, want).Empty() {
+			return false
+		}
 	}
-	return snap, model, tables
+	return true
+}
+
+// agentTable compiles node n's table as its agent does by default, with
+// the extra options opts and the numbering of kernel (the table the
+// kernel holds).
+func agentTable(t testing.TB, r *eval.Resolved, n *lab.Node, opts compiler.Options, kernel *nft.Table) *nft.Table {
+	t.Helper()
+	opts.Node, opts.Layout, opts.Adopt = n.Name, compiler.LayoutIdentities, kernel
+	table, err := compiler.Compile(r, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table
 }
 
 // agentDNS is the DNS part of an agent's table by default: the queue
@@ -436,7 +468,7 @@ func (w *world) kernelLatency(written time.Time) (time.Duration, *cluster.Snapsh
 	for {
 		mu.Lock()
 		for _, st := range states {
-			if same(st.tables, want) {
+			if want.holds(st.tables) {
 				mu.Unlock()
 				return max(st.at.Sub(written), 0), snap, model
 			}

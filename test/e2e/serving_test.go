@@ -210,15 +210,12 @@ subjects: [{kind: ServiceAccount, name: metrics-only, namespace: monitoring}]
 	w.startSecureAgent(node, promAddr)
 	// The kernel holds the compiled protection, like any rule.
 	r := w.expectedResolved()
-	want, err := compiler.Compile(r, compiler.Options{Node: "node-1", DNS: agentDNS(t, nil, node), AgentPorts: &compiler.AgentPorts{
-		Ports: []uint16{securePort}, Allowed: []netip.Prefix{netip.PrefixFrom(promAddr, 32)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts := compiler.Options{DNS: agentDNS(t, nil, node), AgentPorts: &compiler.AgentPorts{
+		Ports: []uint16{securePort}, Allowed: []netip.Prefix{netip.PrefixFrom(promAddr, 32)}}}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		got, _ := nft.Read(int(node.Handle), compiler.DefaultTable)
-		if got != nil && nft.Diff(got, want).Empty() {
+		if got != nil && nft.Diff(got, agentTable(t, r, node, opts, got)).Empty() {
 			break
 		}
 		if time.Now().After(deadline) {
