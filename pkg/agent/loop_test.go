@@ -277,10 +277,22 @@ func TestSyncReportsProblemsOnce(t *testing.T) {
 // the cluster. Before, the resync diffed against the Applier's cache and
 // sent nothing.
 func TestResyncRepairsDrift(t *testing.T) {
+	for _, layout := range []compiler.Layout{compiler.LayoutAddresses, compiler.LayoutIdentities} {
+		t.Run(layout.String(), func(t *testing.T) { resyncRepairsDrift(t, layout) })
+	}
+}
+
+func resyncRepairsDrift(t *testing.T, layout compiler.Layout) {
 	const period = 150 * time.Millisecond
-	h := newHarness(t, loadSnapshot(t, "e2e.yaml"), Options{NoStatus: true, ResyncPeriod: period})
-	want := desired(t, h.snap)
-	want.Name = compiler.DefaultTable
+	h := newHarness(t, loadSnapshot(t, "e2e.yaml"), Options{NoStatus: true, ResyncPeriod: period, Layout: layout})
+	want, err := compiler.Compile(node.Prepare(h.snap).Resolved, compiler.Options{Node: "node-1", Layout: layout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstChain := "forward"
+	if layout == compiler.LayoutIdentities {
+		firstChain = "forward-egress"
+	}
 	h.run()
 	h.waitFor("the first sync", 5*time.Second, func() bool { return h.agent.ready.Load() && holds(h.pol, want) })
 	nat := h.nat.Kernel()
@@ -291,7 +303,7 @@ func TestResyncRepairsDrift(t *testing.T) {
 		check func() bool
 	}{
 		{"policy rule deleted", h.pol, func(t *nft.Table) *nft.Table {
-			c := t.Chains["forward"]
+			c := t.Chains[firstChain]
 			c.Rules = c.Rules[1:]
 			return t
 		}, func() bool { return holds(h.pol, want) }},
