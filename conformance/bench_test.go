@@ -222,7 +222,9 @@ func BenchmarkConnRate(b *testing.B) {
 // of the six, in turn,
 // each 3 s. It reports the median of each and of each round's ratio, and
 // the ratios' spread (lowest and highest): one pair is noise on this
-// machine.
+// machine. The -vs-conntrack ratios are each layout against the
+// conntrack-only chain of the same round: what policy costs on a node
+// that tracks connections anyway.
 func BenchmarkConnRateRealistic(b *testing.B) {
 	requireRoot(b)
 	const node = "node-001"
@@ -329,6 +331,16 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 	b.ReportMetric(median(addrRatio), "ratio-addresses")
 	b.ReportMetric(slices.Min(addrRatio), "ratio-addresses-min")
 	b.ReportMetric(slices.Max(addrRatio), "ratio-addresses-max")
+	// Against conntrack on (a Kubernetes node always tracks connections:
+	// Service NAT needs it), each round's pair.
+	var idCt, addrCt []float64
+	for i := range ct {
+		idCt, addrCt = append(idCt, ids[i]/ct[i]), append(addrCt, addrs[i]/ct[i])
+	}
+	b.ReportMetric(median(idCt), "ratio-identities-vs-conntrack")
+	b.ReportMetric(slices.Min(idCt), "ratio-identities-vs-conntrack-min")
+	b.ReportMetric(slices.Max(idCt), "ratio-identities-vs-conntrack-max")
+	b.ReportMetric(median(addrCt), "ratio-addresses-vs-conntrack")
 }
 
 // probeRate is connRate of probes from one lab pod to another, each of
