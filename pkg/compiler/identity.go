@@ -68,8 +68,9 @@ func ParseLayout(s string) (Layout, error) {
 
 // Names of the identity layout's fixed objects.
 const (
-	chainForwardEgress  = "forward-egress"
-	chainForwardIngress = "forward-ingress"
+	// chainIngressDispatch sends a connection to its destination's
+	// ingress class (after its source's egress allowed it).
+	chainIngressDispatch = "ingress-dispatch"
 	mapPodIDs           = "pod-ids" // + family suffix: every pod-network address -> identity
 	mapEgressPass       = "eg-pass" // + family suffix: local pod saddr -> its egress class's next tier
 	mapIngressPass      = "in-pass" // + family suffix: local pod daddr -> its ingress class's next tier
@@ -588,19 +589,30 @@ func (c *idCompiler) fixedObjects() {
 		}
 		c.t.AddSet(&nft.Set{Name: setSelf + f.Suffix, Fields: []nft.FieldType{f.Field, f.Field}})
 	}
+	// One base chain per hook. On forward, egress is decided first and
+	// its allow goes on to the ingress dispatch (allowed(Egress)), so a
+	// packet pays one base chain, not one per direction; a packet whose
+	// source has no egress class goes there at once. On input only egress
+	// applies (the destination is the node: the ingress dispatch finds
+	// nothing and accepts), on output only ingress.
+	ingress := c.t.AddChain(&nft.Chain{Name: chainIngressDispatch})
+	for _, f := range nft.Families {
+		ingress.Rules = append(ingress.Rules, nft.NewRule().Vmap(f, localSide(policy.Ingress), dispatchMap(policy.Ingress)+f.Suffix))
+	}
+	end := nft.NewRule().Verdict(verdictAccept)
+	end.Comment = "the destination has no ingress policy"
+	ingress.Rules = append(ingress.Rules, end)
 	base := []struct {
 		chain, hook string
-		priority    int
-		d           policy.Direction
+		directions  []policy.Direction
 		self        bool
 	}{
-		{chainForwardEgress, nft.HookForward, 0, policy.Egress, true},
-		{chainForwardIngress, nft.HookForward, 1, policy.Ingress, true},
-		{chainInput, nft.HookInput, 0, policy.Egress, false},
-		{chainOutput, nft.HookOutput, 0, policy.Ingress, false},
+		{chainForward, nft.HookForward, []policy.Direction{policy.Egress, policy.Ingress}, true},
+		{chainInput, nft.HookInput, []policy.Direction{policy.Egress}, false},
+		{chainOutput, nft.HookOutput, []policy.Direction{policy.Ingress}, false},
 	}
 	for _, b := range base {
-		ch := c.t.AddChain(&nft.Chain{Name: b.chain, Base: &nft.Hook{Type: "filter", Hook: b.hook, Priority: b.priority, Policy: "accept"}})
+		ch := c.t.AddChain(&nft.Chain{Name: b.chain, Base: &nft.Hook{Type: "filter", Hook: b.hook, Priority: 0, Policy: "accept"}})
 		ch.Rules = append(ch.Rules,
 			nft.NewRule().CtEstablishedRelated().Verdict(verdictAccept),
 			nft.NewRule().ICMPv6NeighborDiscovery().Verdict(verdictAccept))
@@ -611,10 +623,26 @@ func (c *idCompiler) fixedObjects() {
 				ch.Rules = append(ch.Rules, r)
 			}
 		}
-		for _, f := range nft.Families {
-			ch.Rules = append(ch.Rules, nft.NewRule().Vmap(f, localSide(b.d), dispatchMap(b.d)+f.Suffix))
+		for _, d := range b.directions {
+			if d == policy.Ingress && len(b.directions) > 1 {
+				ch.Rules = append(ch.Rules, nft.NewRule().Verdict(nft.Verdict{Kind: nft.Goto, Chain: chainIngressDispatch}))
+				continue
+			}
+			for _, f := range nft.Families {
+				ch.Rules = append(ch.Rules, nft.NewRule().Vmap(f, localSide(d), dispatchMap(d)+f.Suffix))
+			}
 		}
 	}
+}
+
+// allowed is the verdict of a connection that direction d's policy
+// allows: accept, but for egress the destination's ingress is decided
+// next (the forward hook's one base chain does both).
+func allowed(d policy.Direction) nft.Verdict {
+	if d == policy.Egress {
+		return nft.Verdict{Kind: nft.Goto, Chain: chainIngressDispatch}
+	}
+	return verdictAccept
 }
 
 // class returns pod's class for direction d (chain "" when no policy
@@ -637,7 +665,7 @@ func (c *idCompiler) class(pod int, d policy.Direction) idClass {
 	next := c.nextTier(plan, pod, named)
 	cl := idClass{chain: directionPrefix(d) + "." + contentID(key), dnsClient: d == policy.Egress && c.namesDomains(plan)}
 	if len(plan.Admin) > 0 {
-		v := verdictAccept
+		v := allowed(d)
 		if next != "" {
 			v = nft.Verdict{Kind: nft.Goto, Chain: next}
 		}
@@ -655,7 +683,7 @@ func (c *idCompiler) class(pod int, d policy.Direction) idClass {
 	for _, group := range byPolicy(plan.Admin) {
 		ch.Rules = append(ch.Rules, nft.NewRule().Verdict(nft.Verdict{Kind: nft.Jump, Chain: c.policyChain(group, d, policy.TierAdmin)}))
 	}
-	end := nft.NewRule().Verdict(verdictAccept)
+	end := nft.NewRule().Verdict(allowed(d))
 	end.Comment = "no policy decided: the default allows"
 	if next != "" {
 		end = nft.NewRule().Verdict(nft.Verdict{Kind: nft.Goto, Chain: next})
@@ -719,7 +747,8 @@ func (c *idCompiler) policyChain(rules []eval.PlanRule, d policy.Direction, tier
 	prefix := "adm"
 	var pass *nft.Verdict // nil: through the pass map
 	if tier == policy.TierBaseline {
-		prefix, pass = "bl", &verdictAccept // a Baseline Pass goes to the default
+		v := allowed(d)
+		prefix, pass = "bl", &v // a Baseline Pass goes to the default
 	}
 	name := fmt.Sprintf("%s.%s.%s", prefix, contentID(key), directionPrefix(d))
 	c.policyChains[key] = name
@@ -745,7 +774,7 @@ func (c *idCompiler) ruleMatches(pr eval.PlanRule, d policy.Direction, action po
 	end := func(match func() *nft.Builder, f *nft.Family) []*nft.Rule {
 		switch {
 		case action == policy.Accept:
-			return []*nft.Rule{match().Verdict(verdictAccept)}
+			return []*nft.Rule{match().Verdict(allowed(d))}
 		case action == policy.Deny:
 			return []*nft.Rule{match().Verdict(verdictDrop)}
 		case pass != nil:
@@ -984,7 +1013,7 @@ func (c *idCompiler) nextTier(plan *eval.Plan, pod int, named string) string {
 	for _, group := range byPolicy(plan.Baseline) {
 		ch.Rules = append(ch.Rules, nft.NewRule().Verdict(nft.Verdict{Kind: nft.Jump, Chain: c.policyChain(group, plan.Direction, policy.TierBaseline)}))
 	}
-	end := nft.NewRule().Verdict(verdictAccept)
+	end := nft.NewRule().Verdict(allowed(plan.Direction))
 	end.Comment = "no Baseline rule decided: the default allows"
 	ch.Rules = append(ch.Rules, end)
 	return name
@@ -1055,7 +1084,7 @@ func (c *idCompiler) networkPolicyTier(plan *eval.Plan, pod int, named string) s
 			return b.L4ProtoPortInSet(set)
 		}
 		if rs := idSets[id]; len(rs) > 0 {
-			r := withPorts(nft.NewRule().In(nil, c.idSetOf(rs), nft.MarkKey())).Verdict(verdictAccept)
+			r := withPorts(nft.NewRule().In(nil, c.idSetOf(rs), nft.MarkKey())).Verdict(allowed(d))
 			r.Comment = comment
 			ch.Rules = append(ch.Rules, r)
 		}
@@ -1066,7 +1095,7 @@ func (c *idCompiler) networkPolicyTier(plan *eval.Plan, pod int, named string) s
 			}
 			name := allowSetName(list, "nets", id, f)
 			c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{f.Field}, Interval: true, Elements: rangeElements(rs, f)})
-			r := withPorts(nft.NewRule().AddrInSet(f, peerSide(d), name)).Verdict(verdictAccept)
+			r := withPorts(nft.NewRule().AddrInSet(f, peerSide(d), name)).Verdict(allowed(d))
 			r.Comment = comment
 			ch.Rules = append(ch.Rules, r)
 		}
