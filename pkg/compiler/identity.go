@@ -71,12 +71,12 @@ const (
 	// chainIngressDispatch sends a connection to its destination's
 	// ingress class (after its source's egress allowed it).
 	chainIngressDispatch = "ingress-dispatch"
-	mapPodIDs           = "pod-ids" // + family suffix: every pod-network address -> identity
-	mapEgressPass       = "eg-pass" // + family suffix: local pod saddr -> its egress class's next tier
-	mapIngressPass      = "in-pass" // + family suffix: local pod daddr -> its ingress class's next tier
-	classBits           = 16        // an identity is namespace << classBits | class
-	maxIdentityPart     = 1<<16 - 1 // namespaces, and classes in one namespace
-	namespaceSpan       = 1 << classBits
+	mapPodIDs            = "pod-ids" // + family suffix: every pod-network address -> identity
+	mapEgressPass        = "eg-pass" // + family suffix: local pod saddr -> its egress class's next tier
+	mapIngressPass       = "in-pass" // + family suffix: local pod daddr -> its ingress class's next tier
+	classBits            = 16        // an identity is namespace << classBits | class
+	maxIdentityPart      = 1<<16 - 1 // namespaces, and classes in one namespace
+	namespaceSpan        = 1 << classBits
 )
 
 // identities numbers the pod-network pods: pods with the same namespace,
