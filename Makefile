@@ -69,12 +69,18 @@ bench: build
 	hack/bench-layout.sh
 
 # The agent scale harness (pkg/agent BenchmarkAgentEvents, issue 14):
-# node-1's agent fed a synthetic cluster through its informers, per-event
-# latency and CPU at each size in BENCH_PODS, BENCH_EVENTS events per kind.
-BENCH_PODS   ?= 10000,100000
-BENCH_EVENTS ?= 200
+# one node's agent fed a synthetic cluster through its informers, per-event
+# latency and CPU at each size in BENCH_PODS, BENCH_EVENTS events per kind,
+# in each shape of BENCH_SHAPES and layout of BENCH_LAYOUTS (the address
+# layout on the realistic shape is pods x policies: keep it to 30,000 pods,
+# BENCH_SHAPES=realistic BENCH_LAYOUTS=addresses,identities BENCH_PODS=10000,30000).
+BENCH_PODS    ?= 10000,100000
+BENCH_EVENTS  ?= 200
+BENCH_SHAPES  ?= easy,realistic
+BENCH_LAYOUTS ?= identities
 bench-agent:
 	NETPOL_BENCH_PODS=$(BENCH_PODS) NETPOL_BENCH_EVENTS=$(BENCH_EVENTS) \
+		NETPOL_BENCH_SHAPES=$(BENCH_SHAPES) NETPOL_BENCH_LAYOUTS=$(BENCH_LAYOUTS) \
 		$(GO) test -run '^$$' -bench BenchmarkAgentEvents -benchtime 1x -count 1 -timeout 3h ./pkg/agent
 
 # Pod churn against the real test API server (test/e2e BenchmarkPodChurn,

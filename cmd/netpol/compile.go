@@ -20,7 +20,7 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 		agent    agentPortFlags
 		dns      string
 		dnsQueue uint16
-		layout   layoutFlag
+		layout   = layoutFlag{compiler.DefaultLayout}
 	)
 	cmd := &cobra.Command{
 		Use:   "compile --node NAME",
@@ -98,8 +98,8 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 type layoutFlag struct{ layout compiler.Layout }
 
 func (l *layoutFlag) register(cmd *cobra.Command, prefix string) {
-	cmd.Flags().Var(l, "layout", prefix+"the policy table's layout: addresses (peers as sets of pod addresses) or identities "+
-		"(pods as identities in the packet mark, peers as sets of identities: a table that grows with pods plus policies)")
+	cmd.Flags().Var(l, "layout", prefix+"the policy table's layout: identities (the agent's: pods as identities in the packet mark, "+
+		"peers as sets of identities, a table that grows with pods plus policies) or addresses (peers as sets of pod addresses)")
 }
 
 func (l *layoutFlag) String() string { return l.layout.String() }

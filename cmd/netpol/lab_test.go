@@ -60,21 +60,28 @@ func TestLabProbeJSONMatchesTable(t *testing.T) {
 	}
 }
 
-// `netpol compile` prints the demo's ruleset for a node; an unknown node is
-// an error that names it.
+// `netpol compile` prints the demo's ruleset for a node, in the agent's
+// layout unless --layout says otherwise; an unknown node is an error that
+// names it.
 func TestCompileCommand(t *testing.T) {
-	out, stderr, err := run(t, "", "compile", "-f", "../../examples/demo", "--node", "node-2")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, stderr)
+	for _, tc := range []struct{ args, golden string }{
+		{"", "demo-node-2-identities.nft"},
+		{"--layout identities", "demo-node-2-identities.nft"},
+		{"--layout addresses", "demo-node-2.nft"},
+	} {
+		out, stderr, err := run(t, "", append([]string{"compile", "-f", "../../examples/demo", "--node", "node-2"}, strings.Fields(tc.args)...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		want, err := os.ReadFile("../../testdata/golden/compile/" + tc.golden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out != string(want) {
+			t.Errorf("compile %s: the output differs from the golden file testdata/golden/compile/%s", tc.args, tc.golden)
+		}
 	}
-	want, err := os.ReadFile("../../testdata/golden/compile/demo-node-2.nft")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out != string(want) {
-		t.Errorf("compile output differs from the golden file testdata/golden/compile/demo-node-2.nft")
-	}
-	out, stderr, err = run(t, "", "compile", "-f", "../../examples/demo", "--node", "node-1", "--services")
+	out, stderr, err := run(t, "", "compile", "-f", "../../examples/demo", "--node", "node-1", "--services")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}

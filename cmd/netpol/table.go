@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/report"
@@ -21,7 +22,7 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 		allNamespaces bool
 		denied        bool
 		engine        string
-		layout        layoutFlag
+		layout        = layoutFlag{compiler.DefaultLayout}
 		agent         agentPortFlags
 		domains       bool
 		dnsTCP        bool

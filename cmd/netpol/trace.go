@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/report"
@@ -24,7 +25,7 @@ func newTraceCommand(in *inputFlags) *cobra.Command {
 		allRules             bool
 		live                 liveTraceOptions
 		agent                agentPortFlags
-		layout               layoutFlag
+		layout               = layoutFlag{compiler.DefaultLayout}
 	)
 	cmd := &cobra.Command{
 		Use:   "trace SRC DST",

@@ -27,15 +27,22 @@ func TestTraceJSON(t *testing.T) {
 		// prefix, comment substring
 		chain, verdict, comment string
 		alternatives            int
+		layout                  string // --layout ("": the default, identities)
 	}{
-		{"NetworkPolicy allows", "web/frontend", "api/orders", "tcp/8080", true, "in.", "return", "NetworkPolicy tier: every rule of NetworkPolicy api/orders-from-web", 0},
-		{"Admin deny", "sandbox/toolbox", "db/postgres", "tcp/5432", false, "in.", "drop", "isolate-dev-from-prod", 0},
-		{"Service through DNAT, denied at the endpoint", "sandbox/toolbox", "svc/api/orders", "tcp/80", false, "services.4", "dnat to 10.244.2.10:8080", "frontends with 1 endpoint", 0},
-		{"ClusterIP by address, as the Service", "web/frontend", "10.96.0.20", "tcp/80", true, "services.4", "dnat to", "", 0},
+		{"NetworkPolicy allows", "web/frontend", "api/orders", "tcp/8080", true, "in.np.", "accept", "NetworkPolicy tier: every rule of NetworkPolicy api/orders-from-web", 0, ""},
+		{"Admin deny", "sandbox/toolbox", "db/postgres", "tcp/5432", false, "adm.", "drop", "isolate-dev-from-prod", 0, ""},
+		{"NetworkPolicy allows, address layout", "web/frontend", "api/orders", "tcp/8080", true, "in.", "return", "NetworkPolicy tier: every rule of NetworkPolicy api/orders-from-web", 0, "addresses"},
+		{"Admin deny, address layout", "sandbox/toolbox", "db/postgres", "tcp/5432", false, "in.", "drop", "isolate-dev-from-prod", 0, "addresses"},
+		{"Service through DNAT, denied at the endpoint", "sandbox/toolbox", "svc/api/orders", "tcp/80", false, "services.4", "dnat to 10.244.2.10:8080", "frontends with 1 endpoint", 0, ""},
+		{"ClusterIP by address, as the Service", "web/frontend", "10.96.0.20", "tcp/80", true, "services.4", "dnat to", "", 0, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			out, stderr, err := run(t, "", "trace", "-f", "../../examples/demo", tc.src, tc.dst, "--port", tc.port, "-o", "json")
+			args := []string{"trace", "-f", "../../examples/demo", tc.src, tc.dst, "--port", tc.port, "-o", "json"}
+			if tc.layout != "" {
+				args = append(args, "--layout", tc.layout)
+			}
+			out, stderr, err := run(t, "", args...)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, stderr)
 			}
