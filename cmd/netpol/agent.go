@@ -46,6 +46,18 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 			opts.Logger = logger
 			opts.Kubeconfig = in.kubeconfig
 			opts.Layout = layout.layout
+			if opts.NoProxy && opts.Layout == compiler.LayoutIdentities {
+				// The identity layout writes the packet mark of a new
+				// connection between prerouting and postrouting, where
+				// kube-proxy keeps its masquerade bit (0x4000): beside
+				// kube-proxy, peers stay sets of addresses unless asked.
+				if !cmd.Flags().Changed("layout") {
+					opts.Layout = compiler.LayoutAddresses
+				} else {
+					logger.Warn("--layout identities with --no-proxy: the policy table rewrites the packet mark of new connections, " +
+						"so a Service proxy that marks packets for masquerade (kube-proxy's 0x4000) loses the mark on connections to and from policed pods")
+				}
+			}
 			if opts.NodePortAddresses, err = parseList(nodePortAddr, netip.ParseAddr); err != nil {
 				return fmt.Errorf("--nodeport-addresses: %w", err)
 			}
@@ -117,6 +129,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 	f.StringSliceVar(&nodePortAddr, "nodeport-addresses", nil, "node addresses that serve NodePorts, comma-separated (default: the Node's InternalIP and ExternalIP addresses)")
 	f.StringSliceVar(&clusterCIDRs, "cluster-cidr", nil, "pod networks, comma-separated; other clients of ClusterIPs are masqueraded (default: every Node's spec.podCIDRs)")
 	layout.register(cmd, "")
+	f.Lookup("layout").Usage += "; with --no-proxy the default is addresses (the identity layout rewrites the packet mark, where kube-proxy keeps its masquerade bit)"
 	f.BoolVar(&opts.NoDNS, "no-dns", false, "do not learn domainNames addresses from the cluster DNS's answers (domainNames rules then admit nothing)")
 	f.Uint16Var(&opts.DNSQueue, "dns-queue", node.DefaultDNSQueue, "NFQUEUE queue number the cluster DNS's answers to pods with domainNames rules are sent to")
 	f.StringSliceVar(&dnsServers, "dns-server", nil, "DNS servers besides the endpoints of Service kube-system/kube-dns whose answers teach domainNames addresses, as ADDRESS or ADDRESS:PORT (port 53 by default), comma-separated (a node-local cache)")
