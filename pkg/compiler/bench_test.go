@@ -119,7 +119,13 @@ func BenchmarkNodeTable(b *testing.B) {
 // one pod of each identity resolved), the numbering kept as the agent
 // keeps it.
 func BenchmarkIdentityFullCompile(b *testing.B) {
-	snap, err := synth.Snapshot(synth.RealisticScale)
+	spec := synth.RealisticScale
+	if n, err := benchstat.EnvInts("NETPOL_BENCH_PODS", []int{spec.Pods}); err != nil {
+		b.Fatal(err)
+	} else {
+		spec.Pods, spec.Namespaces, spec.Nodes, spec.NetworkPolicies, spec.AdminPolicies, spec.Services = n[0], n[0]/100, n[0]/100, n[0]/10, n[0]/100, 0
+	}
+	snap, err := synth.Snapshot(spec)
 	if err != nil {
 		b.Fatal(err)
 	}

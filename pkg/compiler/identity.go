@@ -394,8 +394,23 @@ func (ids *identities) ranges(pods []int) []addrRange {
 			list = append(list, id)
 		}
 	}
-	slices.Sort(list)
-	list = slices.Compact(list)
+	// Pods in (namespace, name) order give each namespace's identities
+	// as one run: sorting the runs on their own is enough. Otherwise
+	// the whole list is sorted.
+	sorted := true
+	seen := map[uint32]bool{}
+	for i, id := range list {
+		if base := id &^ (namespaceSpan - 1); i == 0 || base != list[i-1]&^(namespaceSpan-1) {
+			if seen[base] {
+				sorted = false
+				break
+			}
+			seen[base] = true
+		}
+	}
+	if !sorted {
+		slices.Sort(list)
+	}
 	var out []addrRange
 	for i := 0; i < len(list); {
 		base := list[i] &^ (namespaceSpan - 1)
@@ -403,10 +418,15 @@ func (ids *identities) ranges(pods []int) []addrRange {
 		for j < len(list) && list[j]&^(namespaceSpan-1) == base {
 			j++
 		}
-		if j-i == len(ids.namespaces[ids.nsOf[base]]) {
+		run := list[i:j]
+		if sorted {
+			slices.Sort(run)
+		}
+		run = slices.Compact(run)
+		if len(run) == len(ids.namespaces[ids.nsOf[base]]) {
 			out = append(out, addrRange{idAddr(base), idAddr(base | (namespaceSpan - 1))})
 		} else {
-			for _, id := range list[i:j] {
+			for _, id := range run {
 				out = append(out, singleAddr(idAddr(id)))
 			}
 		}
@@ -433,6 +453,9 @@ type idCompiler struct {
 	// ranges of each rule's pod peers.
 	idSets  map[string]string
 	ruleIDs map[[3]int][]addrRange
+	// peerDefIDs are the identity ranges of pod peers by how they are
+	// written (namespace, namespace and pod selectors).
+	peerDefIDs map[string][]addrRange
 	// ingressNamed are the ingress named-port sets (by name without the
 	// family suffix) with their ports: they hold the local pods'
 	// addresses. namedNets are the networks of egress NetworkPolicy
@@ -476,7 +499,7 @@ func buildIdentities(r *eval.Resolved, opts Options, pod func(i int, id uint32, 
 	t := nft.NewTable(opts.Table)
 	c := &idCompiler{r: r, pols: r.Policies(), node: node, t: t, ids: ids, relevant: relevant,
 		classes: map[string]idClass{}, policyChains: map[string]string{}, tiers: map[string]string{},
-		idSets: map[string]string{}, ruleIDs: map[[3]int][]addrRange{},
+		idSets: map[string]string{}, ruleIDs: map[[3]int][]addrRange{}, peerDefIDs: map[string][]addrRange{},
 		ingressNamed: map[string][]policy.Port{}, namedNets: map[*nft.Family][]addrRange{},
 		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}}}
 	c.fixedObjects()
@@ -960,12 +983,25 @@ func (c *idCompiler) peerIDs(pi int, d policy.Direction, ri int) []addrRange {
 	if rs, ok := c.ruleIDs[k]; ok {
 		return rs
 	}
+	// Rules whose pod peers are written alike select the same pods: the
+	// realistic shape's Admin policies repeat a few peers hundreds of
+	// times.
+	var def strings.Builder
+	for _, p := range c.pols[pi].Rules[d][ri].Peers {
+		if p.Kind == policy.PeerPods {
+			fmt.Fprintf(&def, "%s|%s|%s;", p.Namespace, p.Namespaces, p.Pods)
+		}
+	}
+	if rs, ok := c.peerDefIDs[def.String()]; ok {
+		c.ruleIDs[k] = rs
+		return rs
+	}
 	var pods []int
 	for j := range c.r.EachPeerPod(pi, d, ri) {
 		pods = append(pods, j)
 	}
 	rs := c.ids.ranges(pods)
-	c.ruleIDs[k] = rs
+	c.ruleIDs[k], c.peerDefIDs[def.String()] = rs, rs
 	return rs
 }
 
