@@ -6,6 +6,7 @@ import (
 	"os"
 	goruntime "runtime"
 	rtmetrics "runtime/metrics"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,7 +52,8 @@ import (
 // kind: NETPOL_BENCH_EVENTS (default 200); shapes: NETPOL_BENCH_SHAPES
 // (easy, realistic; default easy: the realistic shape's events are
 // realisticEvents); layouts: NETPOL_BENCH_LAYOUTS (addresses, identities;
-// default addresses). make bench-agent runs 10,000 and 100,000 pods in one
+// default addresses). NETPOL_BENCH_HEAP_PROFILE=FILE writes a heap profile
+// after the first sync. make bench-agent runs 10,000 and 100,000 pods in one
 // run.
 func BenchmarkAgentEvents(b *testing.B) {
 	sizes := envInts(b, "NETPOL_BENCH_PODS", []int{10000})
@@ -211,6 +213,18 @@ func (sb *scaleBench) firstSync(b *testing.B) {
 	// the fake API was loaded is the agent's share: its informer caches
 	// and programming state (agent-heap-MB).
 	heap := liveHeap()
+	if path := os.Getenv("NETPOL_BENCH_HEAP_PROFILE"); path != "" {
+		// What is live after the first sync, the fake API's objects
+		// included (go tool pprof -sample_index=inuse_space).
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
 	b.ReportMetric(float64(heap)/(1<<20), "heap-MB")
 	b.ReportMetric((float64(heap)-float64(sb.baseHeap))/(1<<20), "agent-heap-MB")
 	if sb.h.pol.Transactions() == 0 || sb.h.nat.Transactions() == 0 {
