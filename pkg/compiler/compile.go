@@ -47,8 +47,9 @@ type Options struct {
 	// DNS, when set, queues the cluster DNS's answers to the node's pods
 	// with domainNames rules to the agent (dns.go).
 	DNS *DNS
-	// Layout is the table's layout (identity.go); Live programs the
-	// address layout only.
+	// Layout is the table's layout (identity.go; the zero value is the
+	// address layout, DefaultLayout the agent's); Live keeps an address
+	// layout table up to date, IdentityLive an identity layout one.
 	Layout Layout
 	// Identities, with the identity layout, is the numbering of the
 	// node's last compile, kept where it still fits and updated to this

@@ -38,7 +38,8 @@ import (
 type Layout int
 
 const (
-	// LayoutAddresses: peer sets of pod addresses (the agent's layout).
+	// LayoutAddresses: peer sets of pod addresses (the layout before
+	// the identities; the zero value).
 	LayoutAddresses Layout = iota
 	// LayoutIdentities: pods as identities in the packet mark.
 	LayoutIdentities
