@@ -411,6 +411,14 @@ func TestIncrementalPathIdentities(t *testing.T) {
 		}
 		return h.kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})
 	}
+	// update changes a copy of p through the API and in h.snap.
+	update := func(p *corev1.Pod, change func(*corev1.Pod)) error {
+		p = p.DeepCopy()
+		change(p)
+		h.replacePod(p)
+		_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
+		return err
+	}
 	remote, local := pod(false, 2), pod(true, 0)
 	steps := []struct {
 		name     string
@@ -445,25 +453,15 @@ spec:
 			return err
 		}, "incremental", 0},
 		{"pod on another node relabelled with a label no selector here reads", func() error {
-			p := pod(false, 5).DeepCopy()
-			p.Labels["release"] = "canary"
-			h.replacePod(p)
-			_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
-			return err
+			return update(pod(false, 5), func(p *corev1.Pod) { p.Labels["release"] = "canary" })
 		}, "incremental", 0},
 		{"pod of node-1 relabelled by a rollout (a label no subject or peer reads)", func() error {
-			p := pod(true, 2).DeepCopy()
-			p.Labels["pod-template-hash"] = "rollout-2"
-			h.replacePod(p)
-			_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
-			return err
+			return update(pod(true, 2), func(p *corev1.Pod) { p.Labels["pod-template-hash"] = "rollout-2" })
 		}, "incremental", 0},
 		{"pod on another node given a named port no pod had (a new identity)", func() error {
-			p := pod(false, 6).DeepCopy()
-			p.Spec.Containers = []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{{Name: "never-seen", ContainerPort: 9999}}}}
-			h.replacePod(p)
-			_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
-			return err
+			return update(pod(false, 6), func(p *corev1.Pod) {
+				p.Spec.Containers = []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{{Name: "never-seen", ContainerPort: 9999}}}}
+			})
 		}, "full", -1},
 		{"NetworkPolicy selecting a pod here added", func() error { return h.createPolicy(selectApp("local", pod(true, 1))) }, "full", -1},
 	}

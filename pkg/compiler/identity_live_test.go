@@ -29,21 +29,11 @@ import (
 // Replicas of existing workloads (an identity that exists), the most
 // common event of a real cluster, are added often; each must be taken.
 func TestIdentityLiveMatchesCompile(t *testing.T) {
-	worlds := corpusWorlds(t)
-	realistic, err := synth.Snapshot(synth.Spec{Shape: synth.ShapeRealistic, Namespaces: 8, Pods: 600, Nodes: 6, NetworkPolicies: 60, AdminPolicies: 8, Seed: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	worlds = append(worlds, world{"realistic", realistic})
 	var stats identityLiveStats
-	for wi, w := range worlds {
+	for wi, w := range identityWorlds(t) {
 		for _, n := range w.snap.Nodes {
 			t.Run(w.name+"/"+n.Name, func(t *testing.T) {
-				var dns *compiler.DNS
-				if wi%2 == 1 || strings.Contains(w.name, "domain") {
-					dns = &compiler.DNS{Queue: nft.QueueXtables, QueueNum: 53, Servers: []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53")}}
-				}
-				identityLiveAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 11)), &stats, dns)
+				identityLiveAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 11)), &stats, worldDNS(wi, w.name))
 			})
 		}
 	}
@@ -52,6 +42,15 @@ func TestIdentityLiveMatchesCompile(t *testing.T) {
 	if stats.updates < 1000 || stats.local < 30 || stats.replicas < 300 || stats.unconcerned < 50 || stats.dnsClients == 0 {
 		t.Fatalf("too little compared: want at least 1,000 updates, 30 to pods of the node, 300 replicas, 50 unconcerned policies and a DNS client")
 	}
+}
+
+// identityWorlds are the corpus worlds and a realistic cluster.
+func identityWorlds(t *testing.T) []world {
+	realistic, err := synth.Snapshot(synth.Spec{Shape: synth.ShapeRealistic, Namespaces: 8, Pods: 600, Nodes: 6, NetworkPolicies: 60, AdminPolicies: 8, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(corpusWorlds(t), world{"realistic", realistic})
 }
 
 type identityLiveStats struct {
@@ -238,20 +237,11 @@ func addReplica(snap *cluster.Snapshot, node string, r *rand.Rand, step int, ch 
 // compiled from every pod, on every node of every corpus world and of a
 // realistic cluster, with and without the DNS objects.
 func TestIdentityLiveFromPods(t *testing.T) {
-	worlds := corpusWorlds(t)
-	realistic, err := synth.Snapshot(synth.Spec{Shape: synth.ShapeRealistic, Namespaces: 8, Pods: 600, Nodes: 6, NetworkPolicies: 60, AdminPolicies: 8, Seed: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	worlds = append(worlds, world{"realistic", realistic})
 	compared, fewer := 0, 0
-	for wi, w := range worlds {
+	for wi, w := range identityWorlds(t) {
 		model := policy.Build(w.snap)
 		for _, n := range w.snap.Nodes {
-			opts := compiler.Options{Node: n.Name, Layout: compiler.LayoutIdentities}
-			if wi%2 == 1 {
-				opts.DNS = &compiler.DNS{Queue: nft.QueueXtables, QueueNum: 53, Servers: []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53")}}
-			}
+			opts := compiler.Options{Node: n.Name, Layout: compiler.LayoutIdentities, DNS: worldDNS(wi, w.name)}
 			opts.Identities = &compiler.Identities{}
 			all, err := compiler.NewIdentityLive(eval.New(w.snap, model).Resolved(), opts)
 			if err != nil {

@@ -121,13 +121,7 @@ func TestLiveMatchesCompile(t *testing.T) {
 	for wi, w := range worlds {
 		for _, n := range w.snap.Nodes {
 			t.Run(w.name+"/"+n.Name, func(t *testing.T) {
-				// Every other world has the DNS objects, whose clients
-				// follow the pods and whose servers change once.
-				var dns *compiler.DNS
-				if wi%2 == 1 || strings.Contains(w.name, "domain") {
-					dns = &compiler.DNS{Queue: nft.QueueXtables, QueueNum: 53, Servers: []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53")}}
-				}
-				liveAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 7)), &stats, dns)
+				liveAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 7)), &stats, worldDNS(wi, w.name))
 			})
 		}
 	}
@@ -140,6 +134,15 @@ func TestLiveMatchesCompile(t *testing.T) {
 		t.Fatalf("only %d incremental updates (%d to pods of the node, %d rebased keeping %d sets) compared with a full compile, want at least 1,000 (50, 300, 1,000)",
 			stats.compared, stats.localIncremental, stats.rebased, stats.kept)
 	}
+}
+
+// worldDNS gives every other world (and those about domains) the DNS
+// objects, whose clients follow the pods and whose servers change once.
+func worldDNS(wi int, name string) *compiler.DNS {
+	if wi%2 == 1 || strings.Contains(name, "domain") {
+		return &compiler.DNS{Queue: nft.QueueXtables, QueueNum: 53, Servers: []netip.AddrPort{netip.MustParseAddrPort("10.96.0.10:53")}}
+	}
+	return nil
 }
 
 // liveStats counts what liveAgrees compared.
