@@ -43,15 +43,7 @@ func TestIncrementalPath(t *testing.T) {
 	h := newHarness(t, snap, Options{NoStatus: true, NoProxy: true, ResyncPeriod: time.Hour})
 	h.run()
 	h.waitFor("first sync", 10*time.Second, func() bool { return holds(h.pol, desired(t, h.snap)) })
-	paths := func() map[string]float64 {
-		out := map[string]float64{}
-		for _, path := range []string{"incremental", "rebase", "full"} {
-			var m dto.Metric
-			h.agent.metrics.policySyncs.WithLabelValues(path).Write(&m)
-			out[path] = m.GetCounter().GetValue()
-		}
-		return out
-	}
+	paths := h.syncPaths
 	ctx := context.Background()
 	// nth is the i-th pod of the snapshot on node-1 (or, with onNode1
 	// false, on another node).
@@ -175,6 +167,17 @@ func TestIncrementalPath(t *testing.T) {
 	if n := m.GetCounter().GetValue(); n != 0 || h.logs.count("differed from a full compile") > 0 {
 		t.Fatalf("the resync found the incremental table different from a full compile (%v times)", n)
 	}
+}
+
+// syncPaths counts the agent's policy syncs by path.
+func (h *harness) syncPaths() map[string]float64 {
+	out := map[string]float64{}
+	for _, path := range []string{"incremental", "rebase", "full"} {
+		var m dto.Metric
+		h.agent.metrics.policySyncs.WithLabelValues(path).Write(&m)
+		out[path] = m.GetCounter().GetValue()
+	}
+	return out
 }
 
 // selectApp is a NetworkPolicy named name that isolates the pods of p's
@@ -465,15 +468,7 @@ spec:
 		}, "full", -1},
 		{"NetworkPolicy selecting a pod here added", func() error { return h.createPolicy(selectApp("local", pod(true, 1))) }, "full", -1},
 	}
-	paths := func() map[string]float64 {
-		out := map[string]float64{}
-		for _, path := range []string{"incremental", "rebase", "full"} {
-			var m dto.Metric
-			h.agent.metrics.policySyncs.WithLabelValues(path).Write(&m)
-			out[path] = m.GetCounter().GetValue()
-		}
-		return out
-	}
+	paths := h.syncPaths
 	for _, st := range steps {
 		before, kernelBefore := paths(), h.pol.Kernel()
 		if err := st.change(); err != nil {
