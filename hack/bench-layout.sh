@@ -2,7 +2,7 @@
 # One node's policy table on the easy and the realistic synthetic shapes
 # (internal/synth), at each size in BENCH_LAYOUT_PODS (default 10000 30000;
 # 100000 is opt-in: the address layout's table on the realistic shape grows
-# as pods x policies), in both layouts (addresses: the agent's; identities).
+# as pods x policies), in both layouts (identities: the agent's; addresses).
 # For each: node-001's (realistic) or node-1's (easy) chains, rules, sets and
 # set elements, and `netpol compile --node` from the YAML file, whole path:
 # wall time and peak RSS. Counts scale as the issue asks: a namespace and a
