@@ -285,22 +285,36 @@ var scaleEvents = []scaleEvent{
 		}, nil
 	}},
 	{"networkpolicy-add", func(sb *scaleBench, i int) (func() error, error) {
-		tcp := corev1.ProtocolTCP
-		port := intstr.FromInt32(int32(8000 + i%1000))
-		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-np-%d", i), Namespace: fmt.Sprintf("ns-%d", i%sb.spec.Namespaces)},
-			Spec: networkingv1.NetworkPolicySpec{
-				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": fmt.Sprintf("app-%d", i%7)}},
-				Ingress: []networkingv1.NetworkPolicyIngressRule{{
-					From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("team-%d", i%10)}}}},
-					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
-				}}}}
-		return func() error {
-			_, err := sb.h.kube.NetworkingV1().NetworkPolicies(np.Namespace).Create(context.Background(), np, metav1.CreateOptions{})
-			return err
-		}, nil
+		return sb.createAllow(i, fmt.Sprintf("ns-%d", i%sb.spec.Namespaces), map[string]string{"app": fmt.Sprintf("app-%d", i%7)}, fmt.Sprintf("team-%d", i%10)), nil
 	}},
 	{"clusternetworkpolicy-add", func(sb *scaleBench, i int) (func() error, error) {
-		cnp := policyObjects(sb.h.t, fmt.Sprintf(`apiVersion: policy.networking.k8s.io/v1beta1
+		return sb.createDevDeny(i, fmt.Sprintf("team-%d", i%10)), nil
+	}},
+}
+
+// createAllow is the write of a NetworkPolicy (the i-th) in namespace ns
+// that lets the namespaces of team reach the pods with podLabels on one
+// TCP port.
+func (sb *scaleBench) createAllow(i int, ns string, podLabels map[string]string, team string) func() error {
+	tcp := corev1.ProtocolTCP
+	port := intstr.FromInt32(int32(8000 + i%1000))
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-np-%d", i), Namespace: ns},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: podLabels},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
+			}}}}
+	return func() error {
+		_, err := sb.h.kube.NetworkingV1().NetworkPolicies(np.Namespace).Create(context.Background(), np, metav1.CreateOptions{})
+		return err
+	}
+}
+
+// createDevDeny is the write of an Admin ClusterNetworkPolicy (the i-th)
+// denying the dev namespaces one TCP port of team's namespaces.
+func (sb *scaleBench) createDevDeny(i int, team string) func() error {
+	cnp := policyObjects(sb.h.t, fmt.Sprintf(`apiVersion: policy.networking.k8s.io/v1beta1
 kind: ClusterNetworkPolicy
 metadata: {name: bench-cnp-%d}
 spec:
@@ -308,7 +322,7 @@ spec:
   priority: %d
   subject:
     namespaces:
-      matchLabels: {team: team-%d}
+      matchLabels: {team: %s}
   ingress:
   - name: deny-from-dev
     action: Deny
@@ -316,12 +330,11 @@ spec:
     - namespaces:
         matchLabels: {env: dev}
     protocols:
-    - tcp: {destinationPort: {number: %d}}`, i, i%1000, i%10, 10000+i))[0].(*unstructured.Unstructured)
-		return func() error {
-			_, err := sb.h.dyn.Resource(cluster.GVRClusterPolicyV1beta1).Create(context.Background(), cnp, metav1.CreateOptions{})
-			return err
-		}, nil
-	}},
+    - tcp: {destinationPort: {number: %d}}`, i, i%1000, team, 10000+i))[0].(*unstructured.Unstructured)
+	return func() error {
+		_, err := sb.h.dyn.Resource(cluster.GVRClusterPolicyV1beta1).Create(context.Background(), cnp, metav1.CreateOptions{})
+		return err
+	}
 }
 
 // nextLabel moves labels[key] = "KEY-N" to "KEY-(N+1 mod n)".

@@ -8,12 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/intstr"
-
-	"github.com/netpol/netpol/pkg/cluster"
 )
 
 // realisticEvents are BenchmarkAgentEvents' events on the realistic shape
@@ -87,46 +82,14 @@ var realisticEvents = []scaleEvent{
 		if err != nil {
 			return nil, err
 		}
-		tcp := corev1.ProtocolTCP
-		port := intstr.FromInt32(int32(8000 + i%1000))
-		np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-np-%d", i), Namespace: ns.Name},
-			Spec: networkingv1.NetworkPolicySpec{
-				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "backend"}},
-				Ingress: []networkingv1.NetworkPolicyIngressRule{{
-					From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": ns.Labels["team"]}}}},
-					Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
-				}}}}
-		return func() error {
-			_, err := sb.h.kube.NetworkingV1().NetworkPolicies(np.Namespace).Create(context.Background(), np, metav1.CreateOptions{})
-			return err
-		}, nil
+		return sb.createAllow(i, ns.Name, map[string]string{"app.kubernetes.io/component": "backend"}, ns.Labels["team"]), nil
 	}},
 	{"clusternetworkpolicy-add", func(sb *scaleBench, i int) (func() error, error) {
 		ns, err := sb.h.kube.CoreV1().Namespaces().Get(context.Background(), sb.namespaces[(i*13)%len(sb.namespaces)], metav1.GetOptions{})
 		if err != nil {
 			return nil, err
 		}
-		cnp := policyObjects(sb.h.t, fmt.Sprintf(`apiVersion: policy.networking.k8s.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {name: bench-cnp-%d}
-spec:
-  tier: Admin
-  priority: %d
-  subject:
-    namespaces:
-      matchLabels: {team: %s}
-  ingress:
-  - name: deny-from-dev
-    action: Deny
-    from:
-    - namespaces:
-        matchLabels: {env: dev}
-    protocols:
-    - tcp: {destinationPort: {number: %d}}`, i, i%1000, ns.Labels["team"], 10000+i))[0].(*unstructured.Unstructured)
-		return func() error {
-			_, err := sb.h.dyn.Resource(cluster.GVRClusterPolicyV1beta1).Create(context.Background(), cnp, metav1.CreateOptions{})
-			return err
-		}, nil
+		return sb.createDevDeny(i, ns.Labels["team"]), nil
 	}},
 }
 

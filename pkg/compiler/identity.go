@@ -514,7 +514,7 @@ func buildIdentities(r *eval.Resolved, opts Options, pod func(i int, id uint32, 
 	}
 	// An address two pods claim is the first one's: in pod-ids, and in
 	// each direction's dispatch (with its pass and DNS entries).
-	claimed := map[string]bool{}
+	claimed := map[addrClaim]bool{}
 	for i := 0; i < r.NumPods(); i++ {
 		p := r.Pod(i)
 		if p.HostNetwork || ids.of[i] == 0 {
@@ -550,8 +550,15 @@ func buildIdentities(r *eval.Resolved, opts Options, pod func(i int, id uint32, 
 // an address it stands for (pod-ids, a direction, self): of two pods with
 // one address, the first claims it.
 type setElement struct {
-	set, claim string
+	set   string
+	claim addrClaim
 	nft.Element
+}
+
+// addrClaim is a use of an address: "ids", a direction's prefix, "self".
+type addrClaim struct {
+	use  string
+	addr netip.Addr
 }
 
 // podElements are the elements a pod-network pod with identity id and
@@ -562,7 +569,7 @@ func podElements(id uint32, addrs []netip.Addr, local bool, classes [2]idClass, 
 	for _, a := range addrs {
 		f := nft.FamilyOf(a)
 		key := f.AddrBytes(a)
-		out = append(out, setElement{mapPodIDs + f.Suffix, "ids" + a.String(), nft.Element{Key: key, Data: nft.IntegerBytes(id)}})
+		out = append(out, setElement{mapPodIDs + f.Suffix, addrClaim{"ids", a}, nft.Element{Key: key, Data: nft.IntegerBytes(id)}})
 		if !local {
 			continue
 		}
@@ -573,7 +580,7 @@ func podElements(id uint32, addrs []netip.Addr, local bool, classes [2]idClass, 
 				continue
 			}
 			self = true
-			claim := directionPrefix(d) + a.String()
+			claim := addrClaim{directionPrefix(d), a}
 			out = append(out, setElement{dispatchMap(d) + f.Suffix, claim, nft.Element{Key: key, Verdict: &nft.Verdict{Kind: nft.Jump, Chain: cl.chain}}})
 			if cl.pass != nil {
 				out = append(out, setElement{passMap(d) + f.Suffix, claim, nft.Element{Key: key, Verdict: cl.pass}})
@@ -583,7 +590,7 @@ func podElements(id uint32, addrs []netip.Addr, local bool, classes [2]idClass, 
 			}
 		}
 		if self {
-			out = append(out, setElement{setSelf + f.Suffix, "self" + a.String(), nft.Element{Key: nft.Key(key, key)}})
+			out = append(out, setElement{setSelf + f.Suffix, addrClaim{"self", a}, nft.Element{Key: nft.Key(key, key)}})
 		}
 	}
 	return out

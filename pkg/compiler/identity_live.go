@@ -44,6 +44,7 @@ type IdentityLive struct {
 	claims map[netip.Addr]int
 	perID  map[uint32]int        // pods by identity
 	users  map[string]int        // the node's pods by class chain
+	local  map[string]*PodState  // the node's pod-network pods, by key
 	ns     map[string]labels.Set // namespaces with pods: their labels
 	// classes are the classes (by direction) of the node's pods, by
 	// localSignature.
@@ -78,7 +79,7 @@ func NewIdentityLive(r *eval.Resolved, opts Options) (*IdentityLive, error) {
 		nsLabels[v.Namespace] = v.NamespaceLabels
 		recs[i] = idRec{ns: v.Namespace, idPod: idPod{id: c.ids.of[i], hostNetwork: v.HostNetwork, addrs: v.Addrs}}
 		if recs[i].id != 0 && v.Node == c.node {
-			recs[i].local = &PodState{Key: v.Key, Namespace: v.Namespace, Node: opts.Node, Labels: v.Labels, Addrs: v.Addrs, Ports: v.Ports}
+			recs[i].local = resolvedPodState(r, v)
 		}
 		recs[i].key = v.Key
 	}
@@ -108,7 +109,10 @@ func NewIdentityLiveFromPods(snap *cluster.Snapshot, model *policy.Model, pods i
 	}
 	local := func(yield func(PodState, labels.Set) bool) {
 		for p := range pods {
-			if st := PodStateOf(p); st != nil && st.Node == opts.Node && !st.HostNetwork && len(st.Addrs) > 0 {
+			if p.Spec.NodeName != opts.Node {
+				continue
+			}
+			if st := PodStateOf(p); st != nil && !st.HostNetwork && len(st.Addrs) > 0 {
 				if !yield(*st, labelsOf(st.Namespace)) {
 					return
 				}
@@ -159,10 +163,11 @@ func NewIdentityLiveFromPods(snap *cluster.Snapshot, model *policy.Model, pods i
 			continue
 		}
 		recs[i].id = c.ids.of[ri]
-		if v := r.Pod(ri); v.Key == recs[i].key && recs[i].id != 0 && v.Node == c.node {
-			recs[i].local = &PodState{Key: v.Key, Namespace: v.Namespace, Node: opts.Node, Labels: v.Labels, Addrs: v.Addrs, Ports: v.Ports}
+		v := r.Pod(ri)
+		if v.Key == recs[i].key && recs[i].id != 0 && v.Node == c.node {
+			recs[i].local = resolvedPodState(r, v)
 		}
-		if r.Pod(ri).Key != recs[i].key {
+		if v.Key != recs[i].key {
 			for _, a := range recs[i].addrs {
 				if containsAddr(c.namedNets[nft.FamilyOf(a)], a) {
 					// Allowed by address: only a resolution of every pod
@@ -187,14 +192,19 @@ func identityOptions(opts Options) Options {
 	return opts
 }
 
-// buildWithClasses compiles r and returns the classes of the node's pods
-// by localSignature.
-func buildWithClasses(r *eval.Resolved, opts Options) (*idCompiler, map[string][2]idClass, error) {
-	classes := map[string][2]idClass{}
-	keys := subjectLabelKeys(r.Policies())
+// nodeClasses are the classes (by direction) of the node's pods, by
+// localSignature over subjectKeys.
+type nodeClasses struct {
+	byKey       map[string][2]idClass
+	subjectKeys []string
+}
+
+// buildWithClasses compiles r and returns the classes of the node's pods.
+func buildWithClasses(r *eval.Resolved, opts Options) (*idCompiler, nodeClasses, error) {
+	classes := nodeClasses{byKey: map[string][2]idClass{}, subjectKeys: subjectLabelKeys(r.Policies())}
 	c, err := buildIdentities(r, opts, func(i int, _ uint32, cl [2]idClass) {
 		if p := r.Pod(i); p.Node >= 0 && r.NodeName(p.Node) == opts.Node {
-			classes[localSignature(p.Namespace, p.Labels, p.Ports, keys)] = cl
+			classes.byKey[localSignature(p.Namespace, p.Labels, p.Ports, classes.subjectKeys)] = cl
 		}
 	})
 	return c, classes, err
@@ -231,10 +241,10 @@ type idRec struct {
 // newIdentityLive keeps c's table and what updates need: recs are every
 // pod, in (namespace, name) order, whose pod-ids entries the table gets
 // (the first of two pods with one address has it).
-func newIdentityLive(c *idCompiler, opts Options, classes map[string][2]idClass, recs []idRec, nsLabels map[string]labels.Set) *IdentityLive {
-	l := &IdentityLive{opts: opts, table: c.t, numbering: opts.Identities, relevant: c.relevant, subjectKeys: subjectLabelKeys(c.pols),
+func newIdentityLive(c *idCompiler, opts Options, classes nodeClasses, recs []idRec, nsLabels map[string]labels.Set) *IdentityLive {
+	l := &IdentityLive{opts: opts, table: c.t, numbering: opts.Identities, relevant: c.relevant, subjectKeys: classes.subjectKeys,
 		pods: make(map[string]idPod, len(recs)), claims: make(map[netip.Addr]int, len(recs)),
-		perID: map[uint32]int{}, users: map[string]int{}, ns: map[string]labels.Set{}, classes: classes,
+		perID: map[uint32]int{}, users: map[string]int{}, local: map[string]*PodState{}, ns: map[string]labels.Set{}, classes: classes.byKey,
 		ingressNamed: c.ingressNamed, namedNets: c.namedNets, pos: map[string]map[string]int{}, resolved: c.r.NumPods()}
 	if opts.DNS != nil {
 		l.dnsServers = slices.Clone(opts.DNS.Servers)
@@ -277,8 +287,8 @@ func (l *IdentityLive) Table() *nft.Table { return l.table }
 // change.
 func (l *IdentityLive) Snapshot() *nft.Table { return snapshot(l.table) }
 
-// add counts p in (delta +1) or out (-1) of the claims, identities and
-// class users.
+// add counts p in (delta +1) or out (-1) of the claims, identities, class
+// users and the node's pods.
 func (l *IdentityLive) add(p idPod, delta int) {
 	if p.id == 0 {
 		return
@@ -291,6 +301,11 @@ func (l *IdentityLive) add(p idPod, delta int) {
 	}
 	l.perID[p.id] += delta
 	if p.local != nil {
+		if delta > 0 {
+			l.local[p.local.Key] = p.local
+		} else {
+			delete(l.local, p.local.Key)
+		}
 		for _, cl := range l.localClasses(p.local) {
 			if cl.chain != "" {
 				l.users[cl.chain] += delta
@@ -316,8 +331,8 @@ func (l *IdentityLive) SelectsLocal(s policy.Subject) bool {
 			return true
 		}
 	}
-	for _, p := range l.pods {
-		if p.local != nil && s.Selects(p.local.Namespace, l.ns[p.local.Namespace], p.local.Labels) {
+	for _, p := range l.local {
+		if s.Selects(p.Namespace, l.ns[p.Namespace], p.Labels) {
 			return true
 		}
 	}

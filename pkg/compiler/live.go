@@ -251,6 +251,15 @@ func PodStateOf(p *corev1.Pod) *PodState {
 		Labels: labels.Set(p.Labels), HostNetwork: p.Spec.HostNetwork, Addrs: cluster.PodAddresses(p), Ports: cluster.ContainerPorts(p)}
 }
 
+// resolvedPodState is pod v of r as a PodState.
+func resolvedPodState(r *eval.Resolved, v eval.PodView) *PodState {
+	ps := &PodState{Key: v.Key, Namespace: v.Namespace, Labels: v.Labels, HostNetwork: v.HostNetwork, Addrs: v.Addrs, Ports: v.Ports}
+	if v.Node >= 0 {
+		ps.Node = r.NodeName(v.Node)
+	}
+	return ps
+}
+
 // NamespaceLabelsOf are the labels of a namespace as the evaluator sees
 // them (with kubernetes.io/metadata.name, which the API server puts on
 // every namespace); ns nil means the namespace is unknown.
@@ -315,12 +324,8 @@ func NewLive(r *eval.Resolved, opts Options) (*Live, error) {
 	}
 	for i := 0; i < r.NumPods(); i++ {
 		v := r.Pod(i)
-		ps := &PodState{Key: v.Key, Namespace: v.Namespace, Labels: v.Labels, HostNetwork: v.HostNetwork, Addrs: v.Addrs, Ports: v.Ports}
-		if v.Node >= 0 {
-			ps.Node = r.NodeName(v.Node)
-		}
 		l.nsLabels[v.Namespace] = v.NamespaceLabels
-		l.add(ps)
+		l.add(resolvedPodState(r, v))
 	}
 	return l, nil
 }

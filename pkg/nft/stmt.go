@@ -111,9 +111,7 @@ func MarkKeyBytes(mark uint32) []byte { return binary.BigEndian.AppendUint32(nil
 
 // MarkSetConst sets the packet mark: `meta mark set VALUE`.
 func (b *Builder) MarkSetConst(mark uint32) *Builder {
-	b.exprs = append(b.exprs,
-		&expr.Immediate{Register: 1, Data: binaryutil.NativeEndian.PutUint32(mark)},
-		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1})
+	b.exprs = append(b.exprs, &expr.Immediate{Register: 1, Data: binaryutil.NativeEndian.PutUint32(mark)}, packetMark.store())
 	b.words = append(b.words, fmt.Sprintf("meta mark set 0x%08x", mark))
 	return b
 }

@@ -293,9 +293,9 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		opts := compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts, DNS: p.compilerDNS(in)}
 		var live liveTable
 		var err error
-		if p.opts.Layout == compiler.LayoutIdentities && p.identities.Empty() {
-			// A restart: number as the table the kernel holds does, so
-			// that the first sync sends only what changed meanwhile.
+		if p.opts.Layout == compiler.LayoutIdentities && p.live == nil && p.identities.Empty() {
+			// The first sync (a restart): number as the table the kernel
+			// holds does, so that it sends only what changed meanwhile.
 			if kernel, err := p.policy.Read(); err == nil && kernel != nil {
 				opts.Adopt = kernel
 			}
