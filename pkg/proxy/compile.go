@@ -48,14 +48,16 @@ type CompileOptions struct {
 //     holds `frontend . index : address . port` for every frontend, so no
 //     Service has a map of its own.
 //   - service-checks (filter, before DNAT, from prerouting and output):
-//     loadBalancerSourceRanges, reject for frontends without endpoints,
-//     reject for ClusterIP ports that no Service serves.
+//     loadBalancerSourceRanges, then frontends without endpoints and
+//     ClusterIP ports that no Service serves, refused through the chain
+//     refuse (a TCP reset, else ICMP port unreachable).
 //   - nat postrouting masquerades marked connections and hairpin ones
 //     (a pod reaching itself through its Service).
 //
-// Each new connection costs one set lookup per distinct endpoint count,
-// whatever the number of Services; later packets never reach these
-// chains (conntrack).
+// A rule that needs an element of an empty set is left out, so each new
+// connection costs one set lookup per distinct endpoint count and one per
+// kind of frontend the cluster has, whatever the number of Services;
+// later packets never reach these chains (conntrack).
 func Compile(m *Model, opts CompileOptions) (*nft.Table, error) {
 	tb := newTableBuilder(opts)
 	var frags []*fragment

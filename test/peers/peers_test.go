@@ -20,7 +20,11 @@
 // Environment: BENCH_PEERS_TIMEOUT bounds each full sync (default 10m;
 // "did not finish" is recorded, the run goes on); BENCH_PEERS_SYSTEMS
 // (comma-separated names) and BENCH_PEERS_SIZES ("10000x10,30000x2") pick
-// a subset; NETPOL_BIN and KUBE_PROXY_BIN override the binaries.
+// a subset; NETPOL_BIN and KUBE_PROXY_BIN override the binaries;
+// NETPOL_BASE_BIN adds an earlier netpol build as the system netpol-base;
+// BENCH_PEERS_CONN_ROUNDS is the number of interleaved connection rounds
+// (default 5: every programmed system's tables stay, its proxy stopped
+// but in its own rounds).
 package peers
 
 import (
@@ -28,6 +32,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -57,8 +62,14 @@ type result struct {
 	FullSyncSeconds         *float64 `json:"fullSyncSeconds"`
 	AddOneServiceP50Seconds *float64 `json:"addOneServiceP50Seconds"`
 	PeakRSSBytes            *int64   `json:"peakRSSBytes"`
-	ConnPerSecond           *float64 `json:"connPerSecond"`
-	Note                    string   `json:"note,omitempty"`
+	// ConnPerSecond is the median of the interleaved rounds' rates
+	// (ConnRounds, one window each); ConnCPUSeconds the proxy process's
+	// own CPU in each window (its background work competes with the
+	// connections on 2 cores).
+	ConnPerSecond  *float64  `json:"connPerSecond"`
+	ConnRounds     []float64 `json:"connRounds,omitempty"`
+	ConnCPUSeconds []float64 `json:"connCPUSeconds,omitempty"`
+	Note           string    `json:"note,omitempty"`
 }
 
 func (r *result) note(format string, args ...any) {
@@ -77,8 +88,9 @@ const (
 	adds        = 12              // single-Service adds per system (p50 over them)
 	addTimeout  = time.Minute     // each
 	addSpacing  = 2 * time.Second // after one is programmed: kube-proxy's min-sync-period is 1 s
-	connWindow  = 5 * time.Second // connection rate
+	connWindow  = 5 * time.Second // connection rate, one round
 	connClients = 4               // concurrent clients for it
+	connRounds  = 5               // interleaved rounds (BENCH_PEERS_CONN_ROUNDS)
 	settle      = 3 * time.Second // after the full sync, before measuring connections
 	fullPoll    = 20 * time.Millisecond
 	addPoll     = 2 * time.Millisecond
@@ -106,7 +118,7 @@ func TestPeers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	selected, err := selectSystems(os.Getenv("BENCH_PEERS_SYSTEMS"))
+	selected, err := selectSystems(os.Getenv("BENCH_PEERS_SYSTEMS"), bins)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,29 +204,141 @@ func runSize(t *testing.T, ctx context.Context, root string, sz size, selected [
 		t.Fatal(err)
 	}
 	upstream := strings.TrimPrefix(env.Config.Host, "https://")
+	var results []result
+	var ks []*kept
+	defer func() {
+		for _, k := range ks {
+			k.p.stop()
+			k.n.close()
+		}
+	}()
 	for _, idx := range selected {
 		sys := systems[idx]
-		r := runSystem(t, ctx, idx, sys, sz, client, upstream, kubeconfig, bins, last, logDir, syncTimeout)
-		t.Logf("%s at %dx%d: %s", sys.name, sz.services, sz.endpoints, summary(r))
-		report(r)
+		r, k := runSystem(t, ctx, idx, sys, sz, client, upstream, kubeconfig, bins, last, logDir, syncTimeout)
+		if k != nil {
+			k.result = len(results)
+			ks = append(ks, k)
+		}
+		results = append(results, r)
 		if ctx.Err() != nil {
-			return
+			break
 		}
 	}
+	if ctx.Err() == nil {
+		interleavedRates(t, ctx, ks, results, last.frontend())
+	}
+	for _, r := range results {
+		t.Logf("%s at %dx%d: %s", r.System, sz.services, sz.endpoints, summary(r))
+		report(r)
+	}
+}
+
+// kept is a system whose proxy programmed its namespace: it stays,
+// stopped (SIGSTOP) but for its own connection rounds.
+type kept struct {
+	n      *node
+	p      *proc
+	name   string
+	result int // its index in the size's results
+}
+
+// interleavedRates measures each kept system's connection rate in rounds,
+// the systems' order rotating from round to round, so that a slow minute
+// of the machine falls on every system alike: in its turn a system's
+// proxy is resumed and left to settle (until its own CPU is quiet), its
+// conntrack table flushed, and connections opened for connWindow; the
+// other proxies are stopped meanwhile. Each result gets the median rate,
+// every round's rate and the proxy's CPU in each window.
+func interleavedRates(t *testing.T, ctx context.Context, ks []*kept, results []result, addr netip.AddrPort) {
+	rounds := connRounds
+	if v := os.Getenv("BENCH_PEERS_CONN_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("BENCH_PEERS_CONN_ROUNDS=%q: want a positive count", v)
+		}
+		rounds = n
+	}
+	for round := range rounds {
+		for j := range ks {
+			k := ks[(round+j)%len(ks)]
+			r := &results[k.result]
+			rate, cpu, warning, err := k.measure(ctx, addr, t.Logf)
+			if warning != "" {
+				r.note("connection round %d: %s", round+1, warning)
+			}
+			if err != nil {
+				r.note("connection round %d: %v", round+1, err)
+				t.Errorf("%s: connection round %d: %v", k.name, round+1, err)
+				continue
+			}
+			r.ConnRounds = append(r.ConnRounds, rate)
+			r.ConnCPUSeconds = append(r.ConnCPUSeconds, cpu)
+			t.Logf("%s: round %d: %.0f connections/s through %s, the proxy's CPU %.2f s", k.name, round+1, rate, addr, cpu)
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}
+	for i := range results {
+		if rs := results[i].ConnRounds; len(rs) > 0 {
+			results[i].ConnPerSecond = ptr(median(rs))
+		}
+	}
+}
+
+// measure is one round of k: its proxy resumed and quiet, then the rate.
+func (k *kept) measure(ctx context.Context, addr netip.AddrPort, logf func(string, ...any)) (rate, cpu float64, warning string, err error) {
+	k.p.resume()
+	defer k.p.pause()
+	pctx, done := k.p.watch(ctx)
+	defer done()
+	if err := k.p.quiet(pctx, settle); err != nil {
+		return 0, 0, "", fmt.Errorf("settling: %w", err)
+	}
+	if err := k.n.flushConntrack(); err != nil {
+		return 0, 0, "", err
+	}
+	before := k.n.netStats()
+	cpu0 := k.p.cpuSeconds()
+	rate, failed, err := k.n.connRate(pctx, addr, connWindow, connClients)
+	cpu = k.p.cpuSeconds() - cpu0
+	logf("%s: counters during the round: %s", k.name, statsDelta(before, k.n.netStats(),
+		"ct_insert_failed", "ct_drop", "ct_invalid", "ct_clashres", "ct_early_drop", "TcpExt_ListenOverflows", "TcpExt_ListenDrops",
+		"TcpExt_TCPTimeWaitOverflow", "Tcp_AttemptFails", "Tcp_RetransSegs", "Tcp_ActiveOpens", "Tcp_PassiveOpens", "Tcp_OutRsts"))
+	if pctx.Err() != nil {
+		return 0, 0, "", context.Cause(pctx)
+	}
+	if failed > 0 {
+		warning = fmt.Sprintf("%d connections failed (first: %v)", failed, err)
+	}
+	return rate, cpu, warning, nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // runSystem measures one system in a fresh namespace: the proxy's first
 // full sync, the connection rate through the last Service, single adds,
 // its peak RSS. Everything it made is gone when it returns: the proxy,
 // the namespace, the Services it added.
-func runSystem(t *testing.T, ctx context.Context, idx int, sys system, sz size, client kubernetes.Interface, upstream, kubeconfig string, bins binaries, last service, logDir string, syncTimeout time.Duration) result {
+func runSystem(t *testing.T, ctx context.Context, idx int, sys system, sz size, client kubernetes.Interface, upstream, kubeconfig string, bins binaries, last service, logDir string, syncTimeout time.Duration) (result, *kept) {
 	r := result{System: sys.name, Services: sz.services, Endpoints: sz.endpoints}
 	nsName := fmt.Sprintf("%s%d-%s", nsPrefix, os.Getpid(), sys.name)
 	n, err := newNode(nsName, upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.close()
+	programmed := false
+	defer func() {
+		if !programmed {
+			n.close()
+		}
+	}()
 	logPath := filepath.Join(logDir, fmt.Sprintf("%s-%dx%d.log", sys.name, sz.services, sz.endpoints))
 	var added []service
 	deleteAdded := func() {
@@ -235,7 +359,11 @@ func runSystem(t *testing.T, ctx context.Context, idx int, sys system, sz size, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.stop()
+	defer func() {
+		if !programmed {
+			p.stop()
+		}
+	}()
 	pctx, done := p.watch(ctx)
 	defer done()
 
@@ -276,28 +404,8 @@ func runSystem(t *testing.T, ctx context.Context, idx int, sys system, sz size, 
 			t.Logf("%s: `%s` lists %s in %d lines (took %v)", sys.name, strings.Join(sys.rules, " "), last.frontend().Addr(), count, took.Round(time.Millisecond))
 		}
 
-		if !sleep(pctx, settle) {
-			fail("settling", context.Cause(pctx))
-			return
-		}
-		if err := n.flushConntrack(); err != nil {
-			fail("connection rate", err)
-			return
-		}
-		before := n.netStats()
-		rate, failed, err := n.connRate(pctx, last.frontend(), connWindow, connClients)
-		t.Logf("%s: counters during the rate test: %s", sys.name, statsDelta(before, n.netStats(),
-			"ct_insert_failed", "ct_drop", "ct_invalid", "ct_clashres", "ct_early_drop", "TcpExt_ListenOverflows", "TcpExt_ListenDrops",
-			"TcpExt_TCPTimeWaitOverflow", "Tcp_AttemptFails", "Tcp_RetransSegs", "Tcp_ActiveOpens", "Tcp_PassiveOpens", "Tcp_OutRsts"))
-		if pctx.Err() != nil {
-			fail("connection rate", context.Cause(pctx))
-			return
-		}
-		r.ConnPerSecond = ptr(rate)
-		if failed > 0 {
-			r.note("%d connections failed during the rate test (first: %v)", failed, err)
-		}
-		t.Logf("%s: %.0f connections/s through %s (%d failed)", sys.name, rate, last.frontend(), failed)
+		// Programmed: its tables stay for the connection rounds.
+		programmed = true
 
 		if !sz.adds {
 			return
@@ -355,9 +463,15 @@ func runSystem(t *testing.T, ctx context.Context, idx int, sys system, sz size, 
 	if b, name := p.helperPeak(); b > 0 {
 		r.note("largest helper process seen (%s) peaked at %d MiB (sampled every 100 ms; not in peakRSSBytes)", name, b>>20)
 	}
-	p.stop()
 	deleteAdded()
-	return r
+	if !programmed || ctx.Err() != nil {
+		programmed = false // the deferred cleanup stops it
+		return r, nil
+	}
+	// Stopped until its connection rounds: a proxy at rest costs the
+	// next system's measurements nothing.
+	p.pause()
+	return r, &kept{n: n, p: p, name: sys.name}
 }
 
 func publishNode(ctx context.Context, c kubernetes.Interface) error {
@@ -388,12 +502,17 @@ func writeKubeconfig(path string, env *testenv.Env) error {
 }
 
 func findBinaries(root string) (binaries, error) {
-	b := binaries{netpol: os.Getenv("NETPOL_BIN"), kubeProxy: os.Getenv("KUBE_PROXY_BIN")}
+	b := binaries{netpol: os.Getenv("NETPOL_BIN"), netpolBase: os.Getenv("NETPOL_BASE_BIN"), kubeProxy: os.Getenv("KUBE_PROXY_BIN")}
 	if b.netpol == "" {
 		b.netpol = filepath.Join(root, "bin", "netpol")
 	}
 	if b.kubeProxy == "" {
 		b.kubeProxy = filepath.Join(root, "_output", "tools", testenv.KubeVersion, "kube-proxy")
+	}
+	if b.netpolBase != "" {
+		if _, err := os.Stat(b.netpolBase); err != nil {
+			return b, fmt.Errorf("NETPOL_BASE_BIN: %w", err)
+		}
 	}
 	if _, err := os.Stat(b.netpol); err != nil {
 		return b, fmt.Errorf("netpol binary: %w (run `make build`, or set NETPOL_BIN)", err)
@@ -425,9 +544,12 @@ func parseSizes(v string) ([]size, error) {
 	return out, nil
 }
 
-func selectSystems(v string) ([]int, error) {
+func selectSystems(v string, bins binaries) ([]int, error) {
 	var out []int
 	for i, s := range systems {
+		if s.name == "netpol-base" && bins.netpolBase == "" {
+			continue
+		}
 		if v == "" || slices.Contains(strings.Split(v, ","), s.name) {
 			out = append(out, i)
 		}

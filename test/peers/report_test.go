@@ -4,6 +4,7 @@ package peers
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -89,7 +90,48 @@ func markdown(results []result, syncTimeout time.Duration) string {
 			b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 		}
 		b.WriteString("\n")
+		b.WriteString(roundsTable(rs))
 	}
+	return b.String()
+}
+
+// roundsTable shows the interleaved connection rounds of one size: each
+// system's median, range and proxy CPU per window, and its ratio to
+// kube-proxy nftables round by round (median and range).
+func roundsTable(rs map[string]result) string {
+	var names []string
+	for _, s := range systems {
+		if r, ok := rs[s.name]; ok && len(r.ConnRounds) > 0 {
+			names = append(names, s.name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	rounds := len(rs[names[0]].ConnRounds)
+	fmt.Fprintf(&b, "TCP connections/s via a ClusterIP, %d interleaved rounds of %v (each system alone, the others stopped):\n\n", rounds, connWindow)
+	b.WriteString("| system | median | min-max | proxy CPU per window (median) | / kube-proxy nftables, per round: median (min-max) |\n")
+	b.WriteString("| --- | ---: | ---: | ---: | ---: |\n")
+	peer := rs["kube-proxy-nftables"].ConnRounds
+	for _, name := range names {
+		r := rs[name]
+		against := "—"
+		if len(peer) == len(r.ConnRounds) && name != "kube-proxy-nftables" {
+			var ratios []float64
+			for i, x := range r.ConnRounds {
+				if peer[i] > 0 {
+					ratios = append(ratios, x/peer[i])
+				}
+			}
+			if len(ratios) > 0 {
+				against = fmt.Sprintf("%s (%s-%s)", ratio(median(ratios)), ratio(slices.Min(ratios)), ratio(slices.Max(ratios)))
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s-%s | %.2f s | %s |\n", name, thousands(median(r.ConnRounds)),
+			thousands(slices.Min(r.ConnRounds)), thousands(slices.Max(r.ConnRounds)), median(r.ConnCPUSeconds), against)
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 

@@ -29,7 +29,15 @@ type system struct {
 	rules []string
 }
 
-type binaries struct{ netpol, kubeProxy string }
+// binaries are the proxies' executables; netpolBase (NETPOL_BASE_BIN,
+// optional) is an earlier netpol build, run as the system netpol-base
+// for before/after ratios in one run.
+type binaries struct{ netpol, netpolBase, kubeProxy string }
+
+func netpolAgent(bin, kc string) []string {
+	// --no-status: the benchmark has no policies to report on.
+	return []string{bin, "agent", "--kubeconfig", kc, "--node-name", nodeName, "--no-status", "--log-format", "json"}
+}
 
 // kubeProxyFlags: the mode, and nothing that writes the host's conntrack
 // sysctls (nf_conntrack_max is global; 0 leaves every setting as it is).
@@ -48,12 +56,14 @@ func kubeProxyFlags(mode string) []string {
 
 var systems = []system{
 	{
-		name: "netpol",
-		command: func(b binaries, kc string) []string {
-			// --no-status: the benchmark has no policies to report on.
-			return []string{b.netpol, "agent", "--kubeconfig", kc, "--node-name", nodeName, "--no-status", "--log-format", "json"}
-		},
-		rules: []string{"nft", "list", "ruleset"},
+		name:    "netpol",
+		command: func(b binaries, kc string) []string { return netpolAgent(b.netpol, kc) },
+		rules:   []string{"nft", "list", "ruleset"},
+	},
+	{
+		name:    "netpol-base",
+		command: func(b binaries, kc string) []string { return netpolAgent(b.netpolBase, kc) },
+		rules:   []string{"nft", "list", "ruleset"},
 	},
 	{
 		name: "kube-proxy-nftables",
@@ -174,6 +184,53 @@ func (p *proc) helperPeak() (int64, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.helperPeakKiB * 1024, p.helperName
+}
+
+// pause stops the proxy's process group (SIGSTOP): its tables stay, it
+// takes no CPU.
+func (p *proc) pause() { syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP) }
+
+// resume continues it (SIGCONT).
+func (p *proc) resume() { syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT) }
+
+// cpuSeconds is the proxy process's user and system CPU so far.
+func (p *proc) cpuSeconds() float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's closing parenthesis: utime and
+	// stime are the 12th and 13th (fields 14 and 15 of proc(5)).
+	_, rest, _ := strings.Cut(string(data), ") ")
+	fields := strings.Fields(rest)
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times (100 on Linux).
+const clockTicks = 100
+
+// quiet waits at least min, then until the proxy used under 2% of a core
+// in the last half second (what a resumed proxy catches up on, such as a
+// watch's events, is over), at most a minute.
+func (p *proc) quiet(ctx context.Context, min time.Duration) error {
+	if !sleep(ctx, min) {
+		return context.Cause(ctx)
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		before := p.cpuSeconds()
+		if !sleep(ctx, 500*time.Millisecond) {
+			return context.Cause(ctx)
+		}
+		if p.cpuSeconds()-before < 0.01 {
+			return nil
+		}
+	}
+	return errors.New("the proxy was still busy a minute after it was resumed")
 }
 
 // stop kills the process group and waits for the proxy.
