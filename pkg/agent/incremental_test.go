@@ -422,6 +422,40 @@ func TestIncrementalPathIdentities(t *testing.T) {
 		_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
 		return err
 	}
+	// remoteOnly is a namespace with pods, none of them on node-1.
+	remoteOnly := func() string {
+		here := map[string]bool{}
+		for _, p := range h.snap.Pods {
+			if p.Spec.NodeName == "node-1" {
+				here[p.Namespace] = true
+			}
+		}
+		for _, p := range h.snap.Pods {
+			if !here[p.Namespace] {
+				return p.Namespace
+			}
+		}
+		t.Fatal("every namespace with pods has one on node-1")
+		return ""
+	}
+	// relabel sets a label of namespace name through the API and in h.snap.
+	relabel := func(name, key, value string) error {
+		ns, err := h.kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		ns.Labels[key] = value
+		for i, n := range h.snap.Namespaces {
+			if n.Name == name {
+				h.snap.Namespaces[i] = ns.DeepCopy()
+			}
+		}
+		_, err = h.kube.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
+		return err
+	}
 	remote, local := pod(false, 2), pod(true, 0)
 	steps := []struct {
 		name     string
@@ -461,10 +495,14 @@ spec:
 		{"pod of node-1 relabelled by a rollout (a label no subject or peer reads)", func() error {
 			return update(pod(true, 2), func(p *corev1.Pod) { p.Labels["pod-template-hash"] = "rollout-2" })
 		}, "incremental", 0},
-		{"pod on another node given a named port no pod had (a new identity)", func() error {
+		{"pod on another node given a named port no pod had (a new identity, numbered in place)", func() error {
 			return update(pod(false, 6), func(p *corev1.Pod) {
 				p.Spec.Containers = []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{{Name: "never-seen", ContainerPort: 9999}}}}
 			})
+		}, "incremental", -1},
+		{"namespace with no pod on node-1 relabelled", func() error { return relabel(remoteOnly(), "team", "relabelled") }, "incremental", -1},
+		{"pod of node-1 given labels no pod had (a new identity of this node)", func() error {
+			return update(pod(true, 3), func(p *corev1.Pod) { p.Labels["app"] = "never-seen" })
 		}, "full", -1},
 		{"NetworkPolicy selecting a pod here added", func() error { return h.createPolicy(selectApp("local", pod(true, 1))) }, "full", -1},
 	}

@@ -53,3 +53,12 @@ func (n *Identities) Clone() *Identities {
 	}
 	return c
 }
+
+// Len is the number of identities numbered.
+func (n *Identities) Len() int {
+	total := 0
+	for _, classes := range n.class {
+		total += len(classes)
+	}
+	return total
+}

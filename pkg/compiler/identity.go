@@ -455,8 +455,25 @@ type idCompiler struct {
 	idSets  map[string]string
 	ruleIDs map[[3]int][]addrRange
 	// peerDefIDs are the identity ranges of pod peers by how they are
-	// written (namespace, namespace and pod selectors).
+	// written (namespace, namespace and pod selectors); peerDefs what
+	// those peers select, ruleDef each rule's definition.
 	peerDefIDs map[string][]addrRange
+	peerDefs   map[string][]policy.Subject
+	ruleDef    map[[3]int]string
+	// The chains whose rules name identity sets, with what built them:
+	// a namespace relabelled changes which identities a peer holds, and
+	// IdentityLive builds those chains again (regenerate).
+	policyRecipes map[string]policyRecipe
+	npRecipes     map[string]npRecipe
+	// uses are the identity and allow-list sets each such chain made or
+	// named; building is the chain being built ("" outside them).
+	uses     map[string]map[string]bool
+	building string
+	// namedIDSets are the Admin and Baseline egress named-port sets by
+	// identity, with their ports; egressNamedAllow says a NetworkPolicy
+	// allow-list resolves egress named ports on every identity.
+	namedIDSets      map[string][]policy.Port
+	egressNamedAllow bool
 	// ingressNamed are the ingress named-port sets (by name without the
 	// family suffix) with their ports: they hold the local pods'
 	// addresses. namedNets are the networks of egress NetworkPolicy
@@ -501,6 +518,9 @@ func buildIdentities(r *eval.Resolved, opts Options, pod func(i int, id uint32, 
 	c := &idCompiler{r: r, pols: r.Policies(), node: node, t: t, ids: ids, relevant: relevant,
 		classes: map[string]idClass{}, policyChains: map[string]string{}, tiers: map[string]string{},
 		idSets: map[string]string{}, ruleIDs: map[[3]int][]addrRange{}, peerDefIDs: map[string][]addrRange{},
+		peerDefs: map[string][]policy.Subject{}, ruleDef: map[[3]int]string{},
+		policyRecipes: map[string]policyRecipe{}, npRecipes: map[string]npRecipe{}, uses: map[string]map[string]bool{},
+		namedIDSets:  map[string][]policy.Port{},
 		ingressNamed: map[string][]policy.Port{}, namedNets: map[*nft.Family][]addrRange{},
 		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}}}
 	c.fixedObjects()
@@ -776,26 +796,59 @@ func (c *idCompiler) policyChain(rules []eval.PlanRule, d policy.Direction, tier
 		return name
 	}
 	prefix := "adm"
-	var pass *nft.Verdict // nil: through the pass map
 	if tier == policy.TierBaseline {
-		v := allowed(d)
-		prefix, pass = "bl", &v // a Baseline Pass goes to the default
+		prefix = "bl"
 	}
 	name := fmt.Sprintf("%s.%s.%s", prefix, contentID(key), directionPrefix(d))
 	c.policyChains[key] = name
-	ch := c.t.AddChain(&nft.Chain{Name: name})
-	for _, pr := range rules {
-		r := c.rules.rule(pr, d)
-		comment := fmt.Sprintf("%s %s: %s", p.Ref(), r.Ref(d), r.Action)
+	rc := policyRecipe{rules: rules, d: d, tier: tier}
+	c.policyRecipes[name] = rc
+	c.fill(c.t.AddChain(&nft.Chain{Name: name}), func(ch *nft.Chain) { c.fillPolicyChain(ch, rc) })
+	return name
+}
+
+// policyRecipe is what a policy chain is built from.
+type policyRecipe struct {
+	rules []eval.PlanRule
+	d     policy.Direction
+	tier  policy.Tier
+}
+
+// fill builds ch's rules with build, recording the sets they make or name
+// as ch's (uses).
+func (c *idCompiler) fill(ch *nft.Chain, build func(*nft.Chain)) {
+	outer := c.building
+	c.building = ch.Name
+	c.uses[ch.Name] = map[string]bool{}
+	build(ch)
+	c.building = outer
+}
+
+// use records that the chain being built names set.
+func (c *idCompiler) use(set string) {
+	if c.building != "" {
+		c.uses[c.building][set] = true
+	}
+}
+
+func (c *idCompiler) fillPolicyChain(ch *nft.Chain, rc policyRecipe) {
+	p := c.pols[rc.rules[0].Policy]
+	var pass *nft.Verdict // nil: through the pass map
+	if rc.tier == policy.TierBaseline {
+		v := allowed(rc.d)
+		pass = &v // a Baseline Pass goes to the default
+	}
+	for _, pr := range rc.rules {
+		r := c.rules.rule(pr, rc.d)
+		comment := fmt.Sprintf("%s %s: %s", p.Ref(), r.Ref(rc.d), r.Action)
 		if r.FailClosed != "" {
 			comment += " (fails closed: " + r.FailClosed + ")"
 		}
-		for _, nr := range c.ruleMatches(pr, d, pr.Action, pass) {
+		for _, nr := range c.ruleMatches(pr, rc.d, pr.Action, pass) {
 			nr.Comment = comment
 			ch.Rules = append(ch.Rules, nr)
 		}
 	}
-	return name
 }
 
 // ruleMatches compiles one Admin or Baseline rule: its peers (identities,
@@ -926,6 +979,7 @@ func (c *idCompiler) namedPortMatches(named []policy.Port, d policy.Direction) [
 	var out []namedMatch
 	if d == policy.Egress {
 		name := id + ".ids"
+		c.namedIDSets[name] = named
 		if c.t.Sets[name] == nil {
 			s := c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{nft.FieldInteger, nft.FieldProto, nft.FieldPort}, Interval: true,
 				Typeof: "meta mark . meta l4proto . th dport"})
@@ -936,10 +990,7 @@ func (c *idCompiler) namedPortMatches(named []policy.Port, d policy.Direction) [
 					continue
 				}
 				seen[idj] = true
-				for _, b := range namedMatches(named, c.r.Pod(j).Ports) {
-					k := nft.Key(nft.MarkKeyBytes(idj), nft.ProtoBytes(b.protoLo), nft.PortBytes(b.portLo))
-					s.Elements = append(s.Elements, intervalElement(k, k))
-				}
+				s.Elements = append(s.Elements, namedIDElements(idj, named, c.r.Pod(j).Ports)...)
 			}
 		}
 		if len(c.t.Sets[name].Elements) > 0 {
@@ -985,6 +1036,17 @@ func (c *idCompiler) namedPortMatches(named []policy.Port, d policy.Direction) [
 	return out
 }
 
+// namedIDElements are identity id's elements in an egress named-port set
+// of named: its ports of those names.
+func namedIDElements(id uint32, named []policy.Port, ports []corev1.ContainerPort) []nft.Element {
+	var out []nft.Element
+	for _, b := range namedMatches(named, ports) {
+		k := nft.Key(nft.MarkKeyBytes(id), nft.ProtoBytes(b.protoLo), nft.PortBytes(b.portLo))
+		out = append(out, intervalElement(k, k))
+	}
+	return out
+}
+
 // peerIDs is the identity ranges of rule ri's pod peers.
 func (c *idCompiler) peerIDs(pi int, d policy.Direction, ri int) []addrRange {
 	k := [3]int{pi, int(d), ri}
@@ -995,11 +1057,14 @@ func (c *idCompiler) peerIDs(pi int, d policy.Direction, ri int) []addrRange {
 	// realistic shape's Admin policies repeat a few peers hundreds of
 	// times.
 	var def strings.Builder
+	var subjects []policy.Subject
 	for _, p := range c.pols[pi].Rules[d][ri].Peers {
 		if p.Kind == policy.PeerPods {
 			fmt.Fprintf(&def, "%s|%s|%s;", p.Namespace, p.Namespaces, p.Pods)
+			subjects = append(subjects, p.PodSubject())
 		}
 	}
+	c.ruleDef[k] = def.String()
 	if rs, ok := c.peerDefIDs[def.String()]; ok {
 		c.ruleIDs[k] = rs
 		return rs
@@ -1009,7 +1074,7 @@ func (c *idCompiler) peerIDs(pi int, d policy.Direction, ri int) []addrRange {
 		pods = append(pods, j)
 	}
 	rs := c.ids.ranges(pods)
-	c.ruleIDs[k], c.peerDefIDs[def.String()] = rs, rs
+	c.ruleIDs[k], c.peerDefIDs[def.String()], c.peerDefs[def.String()] = rs, rs, subjects
 	return rs
 }
 
@@ -1029,12 +1094,13 @@ func (c *idCompiler) idSetOf(rs []addrRange) string {
 		fmt.Fprintf(&b, "%s-%s,", r.lo, r.hi) // the identities, as their 4-byte addresses
 	}
 	key := b.String()
-	if name, ok := c.idSets[key]; ok {
-		return name
+	name, ok := c.idSets[key]
+	if !ok {
+		name = "ids." + contentID(key)
+		c.idSets[key] = name
+		c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{nft.FieldInteger}, Interval: true, Typeof: "meta mark", Elements: rangeElements(rs, nft.IPv4)})
 	}
-	name := "ids." + contentID(key)
-	c.idSets[key] = name
-	c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{nft.FieldInteger}, Interval: true, Typeof: "meta mark", Elements: rangeElements(rs, nft.IPv4)})
+	c.use(name)
 	return name
 }
 
@@ -1070,17 +1136,33 @@ func (c *idCompiler) nextTier(plan *eval.Plan, pod int, named string) string {
 // per port profile one rule looks the peer's identity up in an interval
 // set, and one per family its address in the networks.
 func (c *idCompiler) networkPolicyTier(plan *eval.Plan, pod int, named string) string {
-	d := plan.Direction
 	refs := make([]string, len(plan.Isolating))
 	for i, pi := range plan.Isolating {
 		refs[i] = c.pols[pi].Ref()
 	}
-	list := directionPrefix(d) + ".np." + contentID(strings.Join(refs, "\x00")+"\x00"+named)
+	list := directionPrefix(plan.Direction) + ".np." + contentID(strings.Join(refs, "\x00")+"\x00"+named)
 	if _, ok := c.tiers[list]; ok {
 		return list
 	}
 	c.tiers[list] = list
-	ch := c.t.AddChain(&nft.Chain{Name: list})
+	rc := npRecipe{plan: plan, pod: pod, refs: refs}
+	c.npRecipes[list] = rc
+	c.fill(c.t.AddChain(&nft.Chain{Name: list}), func(ch *nft.Chain) { c.fillNetworkPolicyTier(ch, rc) })
+	return list
+}
+
+// npRecipe is what a NetworkPolicy tier chain is built from: the plan,
+// a pod it is the plan of (its named ports resolve ingress named ports)
+// and the isolating policies' names.
+type npRecipe struct {
+	plan *eval.Plan
+	pod  int
+	refs []string
+}
+
+func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
+	plan, pod, refs, list := rc.plan, rc.pod, rc.refs, ch.Name
+	d := plan.Direction
 	comment := "NetworkPolicy tier: every rule of " + strings.Join(refs, ", ") + ", by port profile"
 	if plan.OwnNodeAllowed {
 		own := nft.NewRule().FibSaddrLocal().Verdict(verdictAccept)
@@ -1125,6 +1207,7 @@ func (c *idCompiler) networkPolicyTier(plan *eval.Plan, pod int, named string) s
 			if c.t.Sets[set] == nil {
 				c.t.AddSet(&nft.Set{Name: set, Fields: []nft.FieldType{nft.FieldProto, nft.FieldPort}, Interval: true, Elements: portElements(ports)})
 			}
+			c.use(set)
 			return b.L4ProtoPortInSet(set)
 		}
 		if rs := idSets[id]; len(rs) > 0 {
@@ -1139,6 +1222,7 @@ func (c *idCompiler) networkPolicyTier(plan *eval.Plan, pod int, named string) s
 			}
 			name := allowSetName(list, "nets", id, f)
 			c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{f.Field}, Interval: true, Elements: rangeElements(rs, f)})
+			c.use(name)
 			r := withPorts(nft.NewRule().AddrInSet(f, peerSide(d), name)).Verdict(allowed(d))
 			r.Comment = comment
 			ch.Rules = append(ch.Rules, r)
@@ -1147,7 +1231,6 @@ func (c *idCompiler) networkPolicyTier(plan *eval.Plan, pod int, named string) s
 	deny := nft.NewRule().Verdict(verdictDrop)
 	deny.Comment = "NetworkPolicy tier: isolated, and no rule allows"
 	ch.Rules = append(ch.Rules, deny)
-	return list
 }
 
 // allowItems lists what the plan's NetworkPolicy rules allow: identity
@@ -1204,6 +1287,7 @@ func (c *idCompiler) allowItems(plan *eval.Plan, pod int) ([]allowItem, map[*nft
 				c.namedNets[f] = append(c.namedNets[f], rs...)
 			}
 		}
+		c.egressNamedAllow = true
 		// Egress: each destination resolves the names on its own ports:
 		// a pod-network pod by its identity, a host-network one by its
 		// address.

@@ -24,11 +24,15 @@ import (
 // entries alone, whatever the number of policies that select it. A pod of
 // the node whose namespace, labels and ports are those of one compiled
 // (its class is known) adds its dispatch, pass, self, DNS-client and
-// ingress named-port entries too. Anything that changes what an identity
-// is or which identities a peer holds (a new identity, the last pod of one
-// gone, namespace labels, policies that apply here) needs a full compile
-// (NeedsFullError); the numbering kept across compiles (Identities) makes
-// that one send only what changed.
+// ingress named-port entries too. A namespace relabelled that has no pod
+// of the node, or a new identity on another node, changes which
+// identities some peers hold: the chains whose rules look those peers up
+// are built again from what the full compile kept (relabel, number).
+// Anything else that changes what an identity is or which identities a
+// peer holds (a new identity of the node, the last pod of one gone, the
+// labels of a namespace with pods here, policies that apply here) needs a
+// full compile (NeedsFullError); the numbering kept across compiles
+// (Identities) makes that one send only what changed.
 type IdentityLive struct {
 	opts      Options
 	table     *nft.Table
@@ -54,6 +58,24 @@ type IdentityLive struct {
 	pos          map[string]map[string]int
 	dnsServers   []netip.AddrPort
 	resolved     int // pods the evaluator resolved for the compile
+	// c is the last full compile, kept for what a namespace relabelled
+	// builds again (relabel); idLabels are its identities' pod labels,
+	// made on first use.
+	c        *idCompiler
+	idLabels map[uint32]labels.Set
+	// fresh are the identities an Update is numbering (by namespace and
+	// identity key), until it applies them.
+	fresh map[[2]string]freshIdentity
+}
+
+// freshIdentity is an identity a pod of another node brings: numbered in
+// place, it joins the peers that select it (as a namespace relabelled
+// does).
+type freshIdentity struct {
+	ns, key string
+	id      uint32
+	labels  labels.Set
+	ports   []corev1.ContainerPort
 }
 
 // idPod is what IdentityLive keeps of a pod.
@@ -245,7 +267,7 @@ func newIdentityLive(c *idCompiler, opts Options, classes nodeClasses, recs []id
 	l := &IdentityLive{opts: opts, table: c.t, numbering: opts.Identities, relevant: c.relevant, subjectKeys: classes.subjectKeys,
 		pods: make(map[string]idPod, len(recs)), claims: make(map[netip.Addr]int, len(recs)),
 		perID: map[uint32]int{}, users: map[string]int{}, local: map[string]*PodState{}, ns: map[string]labels.Set{}, classes: classes.byKey,
-		ingressNamed: c.ingressNamed, namedNets: c.namedNets, pos: map[string]map[string]int{}, resolved: c.r.NumPods()}
+		ingressNamed: c.ingressNamed, namedNets: c.namedNets, pos: map[string]map[string]int{}, resolved: c.r.NumPods(), c: c}
 	if opts.DNS != nil {
 		l.dnsServers = slices.Clone(opts.DNS.Servers)
 	}
@@ -342,11 +364,17 @@ func (l *IdentityLive) SelectsLocal(s policy.Subject) bool {
 // Update applies ch and returns the table, or a NeedsFullError (the state
 // is then unchanged).
 func (l *IdentityLive) Update(ch Changes) (*nft.Table, error) {
+	var relabelled []string
 	for _, ns := range ch.Namespaces {
 		if cur, ok := l.ns[ns]; ok && !maps.Equal(cur, ch.NamespaceLabels(ns)) {
-			return nil, &NeedsFullError{Reason: "namespace " + ns + ", which has pods, was relabelled"}
+			if err := l.canRelabel(ns); err != nil {
+				return nil, err
+			}
+			relabelled = append(relabelled, ns)
 		}
 	}
+	l.fresh = map[[2]string]freshIdentity{}
+	defer func() { l.fresh = nil }()
 	next := make(map[string]idPod, len(ch.Pods))
 	for key, p := range ch.Pods {
 		np, err := l.podOf(key, p)
@@ -368,6 +396,12 @@ func (l *IdentityLive) Update(ch Changes) (*nft.Table, error) {
 		}
 		return nil, err
 	}
+	for _, ns := range relabelled {
+		l.relabel(ns, ch.NamespaceLabels(ns))
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(l.fresh), func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) }) {
+		l.number(l.fresh[k])
+	}
 	var del, add []setElement
 	for key, np := range next {
 		del = append(del, l.elements(l.pods[key])...)
@@ -380,6 +414,233 @@ func (l *IdentityLive) Update(ch Changes) (*nft.Table, error) {
 	}
 	l.patch(del, add)
 	return l.table, nil
+}
+
+// freshID numbers the new identity of pod p (key), which another node
+// runs, in place: the lowest class number its namespace has free. A pod of
+// this node with a new identity may be a new class, and only a full
+// compile places an identity that a NetworkPolicy allow-list or a named-
+// port set empty so far would have to resolve egress named ports on.
+func (l *IdentityLive) freshID(key string, p *PodState, idKey string) (uint32, error) {
+	k := [2]string{p.Namespace, idKey}
+	if f, ok := l.fresh[k]; ok {
+		return f.id, nil
+	}
+	refuse := func(why string) (uint32, error) {
+		return 0, &NeedsFullError{Reason: "pod " + key + " is a new identity" + why}
+	}
+	switch {
+	case l.c == nil:
+		return refuse("")
+	case p.Node == l.opts.Node:
+		return refuse(" of this node")
+	case l.c.egressNamedAllow && namedPortsSignature(p.Ports) != "":
+		return refuse(" with named ports, which a NetworkPolicy's egress rule resolves")
+	}
+	for set, named := range l.c.namedIDSets {
+		if len(namedMatches(named, p.Ports)) > 0 && len(l.table.Sets[set].Elements) == 0 {
+			return refuse(" that an empty named-port set would hold")
+		}
+	}
+	used := map[uint32]bool{}
+	for _, c := range l.numbering.class[p.Namespace] {
+		used[c] = true
+	}
+	for _, f := range l.fresh {
+		if f.ns == p.Namespace {
+			used[f.id&(namespaceSpan-1)] = true
+		}
+	}
+	class := uint32(1)
+	for used[class] {
+		class++
+	}
+	if class > maxIdentityPart {
+		return refuse(": its namespace has no number left")
+	}
+	id := l.numbering.base[p.Namespace] | class
+	l.fresh[k] = freshIdentity{ns: p.Namespace, key: idKey, id: id, labels: p.Labels, ports: p.Ports}
+	return id, nil
+}
+
+// number applies a fresh identity: the numbering keeps it, the peers that
+// select it hold it, and the egress named-port sets its ports.
+func (l *IdentityLive) number(f freshIdentity) {
+	l.numbering.class[f.ns][f.key] = f.id & (namespaceSpan - 1)
+	l.identityLabels()[f.id] = f.labels
+	ids := l.c.ids.namespaces[f.ns]
+	grown := slices.Insert(slices.Clone(ids), func() int { i, _ := slices.BinarySearch(ids, f.id); return i }(), f.id)
+	l.c.ids.namespaces[f.ns] = grown
+	l.refresh(f.ns, l.ns[f.ns], l.ns[f.ns], ids, grown)
+	var add []setElement
+	for _, set := range slices.Sorted(maps.Keys(l.c.namedIDSets)) {
+		for _, e := range namedIDElements(f.id, l.c.namedIDSets[set], f.ports) {
+			add = append(add, setElement{set: set, Element: e})
+		}
+	}
+	l.patch(nil, add)
+}
+
+// canRelabel says whether relabel can follow new labels of namespace ns
+// (which has pods): only a full compile can when pods of this node are in
+// it (which policies apply to them may change) or when a pod's identity
+// is not all that places it (egress named ports of NetworkPolicies allow
+// some pods by address).
+func (l *IdentityLive) canRelabel(ns string) error {
+	if l.c == nil {
+		return &NeedsFullError{Reason: "namespace " + ns + " was relabelled"}
+	}
+	for _, p := range l.local {
+		if p.Namespace == ns {
+			return &NeedsFullError{Reason: "namespace " + ns + ", which has pods of this node, was relabelled"}
+		}
+	}
+	for _, nets := range l.namedNets {
+		if len(nets) > 0 {
+			return &NeedsFullError{Reason: "namespace " + ns + " was relabelled, and a NetworkPolicy names egress ports"}
+		}
+	}
+	return nil
+}
+
+// relabel follows new labels of namespace ns, which has no pod of this
+// node: a namespace's labels make no identity, they decide which of its
+// identities each pod peer selects. So the peers whose selection of ns's
+// identities changes get new identity ranges, and the chains whose rules
+// look them up are built again (their names stay: they are named by their
+// policies and plans); identity sets no chain names any more are dropped.
+func (l *IdentityLive) relabel(ns string, next labels.Set) {
+	prev := l.ns[ns]
+	l.ns[ns] = next
+	ids := l.c.ids.namespaces[ns]
+	l.refresh(ns, prev, next, ids, ids)
+}
+
+// refresh follows namespace ns's change from the labels prev and the
+// identities before to next and after: each pod peer whose selection of
+// the namespace's identities changes gets its new identity ranges, the
+// chains whose rules look them up are built again (their names stay: they
+// are named by their policies and plans), and identity sets no chain
+// names any more are dropped.
+func (l *IdentityLive) refresh(ns string, prev, next labels.Set, before, after []uint32) {
+	c := l.c
+	base := c.ids.base[ns]
+	span := addrRange{idAddr(base), idAddr(base | (namespaceSpan - 1))}
+	// portion is what identities.ranges makes of the selected identities
+	// of the namespace: its whole span when all of them, else each one.
+	portion := func(selected, all []uint32) []addrRange {
+		if len(selected) > 0 && len(selected) == len(all) {
+			return []addrRange{span}
+		}
+		var out []addrRange
+		for _, id := range selected {
+			out = append(out, singleAddr(idAddr(id)))
+		}
+		return out
+	}
+	changed := map[string]bool{}
+	for def, subjects := range c.peerDefs {
+		was := portion(l.selectedIn(subjects, ns, prev, before), before)
+		is := portion(l.selectedIn(subjects, ns, next, after), after)
+		if slices.Equal(was, is) {
+			continue
+		}
+		c.peerDefIDs[def] = union(append(subtract(c.peerDefIDs[def], span), is...))
+		changed[def] = true
+	}
+	if len(changed) == 0 {
+		return
+	}
+	for k, def := range c.ruleDef {
+		if changed[def] {
+			c.ruleIDs[k] = c.peerDefIDs[def]
+		}
+	}
+	affected := func(rules []eval.PlanRule, d policy.Direction) bool {
+		return slices.ContainsFunc(rules, func(pr eval.PlanRule) bool {
+			def, ok := c.ruleDef[[3]int{int(pr.Policy), int(d), pr.Rule}]
+			return ok && changed[def]
+		})
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.policyRecipes)) {
+		if rc := c.policyRecipes[name]; affected(rc.rules, rc.d) {
+			l.rebuild(name, func(ch *nft.Chain) { c.fillPolicyChain(ch, rc) })
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.npRecipes)) {
+		if rc := c.npRecipes[name]; affected(rc.plan.Allow, rc.plan.Direction) {
+			l.rebuild(name, func(ch *nft.Chain) { c.fillNetworkPolicyTier(ch, rc) })
+		}
+	}
+}
+
+// identityLabels are the pod labels of each identity (those of the
+// compile's pod that represents it, and of identities numbered since).
+func (l *IdentityLive) identityLabels() map[uint32]labels.Set {
+	if l.idLabels == nil {
+		l.idLabels = map[uint32]labels.Set{}
+		for i := 0; i < l.c.r.NumPods(); i++ {
+			if id := l.c.ids.of[i]; id != 0 {
+				l.idLabels[id] = l.c.r.Pod(i).Labels
+			}
+		}
+	}
+	return l.idLabels
+}
+
+// selectedIn is which of ids (namespace ns's identities, in order) the
+// subjects select when ns has the labels nsLabels.
+func (l *IdentityLive) selectedIn(subjects []policy.Subject, ns string, nsLabels labels.Set, ids []uint32) []uint32 {
+	var out []uint32
+	for _, s := range subjects {
+		if !s.SelectsNamespace(ns, nsLabels) {
+			continue
+		}
+		idLabels := l.identityLabels()
+		for _, id := range ids {
+			if (s.Pods.Empty() || s.Pods.Matches(idLabels[id])) && !slices.Contains(out, id) {
+				out = append(out, id)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// rebuild builds chain name again with fill, in a new Chain (snapshots
+// share the old one), and drops the sets it made or named before that no
+// chain names now.
+func (l *IdentityLive) rebuild(name string, fill func(*nft.Chain)) {
+	c := l.c
+	before := c.uses[name]
+	ch := &nft.Chain{Name: name}
+	l.table.Chains[name] = ch
+	c.fill(ch, fill)
+	named := func(set string) bool {
+		for _, u := range c.uses {
+			if u[set] {
+				return true
+			}
+		}
+		return false
+	}
+	for set := range before {
+		if named(set) {
+			continue
+		}
+		delete(l.table.Sets, set)
+		delete(l.pos, set)
+		for key, n := range c.idSets {
+			if n == set {
+				delete(c.idSets, key)
+			}
+		}
+	}
+	for _, s := range l.table.Sets {
+		if s.Revision == 0 {
+			s.Revision = revisions.Add(1) // made by fill
+		}
+	}
 }
 
 // podOf is what a changed pod (nil: deleted) will be, or why only a full
@@ -406,11 +667,19 @@ func (l *IdentityLive) podOf(key string, p *PodState) (idPod, error) {
 		return idPod{}, nil
 	}
 	base, numbered := l.numbering.base[p.Namespace]
-	class, known := l.numbering.class[p.Namespace][identityKey(p.Labels, p.Ports, l.relevant)]
-	if !numbered || !known {
-		return idPod{}, &NeedsFullError{Reason: "pod " + key + " is a new identity"}
+	idKey := identityKey(p.Labels, p.Ports, l.relevant)
+	class, known := l.numbering.class[p.Namespace][idKey]
+	if !numbered {
+		return idPod{}, &NeedsFullError{Reason: "pod " + key + " is the first of its namespace"}
 	}
-	np := idPod{id: base | class, addrs: p.Addrs}
+	id := base | class
+	if !known {
+		var err error
+		if id, err = l.freshID(key, p, idKey); err != nil {
+			return idPod{}, err
+		}
+	}
+	np := idPod{id: id, addrs: p.Addrs}
 	if p.Node == l.opts.Node {
 		if _, ok := l.classes[localSignature(p.Namespace, p.Labels, p.Ports, l.subjectKeys)]; !ok {
 			return idPod{}, &NeedsFullError{Reason: "pod " + key + " of this node is a new class"}

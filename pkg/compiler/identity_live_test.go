@@ -3,6 +3,7 @@ package compiler_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -37,10 +38,10 @@ func TestIdentityLiveMatchesCompile(t *testing.T) {
 			})
 		}
 	}
-	t.Logf("%d updates compared with a full compile (%d to pods of the node, %d replicas), %d refused, %d policies added that apply to no pod of the node; %d DNS client elements",
-		stats.updates, stats.local, stats.replicas, stats.refused, stats.unconcerned, stats.dnsClients)
-	if stats.updates < 1000 || stats.local < 30 || stats.replicas < 300 || stats.unconcerned < 50 || stats.dnsClients == 0 {
-		t.Fatalf("too little compared: want at least 1,000 updates, 30 to pods of the node, 300 replicas, 50 unconcerned policies and a DNS client")
+	t.Logf("%d updates compared with a full compile (%d to pods of the node, %d replicas, %d namespaces relabelled, %d of them with chains built again, %d with sets swapped, %d numbering a new identity), %d refused, %d policies added that apply to no pod of the node; %d DNS client elements",
+		stats.updates, stats.local, stats.replicas, stats.relabels, stats.rebuilt, stats.setsSwapped, stats.fresh, stats.refused, stats.unconcerned, stats.dnsClients)
+	if stats.updates < 1000 || stats.local < 30 || stats.replicas < 300 || stats.unconcerned < 50 || stats.dnsClients == 0 || stats.relabels < 50 || stats.rebuilt < 10 || stats.setsSwapped == 0 || stats.fresh < 50 {
+		t.Fatalf("too little compared: want at least 1,000 updates, 30 to pods of the node, 300 replicas, 50 unconcerned policies, a DNS client, 50 namespaces relabelled, 10 of them rewriting chains and one swapping sets, and 50 new identities")
 	}
 }
 
@@ -55,6 +56,12 @@ func identityWorlds(t *testing.T) []world {
 
 type identityLiveStats struct {
 	updates, local, replicas, refused, dnsClients int
+	// relabels counts namespaces relabelled (with pods elsewhere) that an
+	// update followed; rebuilt those whose update rewrote chains, and
+	// setsSwapped those that also added and deleted identity sets.
+	relabels, rebuilt, setsSwapped int
+	// fresh counts updates that numbered a new identity in place.
+	fresh int
 	// unconcerned counts policies added that apply to no pod of the node.
 	unconcerned int
 }
@@ -97,9 +104,14 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 		ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
 		var what string
 		var local, replica bool
-		switch r.IntN(5) {
+		switch r.IntN(6) {
 		case 0, 1:
 			what, local, replica = addReplica(&snap, node, r, step, &ch)
+		case 5:
+			// A namespace takes another's labels (a team's namespace moved
+			// to another environment): peers that select namespaces by
+			// their labels now hold its identities, or no longer do.
+			what, local = relabelLike(&snap, node, r, &ch)
 		case 2:
 			// A policy is added ahead of the others (the policies are
 			// renumbered): if it applies to no pod here, the table must
@@ -129,7 +141,7 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 			d.Servers = servers
 			opts.DNS = &d
 		}
-		prev := live.Snapshot()
+		prev, numbered := live.Snapshot(), numbering.Len()
 		_, err := live.Update(ch)
 		var full *compiler.NeedsFullError
 		switch {
@@ -151,6 +163,18 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 			if local {
 				stats.local++
 			}
+			if numbering.Len() > numbered {
+				stats.fresh++
+			}
+			if strings.HasPrefix(what, "namespace ") {
+				stats.relabels++
+				if d := nft.Diff(prev, live.Table()); d.Stats.ChainsRewritten > 0 {
+					stats.rebuilt++
+					if d.Stats.SetsAdded > 0 && d.Stats.SetsDeleted > 0 {
+						stats.setsSwapped++
+					}
+				}
+			}
 			if replica {
 				stats.replicas++
 				// On another node, a new pod of an existing identity is
@@ -168,6 +192,27 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 		}
 		check(live, fmt.Sprintf("step %d (%s)", step, what))
 	}
+}
+
+// relabelLike gives a namespace another namespace's labels (its own name
+// label kept) and says what it did and whether pods of node are in it.
+func relabelLike(snap *cluster.Snapshot, node string, r *rand.Rand, ch *compiler.Changes) (string, bool) {
+	if len(snap.Namespaces) < 2 {
+		return "nothing", false
+	}
+	i, j := r.IntN(len(snap.Namespaces)), r.IntN(len(snap.Namespaces))
+	ns := snap.Namespaces[i].DeepCopy()
+	ns.Labels = maps.Clone(snap.Namespaces[j].Labels)
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	ns.Labels["kubernetes.io/metadata.name"] = ns.Name
+	snap.Namespaces[i] = ns
+	ch.Namespaces = append(ch.Namespaces, ns.Name)
+	local := slices.ContainsFunc(snap.Pods, func(p *corev1.Pod) bool {
+		return p.Namespace == ns.Name && p.Spec.NodeName == node && !p.Spec.HostNetwork && compiler.PodStateOf(p) != nil
+	})
+	return "namespace " + ns.Name + " relabelled like " + snap.Namespaces[j].Name, local
 }
 
 // addPolicyFirst adds a copy of one of snap's policies under a name that
