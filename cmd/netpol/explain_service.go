@@ -434,7 +434,13 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 	switch {
 	case !sp.AnyEndpoints:
 		sv.DroppedBy = "no endpoint"
-		notes = append(notes, "the Service has no endpoint: the connection is rejected (ICMP port unreachable), before any policy")
+		// As the NAT table's refuse chain: TCP gets a reset, the rest an
+		// ICMP error.
+		how := "ICMP port unreachable"
+		if probe.Protocol == corev1.ProtocolTCP {
+			how = "a TCP reset"
+		}
+		notes = append(notes, "the Service has no endpoint: the connection is rejected ("+how+"), before any policy")
 	case len(eps) == 0:
 		sv.DroppedBy = "traffic policy"
 		notes = append(notes, fmt.Sprintf("no endpoint serves this port for node %s under the Service's traffic policy: the connection is dropped, before any policy", node))

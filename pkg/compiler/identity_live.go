@@ -58,9 +58,9 @@ type IdentityLive struct {
 	pos          map[string]map[string]int
 	dnsServers   []netip.AddrPort
 	resolved     int // pods the evaluator resolved for the compile
-	// c is the last full compile, kept for what a namespace relabelled
-	// builds again (relabel); idLabels are its identities' pod labels,
-	// made on first use.
+	// c is the last full compile, kept for the chains a namespace
+	// relabelled or a new identity builds again (relabel, number);
+	// idLabels are the identities' pod labels, made on first use.
 	c        *idCompiler
 	idLabels map[uint32]labels.Set
 	// fresh are the identities an Update is numbering (by namespace and
