@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
@@ -518,4 +519,43 @@ func TestForeignSetIsRecreated(t *testing.T) {
 		t.Errorf("plan:\n%s\nwant:\n%s", got, want)
 	}
 	mustApply(t, b, fd, d)
+}
+
+// A rule's ID is what it runs, not its text: after a restart (a new
+// Applier adopting the kernel's table), a rule whose expressions changed
+// while its text did not is rewritten, and the kernel runs the new
+// expressions; the same expressions again are adopted with nothing sent.
+func TestExpressionOnlyChangeAppliedAfterRestart(t *testing.T) {
+	a, fd := newTestApplier(t)
+	table := func(mark uint32) *Table {
+		tb := NewTable("netpol")
+		r := NewRule().MarkSetConst(mark).Done()
+		r.Text = "meta mark set 0x00000001" // the same text, whatever the expressions do
+		tb.AddChain(&Chain{Name: "c", Rules: []*Rule{r}})
+		return tb
+	}
+	mustApply(t, a, fd, table(1))
+	restart := func() *Applier {
+		b, err := NewApplier(fd, "netpol")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	if st := mustApply(t, restart(), fd, table(2)); st.RulesWritten != 1 {
+		t.Fatalf("after the restart the changed rule was not rewritten: %+v", st)
+	}
+	kt := &nftables.Table{Name: "netpol", Family: nftables.TableFamilyINet}
+	rules, err := inspectConn(t, fd).GetRules(kt, &nftables.Chain{Name: "c", Table: kt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DescribeExprs(table(2).Chains["c"].Rules[0].Exprs)
+	if len(rules) != 1 || DescribeExprs(rules[0].Exprs) != want {
+		t.Fatalf("the kernel runs %d rules, want one that is %q", len(rules), want)
+	}
+	if st := mustApply(t, restart(), fd, table(2)); st != (Stats{}) {
+		t.Fatalf("adopting the same expressions sent %+v", st)
+	}
 }

@@ -74,11 +74,11 @@ func TestFakeUndoesFailedTransaction(t *testing.T) {
 	gone := &Set{Name: "gone", Fields: []FieldType{FieldIPv4}}
 	el := func(b byte) Element { return Element{Key: []byte{10, 0, 0, b}} }
 	chain := &Chain{Name: "c"}
-	rule := func(text string) *Rule { return &Rule{Text: text} }
+	rule := func(kind VerdictKind) *Rule { return NewRule().Verdict(Verdict{Kind: kind}) }
 	f := NewFake("netpol")
 	setup := &Plan{Ops: []Op{{Kind: OpAddTable}, {Kind: OpAddSet, Set: peers}, {Kind: OpAddSet, Set: gone},
 		{Kind: OpAddElements, Set: peers, Elements: []Element{el(1), el(2), el(3)}},
-		{Kind: OpAddChain, Chain: chain}, {Kind: OpAddRule, Chain: chain, Rule: rule("accept")}}}
+		{Kind: OpAddChain, Chain: chain}, {Kind: OpAddRule, Chain: chain, Rule: rule(Accept)}}}
 	if err := f.mem.exec(setup); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestFakeUndoesFailedTransaction(t *testing.T) {
 		{Kind: OpDeleteElements, Set: peers, Elements: []Element{el(1)}},
 		{Kind: OpAddElements, Set: peers, Elements: []Element{el(2), el(9)}},
 		{Kind: OpFlushChain, Chain: chain},
-		{Kind: OpAddRule, Chain: chain, Rule: rule("drop")},
+		{Kind: OpAddRule, Chain: chain, Rule: rule(Drop)},
 		{Kind: OpDeleteSet, Set: gone},
 		{Kind: OpAddSet, Set: &Set{Name: "new", Fields: []FieldType{FieldIPv4}}},
 		{Kind: OpAddChain, Chain: &Chain{Name: "d"}},
@@ -99,7 +99,7 @@ func TestFakeUndoesFailedTransaction(t *testing.T) {
 	if d := Diff(f.Kernel(), before); !d.Empty() {
 		t.Fatalf("the failed transaction left %d differences", len(d.Ops))
 	}
-	if got := f.Kernel().Chains["c"].Rules; len(got) != 1 || got[0].ID() != rule("accept").ID() {
+	if got := f.Kernel().Chains["c"].Rules; len(got) != 1 || got[0].ID() != rule(Accept).ID() {
 		t.Fatalf("chain c holds %d rules after the rollback, want the one it had", len(got))
 	}
 	ok := &Plan{Ops: []Op{{Kind: OpDeleteElements, Set: peers, Elements: []Element{el(1), el(3)}}}}

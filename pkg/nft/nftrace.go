@@ -1023,7 +1023,7 @@ func TracerPath(hook string, r TraceResult, skip ...string) []TracePathStep {
 		if s.Rule < 0 {
 			st.Policy = true
 		} else {
-			st.RuleID = (&Rule{Text: s.Text}).ID()
+			st.RuleID = s.ruleID
 		}
 		out = append(out, st)
 	}

@@ -166,5 +166,6 @@ func (b *Builder) Verdict(v Verdict) *Rule {
 func (b *Builder) Done() *Rule { return b.rule() }
 
 func (b *Builder) rule() *Rule {
-	return &Rule{Exprs: b.exprs, Text: strings.Join(b.words, " ")}
+	// The ID once, here: every diff compares rules by it.
+	return &Rule{Exprs: b.exprs, Text: strings.Join(b.words, " "), id: exprsID(b.exprs)}
 }

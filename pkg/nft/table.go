@@ -9,10 +9,13 @@ package nft
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"sort"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 )
 
@@ -104,9 +107,12 @@ type Chain struct {
 	Rules []*Rule
 }
 
-// Rule is one rule: its expressions and their nft text. The text fully
-// determines the expressions (both come from one Builder), so the text's
-// hash identifies the rule in the kernel (it is stored as the rule comment).
+// Rule is one rule: its expressions and their nft text (both from one
+// Builder). Its ID, stored in the kernel as the rule's comment, is a hash
+// of the expressions as they are marshalled for the kernel, not of the
+// text: two rules that run differently never share an ID, so a change to
+// what a rule does reaches a kernel whose table was adopted after a
+// restart even when its text stays the same.
 type Rule struct {
 	Exprs []expr.Any
 	Text  string
@@ -116,19 +122,37 @@ type Rule struct {
 	// rule's identity.
 	Comment string
 
-	// id is the ID of a rule known by its ID only: read back from the
-	// kernel (its comment) or kept in the Applier's cache. Text is empty.
+	// id is the rule's ID: made with the rule (Builder), read back from
+	// the kernel (its comment) or kept in the Applier's cache (a rule
+	// known by its ID only: Text empty).
 	id string
 }
 
 // ID is the hash the rule carries in the kernel as its comment. A rule read
-// back from the kernel (Text empty) returns the comment it carries there.
+// back from the kernel returns the comment it carries there.
 func (r *Rule) ID() string {
-	if r.Text == "" && r.id != "" {
+	if r.id != "" {
 		return r.id
 	}
-	sum := sha256.Sum256([]byte(r.Text))
-	return hex.EncodeToString(sum[:8])
+	return exprsID(r.Exprs)
+}
+
+// exprsID hashes expressions as they are marshalled for the kernel (inet
+// family), each with its length.
+func exprsID(exprs []expr.Any) string {
+	h := sha256.New()
+	var n [4]byte
+	for _, e := range exprs {
+		b, err := expr.Marshal(byte(nftables.TableFamilyINet), e)
+		if err != nil {
+			// Not sendable either; still an ID of what it is.
+			b = fmt.Appendf(nil, "%T %+v", e, e)
+		}
+		binary.BigEndian.PutUint32(n[:], uint32(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // FieldType is the type of one field of a set key.

@@ -98,6 +98,9 @@ type TraceStep struct {
 	// Element is the set or map element that matched (each, comma
 	// separated, when the rule has several lookups), in nft syntax.
 	Element string `json:"element,omitempty"`
+	// ruleID is the rule's ID (the kernel's comment of it): what a
+	// trace of the kernel names it by.
+	ruleID string
 }
 
 // TraceResult is one way a packet crossed a hook: with numgen in the path,
@@ -669,7 +672,7 @@ func (ev *evaluation) chain(base *tChain) (TraceVerdict, error) {
 			}
 		}
 		if ev.record {
-			step := TraceStep{Table: cur.table.name, Chain: cur.name, Rule: rule.index, Text: rule.rule.Text,
+			step := TraceStep{Table: cur.table.name, Chain: cur.name, Rule: rule.index, Text: rule.rule.Text, ruleID: rule.rule.ID(),
 				Comment: rule.rule.Comment, Matched: res.matched, Element: ev.element}
 			if res.matched {
 				step.Verdict = res.text()
