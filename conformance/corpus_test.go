@@ -2,13 +2,13 @@ package conformance_test
 
 import (
 	"context"
-	"os"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/internal/corpus"
+	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
@@ -19,9 +19,7 @@ const testdata = "../testdata"
 
 func requireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("the real-packet tests need root (network namespaces and nftables); run `sudo make test`")
-	}
+	kerneltest.Require(t, "the real-packet tests create network namespaces and program nftables")
 }
 
 // TestCorpusInKernel runs every case of the policy corpus against the real

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/pkg/lab"
 )
 
@@ -18,9 +19,7 @@ import (
 // of `netpol table -o json` (DESIGN.md "CLI contract"), so the two diff
 // cleanly; on the demo they are equal.
 func TestLabProbeJSONMatchesTable(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the lab needs root (network namespaces and nftables)")
-	}
+	kerneltest.Require(t, "the lab creates network namespaces and programs nftables")
 	args := []string{"-f", "../../examples/demo", "--ports", "tcp/80,tcp/5432,udp/53", "-o", "json"}
 	tableOut, stderr, err := run(t, "", append([]string{"table"}, args...)...)
 	if err != nil {
@@ -104,9 +103,7 @@ func TestCompileCommand(t *testing.T) {
 // is probed from each of its 4 pods; a probe that is answered is answered
 // by the Service's only endpoint.
 func TestLabProbeServicesJSON(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the lab needs root (network namespaces and nftables)")
-	}
+	kerneltest.Require(t, "the lab creates network namespaces and programs nftables")
 	out, stderr, err := run(t, "", "lab", "probe", "--prefix", "netpol-clitest-svc-", "-f", "../../examples/demo",
 		"--ports", "tcp/80", "--services", "-o", "json")
 	if err != nil {
@@ -177,9 +174,7 @@ func TestLabProbeServicesJSON(t *testing.T) {
 // `netpol lab probe --compare --services` also checks the ClusterIP probes
 // against policy after DNAT; on the demo there is no difference.
 func TestLabProbeCompareServices(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the lab needs root (network namespaces and nftables)")
-	}
+	kerneltest.Require(t, "the lab creates network namespaces and programs nftables")
 	out, stderr, err := run(t, "", "lab", "probe", "--prefix", "netpol-clitest-cmp-", "-f", "../../examples/demo",
 		"--ports", "tcp/80", "--services", "--compare")
 	if err != nil {
@@ -195,9 +190,7 @@ func TestLabProbeCompareServices(t *testing.T) {
 // (its context) it says what it removed. Its namespace names have one
 // dash after the prefix, however the prefix was written.
 func TestLabUpStopsWhenItsNamespacesGo(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the lab needs root (network namespaces and nftables)")
-	}
+	kerneltest.Require(t, "the lab creates network namespaces and programs nftables")
 	const prefix = "netpol-cliup"
 	start := func(ctx context.Context) (*bytes.Buffer, chan error) {
 		cmd := newRootCommand()
@@ -265,9 +258,7 @@ func TestLabUpStopsWhenItsNamespacesGo(t *testing.T) {
 // traffic policies) is what explain says for it, and each one that timed
 // out says why.
 func TestLabNodePortProbesAgreeWithExplain(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the lab needs root (network namespaces and nftables)")
-	}
+	kerneltest.Require(t, "the lab creates network namespaces and programs nftables")
 	out, stderr, err := run(t, "", "lab", "probe", "--prefix", "netpol-clinp", "-f", "../../examples/demo", "-f", "testdata/nodeports.yaml",
 		"--ports", "tcp/8080", "--services", "-o", "json")
 	if err != nil {
@@ -319,9 +310,7 @@ func TestLabNodePortProbesAgreeWithExplain(t *testing.T) {
 // kernel's rows equal `table --domains`' (exit 0), and the JSON rows have
 // the issue's shape.
 func TestLabProbeDomainsCompare(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the lab needs root (network namespaces and nftables)")
-	}
+	kerneltest.Require(t, "the lab creates network namespaces and programs nftables")
 	for _, extra := range [][]string{nil, {"--dns-tcp"}} {
 		args := append([]string{"lab", "probe", "--prefix", "netpol-clitest-dns-", "-f", "../../examples/lab-dns.yaml",
 			"--ports", "tcp/80", "--domains", "--compare", "-o", "json"}, extra...)

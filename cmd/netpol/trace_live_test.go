@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
@@ -67,9 +67,7 @@ func (b *lockedBuffer) String() string {
 // Admin Deny shows as a drop, and the trace table is gone afterwards, also
 // when the trace is stopped early.
 func TestLiveTraceInLab(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the lab needs root (network namespaces and nftables)")
-	}
+	kerneltest.Require(t, "the lab creates network namespaces and programs nftables")
 	snap, report := cluster.LoadPaths([]string{"../../examples/demo"}, nil)
 	if len(report.Errors) > 0 {
 		t.Fatal(report.Errors)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
+	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
@@ -103,9 +103,7 @@ func e2eLab(t *testing.T, docs string) (*cluster.Snapshot, *lab.Lab) {
 // repaired within the resync period, and real probes agree with the
 // evaluator afterwards.
 func TestResyncRepairsTamperedLab(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces)")
-	}
+	kerneltest.Require(t, "it creates network namespaces")
 	const period = time.Second
 	snap, l := e2eLab(t, `
 apiVersion: networking.k8s.io/v1
@@ -240,9 +238,7 @@ func differences(expected, observed *eval.Table) []string {
 // statement its kernel took and what it learned, and its metrics carry
 // the DNS counts.
 func TestDebugDNS(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces)")
-	}
+	kerneltest.Require(t, "it creates network namespaces")
 	snap, l := e2eLab(t, "")
 	a := labAgent(t, snap, l.Node("node-1"), time.Minute)
 	// Ready first: an agent stopped before its caches synced fails its

@@ -19,6 +19,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/internal/nsexec"
 )
 
@@ -26,9 +27,7 @@ import (
 // namespaces, programs nftables and deletes conntrack entries.
 func requireRoot(tb testing.TB) {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("skipping: this test needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to create a network namespace, program nftables and delete conntrack entries; run `go test` as root")
-	}
+	kerneltest.Require(tb, "it creates a network namespace, programs nftables and deletes conntrack entries")
 }
 
 // family holds one IP family's addresses in a test namespace. The client,

@@ -3,7 +3,6 @@ package dnssnoop
 import (
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/internal/nsexec"
 	"github.com/netpol/netpol/pkg/domain"
 	"github.com/netpol/netpol/pkg/nft"
@@ -25,9 +25,7 @@ const queueNum = 3
 // freshNetNS is a new network namespace with lo up, closed at the end.
 func freshNetNS(t testing.TB) netns.NsHandle {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root: it creates a network namespace and programs nftables")
-	}
+	kerneltest.Require(t, "it creates a network namespace and programs nftables")
 	h := netns.None()
 	err := nsexec.OnFreshThread(func() error {
 		var err error

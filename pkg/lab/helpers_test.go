@@ -5,12 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/policy"
@@ -18,9 +18,7 @@ import (
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("the lab tests need root: they create network namespaces, veths and bridges (run `go test ./pkg/lab/` as root)")
-	}
+	kerneltest.Require(t, "the lab tests create network namespaces, veths and bridges")
 }
 
 // testPrefix is a fresh lab prefix; t.Cleanup removes every namespace

@@ -16,14 +16,14 @@ import (
 	"github.com/mdlayher/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/netpol/netpol/internal/kerneltest"
 )
 
-// requireRoot fails (never skips) the kernel tests when not root.
+// requireRoot: the kernel tests run as root only (kerneltest.Require).
 func requireRoot(tb testing.TB) {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Fatal("these tests need root: they create network namespaces and program nftables (run `go test` as root)")
-	}
+	kerneltest.Require(tb, "these tests create network namespaces and program nftables")
 }
 
 // newNetNS creates a network namespace named netpol-test-<random> for one

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/internal/nftcheck"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/proxy"
@@ -69,8 +70,7 @@ func nftCheck(t *testing.T, path string) {
 		t.Logf("nft not installed: %s not checked by nft -c", path)
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Logf("not root: %s not checked by nft -c", path)
+	if !kerneltest.Can(t, "nft -c checks "+path+" against the kernel") {
 		return
 	}
 	if out, err := nftcheck.Check(path); err != nil {

@@ -3,13 +3,13 @@ package proxy_test
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"os/exec"
 	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netns"
 
+	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/proxy"
@@ -19,9 +19,7 @@ import (
 // handle; cleanup deletes it.
 func newNetNS(t *testing.T) (netns.NsHandle, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root: it creates a network namespace and programs nftables")
-	}
+	kerneltest.Require(t, "it creates a network namespace and programs nftables")
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	name := "netpol-proxytest-" + hex.EncodeToString(rnd[:])

@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/internal/testenv"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
@@ -64,9 +65,7 @@ func TestMain(m *testing.M) {
 }
 
 func requireRoot(t testing.TB) {
-	if os.Geteuid() != 0 {
-		t.Fatal("the e2e tests need root (network namespaces, nftables)")
-	}
+	kerneltest.Require(t, "the e2e tests create network namespaces and program nftables")
 }
 
 // cluster is one test's world: the API server, the lab, the agents.

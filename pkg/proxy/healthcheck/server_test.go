@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/netip"
-	"os"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/internal/nsexec"
 
 	"github.com/netpol/netpol/pkg/proxy"
@@ -34,9 +34,7 @@ var (
 // the end of the test (the kernel frees it once no socket uses it).
 func newNetNS(t *testing.T) netns.NsHandle {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) to create network namespaces")
-	}
+	kerneltest.Require(t, "it creates network namespaces")
 	h := netns.None()
 	err := nsexec.OnFreshThread(func() error {
 		var err error
