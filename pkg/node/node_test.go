@@ -178,3 +178,131 @@ func TestUpdatePolicy(t *testing.T) {
 		t.Fatalf("after the resync the kernel differs from the full compile: %d operations", len(d.Ops))
 	}
 }
+
+// TestPolicySyncPaths drives one Programmer per layout through the policy
+// table's paths, in order, on the Fake: each step says which path it must
+// take (a full sync, an incremental update, or a refusal that leaves the
+// kernel alone) and the kernel must then hold what a full compile of the
+// state gives (with the numbering the Programmer kept).
+func TestPolicySyncPaths(t *testing.T) {
+	base, err := synth.Snapshot(synth.Spec{Shape: synth.ShapeRealistic, Namespaces: 6, Pods: 300, Nodes: 3, NetworkPolicies: 30, AdminPolicies: 6, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := base.Nodes[0].Name
+	const (
+		full        = "full"
+		incremental = "incremental"
+		refused     = "refused"     // NeedsFullError: nothing sent
+		failed      = "apply fails" // the kernel keeps its table
+	)
+	for _, layout := range []compiler.Layout{compiler.LayoutAddresses, compiler.LayoutIdentities} {
+		t.Run(layout.String(), func(t *testing.T) {
+			snap := *base
+			snap.Pods = slices.Clone(base.Pods)
+			pol := nft.NewFake("netpol")
+			p, err := NewWith(Options{Node: node, NoProxy: true, Layout: layout}, pol, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			compiled := func() *nft.Table {
+				t.Helper()
+				opts := compiler.Options{Node: node, Layout: layout}
+				if layout == compiler.LayoutIdentities {
+					ids := p.Identities()
+					opts.Identities = &ids
+				}
+				tab, err := compiler.Compile(Prepare(&snap).Resolved, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return tab
+			}
+			nsLabels := func(ns string) labels.Set {
+				for _, n := range snap.Namespaces {
+					if n.Name == ns {
+						return compiler.NamespaceLabelsOf(ns, n)
+					}
+				}
+				return compiler.NamespaceLabelsOf(ns, nil)
+			}
+			update := func(pods ...*corev1.Pod) func() PolicyResult {
+				return func() PolicyResult {
+					ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
+					for _, pod := range pods {
+						ch.Pods[pod.Namespace+"/"+pod.Name] = compiler.PodStateOf(pod)
+					}
+					return p.UpdatePolicy(ch)
+				}
+			}
+			pick := func(local bool) *corev1.Pod {
+				for _, pod := range snap.Pods {
+					if (pod.Spec.NodeName == node) == local && !pod.Spec.HostNetwork && pod.Status.PodIP != "" {
+						return pod
+					}
+				}
+				t.Fatalf("no pod-network pod (on %s: %v)", node, local)
+				return nil
+			}
+			replica := pick(false).DeepCopy()
+			replica.Name, replica.Status.PodIP = "replica-remote", "10.250.0.7"
+			replica.Status.PodIPs = []corev1.PodIP{{IP: replica.Status.PodIP}}
+			stranger := pick(true).DeepCopy()
+			stranger.Labels = map[string]string{"app": "never-compiled", "app.kubernetes.io/component": "never-compiled"}
+			steps := []struct {
+				name   string
+				before func() // the state's change (snap)
+				do     func() PolicyResult
+				want   string
+			}{
+				{"first sync", nil, func() PolicyResult { return p.Sync(Prepare(&snap), Policy).Policy }, full},
+				{"a replica on another node", func() { snap.Pods = append(snap.Pods, replica) }, update(replica), incremental},
+				{"a pod of the node with labels no pod had", nil, update(stranger), refused},
+				{"a transaction the kernel refuses", func() { pol.FailWith(func(*nft.Plan) error { return errors.New("injected") }) },
+					func() PolicyResult {
+						gone := *replica
+						gone.Status.PodIP, gone.Status.PodIPs = "", nil // its address released
+						return update(&gone)()
+					}, failed},
+				{"the full sync after it", func() {
+					pol.FailWith(nil)
+					snap.Pods = slices.DeleteFunc(snap.Pods, func(p *corev1.Pod) bool { return p == replica })
+				}, func() PolicyResult { return p.Sync(Prepare(&snap), Policy).Policy }, full},
+			}
+			for _, st := range steps {
+				kernelBefore := pol.Kernel()
+				if st.before != nil {
+					st.before()
+				}
+				r := st.do()
+				var needsFull *compiler.NeedsFullError
+				got := full
+				switch {
+				case errors.As(r.Err, &needsFull):
+					got = refused
+				case r.Err != nil:
+					got = failed
+				case r.Incremental:
+					got = incremental
+				}
+				if got != st.want {
+					t.Fatalf("%s: took %q (err %v), want %q", st.name, got, r.Err, st.want)
+				}
+				switch st.want {
+				case refused, failed:
+					if d := nft.Diff(kernelBefore, pol.Kernel()); !d.Empty() {
+						t.Fatalf("%s: the kernel changed (%d operations)", st.name, len(d.Ops))
+					}
+					if st.want == failed && p.PolicyTable() != nil {
+						t.Errorf("%s: PolicyTable is not nil after a failed transaction", st.name)
+					}
+				default:
+					if d := nft.Diff(pol.Kernel(), compiled()); !d.Empty() {
+						t.Fatalf("%s: the kernel differs from a full compile (%d operations)", st.name, len(d.Ops))
+					}
+				}
+			}
+		})
+	}
+}
