@@ -462,7 +462,7 @@ type idCompiler struct {
 	ruleDef    map[[3]int]string
 	// The chains whose rules name identity sets, with what built them:
 	// a namespace relabelled changes which identities a peer holds, and
-	// IdentityLive builds those chains again (regenerate).
+	// IdentityLive builds those chains again (IdentityLive.refresh).
 	policyRecipes map[string]policyRecipe
 	npRecipes     map[string]npRecipe
 	// uses are the identity and allow-list sets each such chain made or
