@@ -76,7 +76,7 @@ bench: build
 # in each shape of BENCH_SHAPES and layout of BENCH_LAYOUTS (the address
 # layout on the realistic shape is pods x policies: keep it to 30,000 pods,
 # BENCH_SHAPES=realistic BENCH_LAYOUTS=addresses,identities BENCH_PODS=10000,30000).
-BENCH_PODS    ?= 10000,100000
+BENCH_PODS    ?= 10000,30000,100000
 BENCH_EVENTS  ?= 200
 BENCH_SHAPES  ?= easy,realistic
 BENCH_LAYOUTS ?= identities
