@@ -56,7 +56,7 @@ e2e-deps:
 e2e: e2e-deps build
 	$(GO) test -count=1 -tags e2e -timeout 30m $(addprefix ./,$(addsuffix /...,$(E2E_DIRS)))
 
-# Benchmarks and scale harnesses; results go to docs/benchmarks.md by hand.
+# Benchmarks and scale harnesses; results go to docs/history/benchmarks-journal.md by hand (the current figures to docs/benchmarks.md).
 # The kernel ones (pkg/nft, conformance) need root.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 ./pkg/eval ./pkg/compiler
@@ -173,7 +173,7 @@ e2e-cluster: image
 # same 10,000 x 10 and 30,000 x 2 Services in a real apiserver, each system
 # in a network namespace of its own (test/peers; root; not in CI; 30-60
 # min: each full sync is capped at BENCH_PEERS_TIMEOUT, default 10m).
-# Writes _output/bench/peers.json and peers.md (docs/benchmarks.md by
+# Writes _output/bench/peers.json and peers.md (docs/history/benchmarks-journal.md by
 # hand). Under the lab lock: no lab test shares the machine meanwhile.
 bench-peers: build e2e-deps
 	hack/build-kube-tools.sh kube-proxy >/dev/null

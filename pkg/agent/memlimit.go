@@ -33,7 +33,7 @@ type MemoryLimit struct {
 // nears the limit instead of letting it grow to twice what is live: the
 // agent's peak during a large first sync stays under its container's
 // limit rather than being OOM-killed for garbage (GOGC's pacing otherwise;
-// see docs/benchmarks.md). With no cgroup limit, or ratio 0, the runtime
+// see docs/history/benchmarks-journal.md). With no cgroup limit, or ratio 0, the runtime
 // keeps its default (no limit). It is process-wide: cmd/ calls it once.
 func SetMemoryLimit(ratio float64, log *slog.Logger) (MemoryLimit, error) {
 	return setMemoryLimit(ratio, memlimit.FromCgroup, log)

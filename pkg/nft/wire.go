@@ -20,7 +20,7 @@ import (
 // the message and netlink's SendMessages copies it again into the batch:
 // all garbage once sent. At 100,000 pods that garbage, allocated while the
 // collector marked the agent's largest heap, was 72 MB of its peak
-// (docs/benchmarks.md). The bytes are the library's
+// (docs/history/benchmarks-journal.md). The bytes are the library's
 // (TestElementWireMatchesLibrary); only where they are built differs.
 
 // elementsOnly reports whether every operation of the plan is an element

@@ -324,7 +324,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		// The NAT table is built and sent beside the policy table's
 		// send, not its compile: the resolution and the compile's
 		// garbage are unreachable before the NAT build starts (the first
-		// sync's peak; docs/benchmarks.md, issue 14's sixth stop).
+		// sync's peak; docs/history/benchmarks-journal.md, issue 14's sixth stop).
 		syncServices()
 		if err == nil && live != nil {
 			r.Table = live.Table()

@@ -6,7 +6,7 @@
 // (internal/testenv), each system programming a network namespace of its
 // own. `make bench-peers` runs it (root, under the lab lock); it writes
 // _output/bench/peers.json and peers.md (the ratio table for
-// docs/benchmarks.md), and keeps each proxy's log in
+// docs/history/benchmarks-journal.md), and keeps each proxy's log in
 // _output/bench/peers-logs/.
 //
 // Every "programmed" below is observed on the data path, polled: a new TCP
