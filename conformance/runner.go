@@ -332,7 +332,7 @@ func explainCell(ev *eval.Evaluator, model *policy.Model, snap *cluster.Snapshot
 	var explain, trace strings.Builder
 	family := eval.FamilyPrimary
 	if a, err := netip.ParseAddr(d.From); err == nil {
-		family = familyOf(a)
+		family = eval.FamilyOf(a)
 	}
 	v, err := ev.Explain(d.From, d.To, d.Probe, family)
 	if err != nil {
@@ -362,11 +362,4 @@ func explainCell(ev *eval.Evaluator, model *policy.Model, snap *cluster.Snapshot
 		trace.WriteString("trace: " + err.Error())
 	}
 	return explain.String(), trace.String()
-}
-
-func familyOf(a netip.Addr) eval.Family {
-	if a.Is4() {
-		return eval.FamilyIPv4
-	}
-	return eval.FamilyIPv6
 }

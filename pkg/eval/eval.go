@@ -144,7 +144,7 @@ func (e *Evaluator) Explain(src, dst string, probe Probe, family Family) (*Verdi
 	if err != nil {
 		return nil, fmt.Errorf("destination: %w", err)
 	}
-	srcEp, err := e.resolve(src, familyOf(dstEp.Addr), dstEp.Addr)
+	srcEp, err := e.resolve(src, FamilyOf(dstEp.Addr), dstEp.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("source: %w", err)
 	}
@@ -156,13 +156,14 @@ func (e *Evaluator) Explain(src, dst string, probe Probe, family Family) (*Verdi
 // family when peer is valid.
 func (e *Evaluator) Endpoint(s string, family Family, peer netip.Addr) (Endpoint, error) {
 	if peer.IsValid() {
-		family = familyOf(peer)
+		family = FamilyOf(peer)
 	}
 	return e.resolve(s, family, peer)
 }
 
 func (e *Evaluator) resolve(s string, family Family, peer netip.Addr) (Endpoint, error) {
 	if a, err := netip.ParseAddr(s); err == nil {
+		a = a.Unmap() // an IPv4 address written as IPv6 is IPv4 to the kernel, as pod addresses are
 		if peer.IsValid() && a.Is4() != peer.Is4() {
 			return Endpoint{}, fmt.Errorf("%s and %s are of different address families", s, peer)
 		}

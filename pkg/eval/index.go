@@ -488,13 +488,6 @@ func (f Family) pick(addrs []netip.Addr) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-func familyOf(a netip.Addr) Family {
-	if a.Is4() {
-		return FamilyIPv4
-	}
-	return FamilyIPv6
-}
-
 func (ix *index) podNetwork(ep Endpoint) bool {
 	return ep.Pod >= 0 && !ix.pods[ep.Pod].hostNetwork
 }

@@ -95,7 +95,7 @@ func (e *Evaluator) TableWith(opts TableOptions, allowed Decider) *Table {
 					if src.Addr.Is4() != dst.Addr.Is4() {
 						// Primary addresses of different families: the
 						// source dials from its address of dst's family.
-						from, ok = e.ix.podEndpoint(src.Pod, familyOf(dst.Addr))
+						from, ok = e.ix.podEndpoint(src.Pod, FamilyOf(dst.Addr))
 					}
 					allowed := ok && allowed(from, dst, probe)
 					t.Results[base+di] = Result{From: t.Pods[si], To: t.Pods[di], Protocol: probe.Protocol, Port: probe.Port, Allowed: allowed}

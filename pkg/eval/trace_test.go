@@ -150,8 +150,11 @@ spec:
 		{"192.0.2.7", "x/a", false, "isolated"},
 		// The host-network pod is not a subject: nothing polices its ingress.
 		{"y/a", "x/agent", true, "host-network pod"},
-		// An IP that belongs to a pod is that pod.
+		// An IP that belongs to a pod is that pod, written as IPv6 too
+		// (an IPv4-mapped address: IPv4 to the kernel).
 		{"10.244.1.11", "y/a", false, "isolated"},
+		{"::ffff:10.244.1.11", "y/a", false, "isolated"},
+		{"::ffff:172.18.0.2", "x/b", true, "own node"},
 	} {
 		v, err := ev.Explain(tc.src, tc.dst, probe, eval.FamilyPrimary)
 		if err != nil {
