@@ -211,7 +211,10 @@ func probeContinuously(ctx context.Context, l *lab.Lab, want *eval.Table, probes
 				return
 			default:
 			}
-			got, _, err := l.Probe(ctx, lab.ProbeOptions{Probes: probes, Timeout: 500 * time.Millisecond, NoRetry: true})
+			// No retry, so a flip cannot hide; a second to answer, so a
+			// reply slowed by a loaded machine is not read as a drop (a
+			// dropped packet gets no answer however long one waits).
+			got, _, err := l.Probe(ctx, lab.ProbeOptions{Probes: probes, Timeout: time.Second, NoRetry: true})
 			p.mu.Lock()
 			p.rounds++
 			if err != nil {
@@ -225,10 +228,19 @@ func probeContinuously(ctx context.Context, l *lab.Lab, want *eval.Table, probes
 	return p
 }
 
-// stop ends the probing, fails t for every round that disagreed with the
-// evaluator (or when fewer than 3 ran) and returns how many ran.
+// stop ends the probing once at least 3 rounds ran (30 s at most), fails t
+// for every round that disagreed with the evaluator (or when fewer than 3
+// ran) and returns how many ran.
 func (p *probing) stop(t *testing.T) int {
 	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		p.mu.Lock()
+		enough := p.rounds >= 3
+		p.mu.Unlock()
+		if enough {
+			break
+		}
+	}
 	close(p.halt)
 	<-p.done
 	p.mu.Lock()
