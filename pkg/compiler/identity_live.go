@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"cmp"
 	"fmt"
 	"iter"
 	"maps"
@@ -373,7 +374,6 @@ func (l *IdentityLive) Update(ch Changes) (*nft.Table, error) {
 			relabelled = append(relabelled, ns)
 		}
 	}
-	l.fresh = map[[2]string]freshIdentity{}
 	defer func() { l.fresh = nil }()
 	next := make(map[string]idPod, len(ch.Pods))
 	for key, p := range ch.Pods {
@@ -399,7 +399,9 @@ func (l *IdentityLive) Update(ch Changes) (*nft.Table, error) {
 	for _, ns := range relabelled {
 		l.relabel(ns, ch.NamespaceLabels(ns))
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(l.fresh), func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) }) {
+	for _, k := range slices.SortedFunc(maps.Keys(l.fresh), func(a, b [2]string) int {
+		return cmp.Or(strings.Compare(a[0], b[0]), strings.Compare(a[1], b[1]))
+	}) {
 		l.number(l.fresh[k])
 	}
 	var del, add []setElement
@@ -459,6 +461,9 @@ func (l *IdentityLive) freshID(key string, p *PodState, idKey string) (uint32, e
 		return refuse(": its namespace has no number left")
 	}
 	id := l.numbering.base[p.Namespace] | class
+	if l.fresh == nil {
+		l.fresh = map[[2]string]freshIdentity{}
+	}
 	l.fresh[k] = freshIdentity{ns: p.Namespace, key: idKey, id: id, labels: p.Labels, ports: p.Ports}
 	return id, nil
 }
@@ -469,7 +474,8 @@ func (l *IdentityLive) number(f freshIdentity) {
 	l.numbering.class[f.ns][f.key] = f.id & (namespaceSpan - 1)
 	l.identityLabels()[f.id] = f.labels
 	ids := l.c.ids.namespaces[f.ns]
-	grown := slices.Insert(slices.Clone(ids), func() int { i, _ := slices.BinarySearch(ids, f.id); return i }(), f.id)
+	at, _ := slices.BinarySearch(ids, f.id)
+	grown := slices.Insert(slices.Clone(ids), at, f.id)
 	l.c.ids.namespaces[f.ns] = grown
 	l.refresh(f.ns, l.ns[f.ns], l.ns[f.ns], ids, grown)
 	var add []setElement
@@ -505,10 +511,7 @@ func (l *IdentityLive) canRelabel(ns string) error {
 
 // relabel follows new labels of namespace ns, which has no pod of this
 // node: a namespace's labels make no identity, they decide which of its
-// identities each pod peer selects. So the peers whose selection of ns's
-// identities changes get new identity ranges, and the chains whose rules
-// look them up are built again (their names stay: they are named by their
-// policies and plans); identity sets no chain names any more are dropped.
+// identities each pod peer selects (refresh).
 func (l *IdentityLive) relabel(ns string, next labels.Set) {
 	prev := l.ns[ns]
 	l.ns[ns] = next
@@ -572,6 +575,11 @@ func (l *IdentityLive) refresh(ns string, prev, next labels.Set, before, after [
 			l.rebuild(name, func(ch *nft.Chain) { c.fillNetworkPolicyTier(ch, rc) })
 		}
 	}
+	for _, s := range l.table.Sets {
+		if s.Revision == 0 {
+			s.Revision = revisions.Add(1) // made by a rebuilt chain
+		}
+	}
 }
 
 // identityLabels are the pod labels of each identity (those of the
@@ -598,13 +606,13 @@ func (l *IdentityLive) selectedIn(subjects []policy.Subject, ns string, nsLabels
 		}
 		idLabels := l.identityLabels()
 		for _, id := range ids {
-			if (s.Pods.Empty() || s.Pods.Matches(idLabels[id])) && !slices.Contains(out, id) {
+			if s.Pods.Empty() || s.Pods.Matches(idLabels[id]) {
 				out = append(out, id)
 			}
 		}
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out)
 }
 
 // rebuild builds chain name again with fill, in a new Chain (snapshots
@@ -634,11 +642,6 @@ func (l *IdentityLive) rebuild(name string, fill func(*nft.Chain)) {
 			if n == set {
 				delete(c.idSets, key)
 			}
-		}
-	}
-	for _, s := range l.table.Sets {
-		if s.Revision == 0 {
-			s.Revision = revisions.Add(1) // made by fill
 		}
 	}
 }
