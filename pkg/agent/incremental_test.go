@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	k8stesting "k8s.io/client-go/testing"
+	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
@@ -363,9 +365,10 @@ spec:
 // deleted on another node is one pod-ids element written, whatever the
 // policies that select it; one added on node-1 adds its own entries; a
 // policy that selects no pod here writes nothing. A new identity, the
-// labels of a namespace with pods and a policy that selects pods here are
-// compiled in full, keeping the numbering (so the kernel is sent what
-// changed). After each the kernel holds what a full compile with the
+// labels of a namespace with pods and a policy that selects pods here and
+// reads a pod label no peer read are compiled in full, keeping the
+// numbering (so the kernel is sent what changed); other policies that
+// select pods here are a rebase (the node's classes compiled again). After each the kernel holds what a full compile with the
 // numbering gives, and the periodic resync agrees.
 func TestIncrementalPathIdentities(t *testing.T) {
 	snap, err := synth.Snapshot(synth.Spec{Namespaces: 6, Pods: 300, Nodes: 3, NetworkPolicies: 30, AdminPolicies: 6, Seed: 5})
@@ -504,7 +507,36 @@ spec:
 		{"pod of node-1 given labels no pod had (a new identity of this node)", func() error {
 			return update(pod(true, 3), func(p *corev1.Pod) { p.Labels["app"] = "never-seen" })
 		}, "full", -1},
-		{"NetworkPolicy selecting a pod here added", func() error { return h.createPolicy(selectApp("local", pod(true, 1))) }, "full", -1},
+		{"NetworkPolicy selecting a pod here added", func() error { return h.createPolicy(selectApp("local", pod(true, 1))) }, "rebase", -1},
+		{"AdminNetworkPolicy whose subjects are every namespace added", func() error {
+			doc := `apiVersion: policy.networking.k8s.io/v1alpha1
+kind: AdminNetworkPolicy
+metadata: {name: aaa-everywhere}
+spec:
+  priority: 2
+  subject:
+    namespaces: {}
+  ingress:
+  - name: deny-team-2
+    action: Deny
+    from:
+    - namespaces:
+        matchLabels: {team: team-2}
+    ports:
+    - portNumber: {protocol: TCP, port: 6379}`
+			h.snap.AddDocuments([]byte(doc), "test", true)
+			_, err := h.dyn.Resource(cluster.GVRAdminPolicy).Create(ctx, policyObjects(t, doc)[0].(*unstructured.Unstructured), metav1.CreateOptions{})
+			return err
+		}, "rebase", -1},
+		{"that AdminNetworkPolicy deleted", func() error {
+			h.snap.AdminPolicies = slices.DeleteFunc(h.snap.AdminPolicies, func(p *anpv1alpha1.AdminNetworkPolicy) bool { return p.Name == "aaa-everywhere" })
+			return h.dyn.Resource(cluster.GVRAdminPolicy).Delete(ctx, "aaa-everywhere", metav1.DeleteOptions{})
+		}, "rebase", -1},
+		{"NetworkPolicy here whose peers read a pod label no peer read (identities change)", func() error {
+			np := selectApp("local-new-key", pod(true, 1))
+			np.Spec.Ingress[0].From[0].PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"never-read": "x"}}
+			return h.createPolicy(np)
+		}, "full", -1},
 	}
 	paths := h.syncPaths
 	for _, st := range steps {

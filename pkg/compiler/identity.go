@@ -423,17 +423,30 @@ func (ids *identities) ranges(pods []int) []addrRange {
 		if sorted {
 			slices.Sort(run)
 		}
-		run = slices.Compact(run)
-		if len(run) == len(ids.namespaces[ids.nsOf[base]]) {
-			out = append(out, addrRange{idAddr(base), idAddr(base | (namespaceSpan - 1))})
-		} else {
-			for _, id := range run {
-				out = append(out, singleAddr(idAddr(id)))
-			}
-		}
+		ns := ids.nsOf[base]
+		out = append(out, ids.portion(ns, slices.Compact(run), ids.namespaces[ns])...)
 		i = j
 	}
 	return union(out)
+}
+
+// span is namespace ns's identities as one range: all it may number.
+func (ids *identities) span(ns string) addrRange {
+	base := ids.base[ns]
+	return addrRange{idAddr(base), idAddr(base | (namespaceSpan - 1))}
+}
+
+// portion is what ranges makes of selected, some of namespace ns's
+// identities all: its whole span when they are all, else each one.
+func (ids *identities) portion(ns string, selected, all []uint32) []addrRange {
+	if len(selected) > 0 && len(selected) == len(all) {
+		return []addrRange{ids.span(ns)}
+	}
+	var out []addrRange
+	for _, id := range selected {
+		out = append(out, singleAddr(idAddr(id)))
+	}
+	return out
 }
 
 // idCompiler builds one node's table in the identity layout.
@@ -482,6 +495,27 @@ type idCompiler struct {
 	ingressNamed map[string][]policy.Port
 	namedNets    map[*nft.Family][]addrRange
 	rules        *compiler // the address layout's helpers: networks, ports, domains
+	// from is set when r holds the node's pods alone (IdentityLive.Rebase).
+	from *fromLast
+}
+
+// fromLast is what a compile whose evaluator holds only the node's pods
+// takes from the last compile, which held the cluster's: the identity
+// ranges of pod peers (selectIDs, over the identities), the egress
+// named-port sets (which hold every identity and host-network pod, by
+// name), and, in missing, the first thing it needed that neither has.
+type fromLast struct {
+	peerDefIDs map[string][]addrRange
+	selectIDs  func(subjects []policy.Subject) []addrRange
+	sets       map[string]*nft.Set
+	missing    string
+}
+
+// lacks records that the compile needed the cluster's pods for what.
+func (f *fromLast) lacks(what string) {
+	if f.missing == "" {
+		f.missing = what
+	}
 }
 
 // idClass is a class's chain and what its pods' pass map entries hold
@@ -504,7 +538,7 @@ func compileIdentities(r *eval.Resolved, opts Options) (*nft.Table, error) {
 // buildIdentities compiles the node's table; each pod-network pod is
 // given to pod (when not nil) with its identity and, for a pod of the
 // node, its classes by direction (IdentityLive records them).
-func buildIdentities(r *eval.Resolved, opts Options, pod func(i int, id uint32, classes [2]idClass)) (*idCompiler, error) {
+func buildIdentities(r *eval.Resolved, opts Options, pod podClasses) (*idCompiler, error) {
 	node := r.NodeIndex(opts.Node)
 	if node < 0 {
 		return nil, fmt.Errorf("node %q is not in the snapshot", opts.Node)
@@ -514,8 +548,15 @@ func buildIdentities(r *eval.Resolved, opts Options, pod func(i int, id uint32, 
 	if err != nil {
 		return nil, err
 	}
+	return buildIdentitiesFrom(r, opts, node, relevant, ids, nil, pod)
+}
+
+// buildIdentitiesFrom is buildIdentities with the pods numbered (ids) and,
+// for a compile of the node's pods alone (from not nil), what it takes
+// from the last compile instead of the cluster's pods.
+func buildIdentitiesFrom(r *eval.Resolved, opts Options, node int, relevant []string, ids *identities, from *fromLast, pod podClasses) (*idCompiler, error) {
 	t := nft.NewTable(opts.Table)
-	c := &idCompiler{r: r, pols: r.Policies(), node: node, t: t, ids: ids, relevant: relevant,
+	c := &idCompiler{r: r, pols: r.Policies(), node: node, t: t, ids: ids, relevant: relevant, from: from,
 		classes: map[string]idClass{}, policyChains: map[string]string{}, tiers: map[string]string{},
 		idSets: map[string]string{}, ruleIDs: map[[3]int][]addrRange{}, peerDefIDs: map[string][]addrRange{},
 		peerDefs: map[string][]policy.Subject{}, ruleDef: map[[3]int]string{},
@@ -980,6 +1021,9 @@ func (c *idCompiler) namedPortMatches(named []policy.Port, d policy.Direction) [
 	if d == policy.Egress {
 		name := id + ".ids"
 		c.namedIDSets[name] = named
+		if c.t.Sets[name] == nil && c.from != nil {
+			c.carry(name)
+		}
 		if c.t.Sets[name] == nil {
 			s := c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{nft.FieldInteger, nft.FieldProto, nft.FieldPort}, Interval: true,
 				Typeof: "meta mark . meta l4proto . th dport"})
@@ -1004,6 +1048,9 @@ func (c *idCompiler) namedPortMatches(named []policy.Port, d policy.Direction) [
 	}
 	for _, f := range nft.Families {
 		name := id + "." + f.Suffix
+		if c.t.Sets[name] == nil && c.from != nil && d == policy.Egress {
+			c.carry(name) // host-network pods of every node
+		}
 		if c.t.Sets[name] == nil {
 			s := c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{f.Field, nft.FieldProto, nft.FieldPort}})
 			seen := map[string]bool{}
@@ -1034,6 +1081,16 @@ func (c *idCompiler) namedPortMatches(named []policy.Port, d policy.Direction) [
 		}
 	}
 	return out
+}
+
+// carry takes set name from the last compile (fromLast), or records that
+// only the cluster's pods can fill it.
+func (c *idCompiler) carry(name string) {
+	if s := c.from.sets[name]; s != nil {
+		c.t.AddSet(s)
+		return
+	}
+	c.from.lacks("egress named-port set " + name + ", which no compile has filled yet")
 }
 
 // namedIDElements are identity id's elements in an egress named-port set
@@ -1069,11 +1126,20 @@ func (c *idCompiler) peerIDs(pi int, d policy.Direction, ri int) []addrRange {
 		c.ruleIDs[k] = rs
 		return rs
 	}
+	var rs []addrRange
+	if c.from != nil {
+		rs, ok := c.from.peerDefIDs[def.String()]
+		if !ok {
+			rs = c.from.selectIDs(subjects)
+		}
+		c.ruleIDs[k], c.peerDefIDs[def.String()], c.peerDefs[def.String()] = rs, rs, subjects
+		return rs
+	}
 	var pods []int
 	for j := range c.r.EachPeerPod(pi, d, ri) {
 		pods = append(pods, j)
 	}
-	rs := c.ids.ranges(pods)
+	rs = c.ids.ranges(pods)
 	c.ruleIDs[k], c.peerDefIDs[def.String()], c.peerDefs[def.String()] = rs, rs, subjects
 	return rs
 }
@@ -1288,6 +1354,10 @@ func (c *idCompiler) allowItems(plan *eval.Plan, pod int) ([]allowItem, map[*nft
 			}
 		}
 		c.egressNamedAllow = true
+		if c.from != nil {
+			c.from.lacks(c.pols[pi].Ref() + " names egress ports, which every destination resolves")
+			continue
+		}
 		// Egress: each destination resolves the names on its own ports:
 		// a pod-network pod by its identity, a host-network one by its
 		// address.

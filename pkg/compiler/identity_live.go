@@ -224,8 +224,18 @@ type nodeClasses struct {
 
 // buildWithClasses compiles r and returns the classes of the node's pods.
 func buildWithClasses(r *eval.Resolved, opts Options) (*idCompiler, nodeClasses, error) {
+	return withClasses(r, opts, func(pod podClasses) (*idCompiler, error) { return buildIdentities(r, opts, pod) })
+}
+
+// podClasses is given each pod-network pod a compile numbered, with its
+// classes by direction when it is of the node.
+type podClasses func(i int, id uint32, classes [2]idClass)
+
+// withClasses runs build, a compile of r, and returns the classes of the
+// node's pods with it.
+func withClasses(r *eval.Resolved, opts Options, build func(podClasses) (*idCompiler, error)) (*idCompiler, nodeClasses, error) {
 	classes := nodeClasses{byKey: map[string][2]idClass{}, subjectKeys: subjectLabelKeys(r.Policies())}
-	c, err := buildIdentities(r, opts, func(i int, _ uint32, cl [2]idClass) {
+	c, err := build(func(i int, _ uint32, cl [2]idClass) {
 		if p := r.Pod(i); p.Node >= 0 && r.NodeName(p.Node) == opts.Node {
 			classes.byKey[localSignature(p.Namespace, p.Labels, p.Ports, classes.subjectKeys)] = cl
 		}
@@ -527,24 +537,11 @@ func (l *IdentityLive) relabel(ns string, next labels.Set) {
 // names any more are dropped.
 func (l *IdentityLive) refresh(ns string, prev, next labels.Set, before, after []uint32) {
 	c := l.c
-	base := c.ids.base[ns]
-	span := addrRange{idAddr(base), idAddr(base | (namespaceSpan - 1))}
-	// portion is what identities.ranges makes of the selected identities
-	// of the namespace: its whole span when all of them, else each one.
-	portion := func(selected, all []uint32) []addrRange {
-		if len(selected) > 0 && len(selected) == len(all) {
-			return []addrRange{span}
-		}
-		var out []addrRange
-		for _, id := range selected {
-			out = append(out, singleAddr(idAddr(id)))
-		}
-		return out
-	}
+	span := c.ids.span(ns)
 	changed := map[string]bool{}
 	for def, subjects := range c.peerDefs {
-		was := portion(l.selectedIn(subjects, ns, prev, before), before)
-		is := portion(l.selectedIn(subjects, ns, next, after), after)
+		was := c.ids.portion(ns, l.selectedIn(subjects, ns, prev, before), before)
+		is := c.ids.portion(ns, l.selectedIn(subjects, ns, next, after), after)
 		if slices.Equal(was, is) {
 			continue
 		}
@@ -580,6 +577,16 @@ func (l *IdentityLive) refresh(ns string, prev, next labels.Set, before, after [
 			s.Revision = revisions.Add(1) // made by a rebuilt chain
 		}
 	}
+}
+
+// selectIDs is the identity ranges subjects select among every
+// identity (what identities.ranges makes of the pods they select).
+func (l *IdentityLive) selectIDs(subjects []policy.Subject) []addrRange {
+	var out []addrRange
+	for ns, ids := range l.c.ids.namespaces {
+		out = append(out, l.c.ids.portion(ns, l.selectedIn(subjects, ns, l.ns[ns], ids), ids)...)
+	}
+	return union(out)
 }
 
 // identityLabels are the pod labels of each identity (those of the

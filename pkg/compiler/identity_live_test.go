@@ -11,7 +11,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
@@ -38,10 +41,10 @@ func TestIdentityLiveMatchesCompile(t *testing.T) {
 			})
 		}
 	}
-	t.Logf("%d updates compared with a full compile (%d to pods of the node, %d replicas, %d namespaces relabelled, %d of them with chains built again, %d with sets swapped, %d numbering a new identity), %d refused, %d policies added that apply to no pod of the node; %d DNS client elements",
-		stats.updates, stats.local, stats.replicas, stats.relabels, stats.rebuilt, stats.setsSwapped, stats.fresh, stats.refused, stats.unconcerned, stats.dnsClients)
-	if stats.updates < 1000 || stats.local < 30 || stats.replicas < 300 || stats.unconcerned < 50 || stats.dnsClients == 0 || stats.relabels < 50 || stats.rebuilt < 10 || stats.setsSwapped == 0 || stats.fresh < 50 {
-		t.Fatalf("too little compared: want at least 1,000 updates, 30 to pods of the node, 300 replicas, 50 unconcerned policies, a DNS client, 50 namespaces relabelled, 10 of them rewriting chains and one swapping sets, and 50 new identities")
+	t.Logf("%d updates compared with a full compile (%d to pods of the node, %d replicas, %d namespaces relabelled, %d of them with chains built again, %d with sets swapped, %d numbering a new identity), %d refused, %d policies added or deleted that apply to no pod of the node, %d that do compiled by Rebase (%d refused); %d DNS client elements",
+		stats.updates, stats.local, stats.replicas, stats.relabels, stats.rebuilt, stats.setsSwapped, stats.fresh, stats.refused, stats.unconcerned, stats.rebased, stats.rebaseRefused, stats.dnsClients)
+	if stats.updates < 1000 || stats.local < 30 || stats.replicas < 300 || stats.unconcerned < 50 || stats.dnsClients == 0 || stats.relabels < 50 || stats.rebuilt < 10 || stats.setsSwapped == 0 || stats.fresh < 50 || stats.rebased < 300 {
+		t.Fatalf("too little compared: want at least 1,000 updates, 30 to pods of the node, 300 replicas, 50 unconcerned policies, a DNS client, 50 namespaces relabelled, 10 of them rewriting chains and one swapping sets, 50 new identities and 300 rebases")
 	}
 }
 
@@ -62,8 +65,10 @@ type identityLiveStats struct {
 	relabels, rebuilt, setsSwapped int
 	// fresh counts updates that numbered a new identity in place.
 	fresh int
-	// unconcerned counts policies added that apply to no pod of the node.
-	unconcerned int
+	// unconcerned counts policies added or deleted that apply to no pod
+	// of the node; rebased those that do, which Rebase followed, and
+	// rebaseRefused those it refused.
+	unconcerned, rebased, rebaseRefused int
 }
 
 func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *identityLiveStats, dns *compiler.DNS) {
@@ -73,6 +78,7 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 	snap.NetworkPolicies = slices.Clone(base.NetworkPolicies)
 	snap.AdminPolicies = slices.Clone(base.AdminPolicies)
 	snap.ClusterPolicies = slices.Clone(base.ClusterPolicies)
+	snap.BaselinePolicies = slices.Clone(base.BaselinePolicies)
 	numbering := &compiler.Identities{}
 	opts := compiler.Options{Node: node, DNS: dns, Layout: compiler.LayoutIdentities, Identities: numbering}
 	build := func() *compiler.IdentityLive {
@@ -104,7 +110,7 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 		ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
 		var what string
 		var local, replica bool
-		switch r.IntN(6) {
+		switch r.IntN(7) {
 		case 0, 1:
 			what, local, replica = addReplica(&snap, node, r, step, &ch)
 		case 5:
@@ -112,20 +118,45 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 			// to another environment): peers that select namespaces by
 			// their labels now hold its identities, or no longer do.
 			what, local = relabelLike(&snap, node, r, &ch)
-		case 2:
+		case 2, 6:
 			// A policy is added ahead of the others (the policies are
-			// renumbered): if it applies to no pod here, the table must
-			// not change, chain names included.
-			pol, name := addPolicyFirst(&snap, r, step)
+			// renumbered), or one is deleted: if it applies to no pod
+			// here, the table must not change, chain names included;
+			// if it does, Rebase compiles the node's classes again (with
+			// a replica added at the same time, now and then).
+			var pol *policy.Policy
+			if r.IntN(2) == 0 {
+				var name string
+				pol, name = addPolicyFirst(&snap, r, step)
+				what = "policy " + name + " added"
+			} else {
+				pol, what = deletePolicy(&snap, r)
+			}
 			if pol == nil {
 				continue
 			}
-			what = "policy " + name + " added"
-			if live.SelectsLocal(pol.Subject) {
-				live = build()
-				stats.refused++
-			} else {
+			if !live.SelectsLocal(pol.Subject) {
 				stats.unconcerned++
+				check(live, fmt.Sprintf("step %d (%s)", step, what))
+				continue
+			}
+			if r.IntN(3) == 0 {
+				var rep string
+				rep, local, _ = addReplica(&snap, node, r, step, &ch)
+				what += ", " + rep
+			}
+			_, err := live.Rebase(ch, policy.Build(&snap), snap.Nodes)
+			var full *compiler.NeedsFullError
+			switch {
+			case errors.As(err, &full):
+				stats.refused++
+				stats.rebaseRefused++
+				t.Logf("step %d (%s): rebase refused: %v", step, what, err)
+				live = build()
+			case err != nil:
+				t.Fatalf("step %d (%s): %v", step, what, err)
+			default:
+				stats.rebased++
 			}
 			check(live, fmt.Sprintf("step %d (%s)", step, what))
 			continue
@@ -242,6 +273,31 @@ func addPolicyFirst(snap *cluster.Snapshot, r *rand.Rand, step int) (*policy.Pol
 		}
 	}
 	panic("policy " + name + " not in the model")
+}
+
+// deletePolicy deletes one of snap's policies and returns its model
+// policy (as it was) and what it did (nil when snap has none).
+func deletePolicy(snap *cluster.Snapshot, r *rand.Rand) (*policy.Policy, string) {
+	model := policy.Build(snap).Policies
+	if len(model) == 0 {
+		return nil, ""
+	}
+	pol := model[r.IntN(len(model))]
+	switch pol.Kind {
+	case cluster.KindNetworkPolicy:
+		snap.NetworkPolicies = slices.DeleteFunc(snap.NetworkPolicies, func(p *networkingv1.NetworkPolicy) bool {
+			return p.Namespace == pol.Namespace && p.Name == pol.Name
+		})
+	case cluster.KindClusterPolicy:
+		snap.ClusterPolicies = slices.DeleteFunc(snap.ClusterPolicies, func(p *cnpv1beta1.ClusterNetworkPolicy) bool { return p.Name == pol.Name })
+	case cluster.KindBaselinePolicy:
+		snap.BaselinePolicies = slices.DeleteFunc(snap.BaselinePolicies, func(p *anpv1alpha1.BaselineAdminNetworkPolicy) bool { return p.Name == pol.Name })
+	case cluster.KindAdminPolicy:
+		snap.AdminPolicies = slices.DeleteFunc(snap.AdminPolicies, func(p *anpv1alpha1.AdminNetworkPolicy) bool { return p.Name == pol.Name })
+	default:
+		return nil, ""
+	}
+	return pol, "policy " + pol.Ref() + " deleted"
 }
 
 // addReplica adds a copy of a running pod-network pod under a new name and

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/netpol/netpol/pkg/cluster"
@@ -153,26 +154,39 @@ func tierSetNames(tier *npTier, kinds ...string) []string {
 // localSnapshot is the node's pod-network pods, their namespaces and
 // nodes: all a compile of the node's classes reads besides the policies.
 func (l *Live) localSnapshot(nodes []*corev1.Node) *cluster.Snapshot {
-	snap := cluster.New()
-	snap.Nodes = nodes
+	var pods []*PodState
 	for _, ns := range slices.Sorted(maps.Keys(l.local)) {
 		if l.local[ns] == 0 {
 			continue
 		}
-		snap.Namespaces = append(snap.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: l.nsLabels[ns]}})
 		for _, p := range l.byNamespace[ns] {
-			if !l.isLocal(p) {
-				continue
+			if l.isLocal(p) {
+				pods = append(pods, p)
 			}
-			_, name, _ := strings.Cut(p.Key, "/")
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: name, Labels: p.Labels},
-				Spec:   corev1.PodSpec{NodeName: p.Node, Containers: []corev1.Container{{Ports: p.Ports}}},
-				Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-			for _, a := range p.Addrs {
-				pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: a.String()})
-			}
-			snap.Pods = append(snap.Pods, pod)
 		}
+	}
+	return podsSnapshot(nodes, pods, func(ns string) labels.Set { return l.nsLabels[ns] })
+}
+
+// podsSnapshot is a snapshot of nodes, pods and their namespaces (with
+// the labels nsLabels gives).
+func podsSnapshot(nodes []*corev1.Node, pods []*PodState, nsLabels func(ns string) labels.Set) *cluster.Snapshot {
+	snap := cluster.New()
+	snap.Nodes = nodes
+	seen := map[string]bool{}
+	for _, p := range pods {
+		if !seen[p.Namespace] {
+			seen[p.Namespace] = true
+			snap.Namespaces = append(snap.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace, Labels: nsLabels(p.Namespace)}})
+		}
+		_, name, _ := strings.Cut(p.Key, "/")
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: name, Labels: p.Labels},
+			Spec:   corev1.PodSpec{NodeName: p.Node, HostNetwork: p.HostNetwork, Containers: []corev1.Container{{Ports: p.Ports}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		for _, a := range p.Addrs {
+			pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: a.String()})
+		}
+		snap.Pods = append(snap.Pods, pod)
 	}
 	return snap
 }

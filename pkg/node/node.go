@@ -45,9 +45,7 @@ type Options struct {
 	HealthChecks bool
 	// AgentPorts protects the agent's own ports in the policy table.
 	AgentPorts *compiler.AgentPorts
-	// Layout is the policy table's layout. In the identity layout a
-	// policy change that applies here is compiled in full (RebasePolicy
-	// asks for one).
+	// Layout is the policy table's layout.
 	Layout compiler.Layout
 	// DNS, when set, enforces domainNames rules by learning from the
 	// cluster DNS's answers (dns.go). Only New takes it (it needs the
@@ -83,6 +81,7 @@ type liveTable interface {
 	Table() *nft.Table
 	Snapshot() *nft.Table
 	Update(compiler.Changes) (*nft.Table, error)
+	Rebase(compiler.Changes, *policy.Model, []*corev1.Node) (*nft.Table, error)
 	SelectsLocal(policy.Subject) bool
 	SetDNSServers([]netip.AddrPort) (*nft.Table, error)
 	DNSServers() []netip.AddrPort
@@ -374,20 +373,16 @@ func (p *Programmer) UpdatePolicy(ch compiler.Changes) PolicyResult {
 
 // RebasePolicy programs the policy table for a new policy model and the
 // changes since the last sync, compiling only the node's own pods' classes
-// (compiler.Live.Rebase): for a change Update refuses. nodes are every
+// (compiler.Live.Rebase, compiler.IdentityLive.Rebase): for a change
+// Update refuses. nodes are every
 // Node. A compiler.NeedsFullError means nothing was done.
 func (p *Programmer) RebasePolicy(ch compiler.Changes, model *policy.Model, nodes []*corev1.Node) PolicyResult {
 	r := PolicyResult{Ran: true, Incremental: true}
-	live, ok := p.live.(*compiler.Live)
-	switch {
-	case p.live == nil:
+	if p.live == nil {
 		r.Err = &compiler.NeedsFullError{Reason: "no full compile yet"}
 		return r
-	case !ok:
-		r.Err = &compiler.NeedsFullError{Reason: "the identity layout compiles a policy change in full"}
-		return r
 	}
-	t, err := live.Rebase(ch, model, nodes)
+	t, err := p.live.Rebase(ch, model, nodes)
 	if err != nil {
 		// The Live may hold the pod changes now: only a full compile
 		// starts again from a known state.
