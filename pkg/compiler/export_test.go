@@ -62,3 +62,7 @@ func (n *Identities) Len() int {
 	}
 	return total
 }
+
+// ReusedChains is how many chains the last Rebase took from the compile
+// before it.
+func (l *IdentityLive) ReusedChains() int { return l.reused }

@@ -495,20 +495,43 @@ type idCompiler struct {
 	ingressNamed map[string][]policy.Port
 	namedNets    map[*nft.Family][]addrRange
 	rules        *compiler // the address layout's helpers: networks, ports, domains
+	// chainSig is what each class and Baseline tier chain jumps to: the
+	// next compile reuses a chain of the same name and jumps.
+	chainSig map[string]string
 	// from is set when r holds the node's pods alone (IdentityLive.Rebase).
 	from *fromLast
 }
 
 // fromLast is what a compile whose evaluator holds only the node's pods
-// takes from the last compile, which held the cluster's: the identity
-// ranges of pod peers (selectIDs, over the identities), the egress
-// named-port sets (which hold every identity and host-network pod, by
-// name), and, in missing, the first thing it needed that neither has.
+// takes from the last compile (last, its table), which held the
+// cluster's: the identity ranges of pod peers (selectIDs, over the
+// identities), the egress named-port sets (which hold every identity and
+// host-network pod, by name), and the chains whose recipes are unchanged
+// (reuse). missing is the first thing the compile needed that none of
+// these has.
 type fromLast struct {
-	peerDefIDs map[string][]addrRange
-	selectIDs  func(subjects []policy.Subject) []addrRange
-	sets       map[string]*nft.Set
-	missing    string
+	last      *idCompiler
+	table     *nft.Table
+	selectIDs func(subjects []policy.Subject) []addrRange
+	missing   string
+	// index is the last compile's policies by value (an unchanged
+	// policy is the same *policy.Policy: policy.Cache), idSetKey its
+	// identity sets' contents by name.
+	index    map[*policy.Policy]int32
+	idSetKey map[string]string
+	reused   int // chains taken
+}
+
+func newFromLast(last *idCompiler, table *nft.Table, selectIDs func([]policy.Subject) []addrRange) *fromLast {
+	f := &fromLast{last: last, table: table, selectIDs: selectIDs,
+		index: make(map[*policy.Policy]int32, len(last.pols)), idSetKey: make(map[string]string, len(last.idSets))}
+	for i, p := range last.pols {
+		f.index[p] = int32(i)
+	}
+	for key, name := range last.idSets {
+		f.idSetKey[name] = key
+	}
+	return f
 }
 
 // lacks records that the compile needed the cluster's pods for what.
@@ -561,7 +584,7 @@ func buildIdentitiesFrom(r *eval.Resolved, opts Options, node int, relevant []st
 		idSets: map[string]string{}, ruleIDs: map[[3]int][]addrRange{}, peerDefIDs: map[string][]addrRange{},
 		peerDefs: map[string][]policy.Subject{}, ruleDef: map[[3]int]string{},
 		policyRecipes: map[string]policyRecipe{}, npRecipes: map[string]npRecipe{}, uses: map[string]map[string]bool{},
-		namedIDSets:  map[string][]policy.Port{},
+		namedIDSets: map[string][]policy.Port{}, chainSig: map[string]string{},
 		ingressNamed: map[string][]policy.Port{}, namedNets: map[*nft.Family][]addrRange{},
 		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}}}
 	c.fixedObjects()
@@ -602,7 +625,9 @@ func buildIdentitiesFrom(r *eval.Resolved, opts Options, node int, relevant []st
 		}
 	}
 	for _, s := range t.Sets {
-		sortElements(s)
+		if c.from == nil || c.from.table.Sets[s.Name] != s { // a set taken keeps its order: IdentityLive indexes it
+			sortElements(s)
+		}
 	}
 	return c, nil
 }
@@ -764,16 +789,9 @@ func (c *idCompiler) class(pod int, d policy.Direction) idClass {
 		cl.pass = &v
 	}
 	c.classes[key] = cl
-	ch := c.t.AddChain(&nft.Chain{Name: cl.chain})
-	peer := peerSide(d)
-	ch.Rules = append(ch.Rules, nft.NewRule().MarkSetConst(0).Done())
-	for _, f := range nft.Families {
-		r := nft.NewRule().MarkSetMap(f, mapPodIDs+f.Suffix, nft.AddrOf(f, peer)).Done()
-		r.Comment = "the peer's identity, in the packet mark (0: not a pod-network pod)"
-		ch.Rules = append(ch.Rules, r)
-	}
+	var jumps []string
 	for _, group := range byPolicy(plan.Admin) {
-		ch.Rules = append(ch.Rules, nft.NewRule().Verdict(nft.Verdict{Kind: nft.Jump, Chain: c.policyChain(group, d, policy.TierAdmin)}))
+		jumps = append(jumps, c.policyChain(group, d, policy.TierAdmin))
 	}
 	end := nft.NewRule().Verdict(allowed(d))
 	end.Comment = "no policy decided: the default allows"
@@ -783,8 +801,83 @@ func (c *idCompiler) class(pod int, d policy.Direction) idClass {
 			end.Comment = "no Admin rule decided: on to the next tier"
 		}
 	}
+	if c.reuseJumps(cl.chain, jumps, end) {
+		return cl
+	}
+	ch := c.t.AddChain(&nft.Chain{Name: cl.chain})
+	peer := peerSide(d)
+	ch.Rules = append(ch.Rules, nft.NewRule().MarkSetConst(0).Done())
+	for _, f := range nft.Families {
+		r := nft.NewRule().MarkSetMap(f, mapPodIDs+f.Suffix, nft.AddrOf(f, peer)).Done()
+		r.Comment = "the peer's identity, in the packet mark (0: not a pod-network pod)"
+		ch.Rules = append(ch.Rules, r)
+	}
+	for _, name := range jumps {
+		ch.Rules = append(ch.Rules, nft.NewRule().Verdict(nft.Verdict{Kind: nft.Jump, Chain: name}))
+	}
 	ch.Rules = append(ch.Rules, end)
 	return cl
+}
+
+// reuseJumps takes chain name, a class or Baseline tier chain that jumps
+// to jumps and ends in end, from the last compile when it was the same
+// (fromLast), and records what it is for the next.
+func (c *idCompiler) reuseJumps(name string, jumps []string, end *nft.Rule) bool {
+	sig := strings.Join(jumps, ",") + "|" + end.ID()
+	c.chainSig[name] = sig
+	if c.from == nil || c.from.last.chainSig[name] != sig || c.from.table.Chains[name] == nil {
+		return false
+	}
+	c.t.AddChain(c.from.table.Chains[name])
+	c.from.reused++
+	return true
+}
+
+// reuse takes chain name (a policy or NetworkPolicy tier chain, built
+// from rules of the policies pols) from the last compile when those
+// policies are unchanged (fromLast): the chain as it is, the sets it made
+// or named, the named ports they resolve, and its rules' pod peers (which
+// IdentityLive.refresh follows), under this compile's policy indexes.
+// Nodes, which a chain's networks read, do not change between compiles
+// that keep a table (a Node's change is a full compile).
+func (c *idCompiler) reuse(name string, pols []int32, rules []eval.PlanRule, d policy.Direction) bool {
+	f := c.from
+	if f == nil || f.table.Chains[name] == nil || f.last.uses[name] == nil {
+		return false
+	}
+	for _, pi := range pols {
+		if _, ok := f.index[c.pols[pi]]; !ok {
+			return false
+		}
+	}
+	last := f.last
+	c.t.AddChain(f.table.Chains[name])
+	f.reused++
+	c.uses[name] = last.uses[name]
+	for set := range last.uses[name] {
+		if c.t.Sets[set] == nil && f.table.Sets[set] != nil {
+			c.t.AddSet(f.table.Sets[set])
+		}
+		if key, ok := f.idSetKey[set]; ok {
+			c.idSets[key] = set
+		}
+		if named, ok := last.namedIDSets[set]; ok {
+			c.namedIDSets[set] = named
+		}
+		if id, ok := strings.CutSuffix(set, "."+nft.IPv4.Suffix); ok {
+			if named, ok := last.ingressNamed[id]; ok {
+				c.ingressNamed[id] = named
+			}
+		}
+	}
+	for _, pr := range rules {
+		k := [3]int{int(pr.Policy), int(d), pr.Rule}
+		if def, ok := last.ruleDef[[3]int{int(f.index[c.pols[pr.Policy]]), int(d), pr.Rule}]; ok {
+			c.ruleDef[k], c.ruleIDs[k] = def, last.peerDefIDs[def]
+			c.peerDefIDs[def], c.peerDefs[def] = last.peerDefIDs[def], last.peerDefs[def]
+		}
+	}
+	return true
 }
 
 // namesDomains reports whether an Admin or Baseline rule of the plan looks
@@ -844,7 +937,9 @@ func (c *idCompiler) policyChain(rules []eval.PlanRule, d policy.Direction, tier
 	c.policyChains[key] = name
 	rc := policyRecipe{rules: rules, d: d, tier: tier}
 	c.policyRecipes[name] = rc
-	c.fill(c.t.AddChain(&nft.Chain{Name: name}), func(ch *nft.Chain) { c.fillPolicyChain(ch, rc) })
+	if !c.reuse(name, []int32{rules[0].Policy}, rules, d) {
+		c.fill(c.t.AddChain(&nft.Chain{Name: name}), func(ch *nft.Chain) { c.fillPolicyChain(ch, rc) })
+	}
 	return name
 }
 
@@ -978,6 +1073,7 @@ func (c *idCompiler) ruleSets(pi int, d policy.Direction, ri int) ruleSetNames {
 		elems := portElements(portBoxes(numbered))
 		names.ports = "ports." + contentID(fmt.Sprint(elems))
 		c.rules.addSharedSet(&nft.Set{Name: names.ports, Fields: []nft.FieldType{nft.FieldProto, nft.FieldPort}, Interval: true}, func() []nft.Element { return elems })
+		c.use(names.ports)
 	}
 	if r.AllPeers {
 		return names
@@ -998,9 +1094,11 @@ func (c *idCompiler) ruleSets(pi int, d policy.Direction, ri int) ruleSetNames {
 		if names.nets != "" {
 			c.rules.addSharedSet(&nft.Set{Name: names.nets + f.Suffix, Fields: []nft.FieldType{f.Field}, Interval: true},
 				func() []nft.Element { return rangeElements(c.rules.peerRanges(pi, d, ri, f), f) })
+			c.use(names.nets + f.Suffix)
 		}
 		for _, prefix := range names.domains {
 			c.rules.addSharedSet(DomainSet(prefix, f), func() []nft.Element { return nil })
+			c.use(prefix + f.Suffix)
 		}
 	}
 	return names
@@ -1037,6 +1135,7 @@ func (c *idCompiler) namedPortMatches(named []policy.Port, d policy.Direction) [
 				s.Elements = append(s.Elements, namedIDElements(idj, named, c.r.Pod(j).Ports)...)
 			}
 		}
+		c.use(name)
 		if len(c.t.Sets[name].Elements) > 0 {
 			out = append(out, namedMatch{nil, func(b *nft.Builder) *nft.Builder {
 				return b.In(nil, name, nft.MarkKey(), nft.L4Proto(), nft.DstPort())
@@ -1074,6 +1173,7 @@ func (c *idCompiler) namedPortMatches(named []policy.Port, d policy.Direction) [
 				}
 			}
 		}
+		c.use(name)
 		if len(c.t.Sets[name].Elements) > 0 {
 			out = append(out, namedMatch{f, func(b *nft.Builder) *nft.Builder {
 				return b.AddrL4ProtoPortInSet(f, nft.Dst, name)
@@ -1086,7 +1186,7 @@ func (c *idCompiler) namedPortMatches(named []policy.Port, d policy.Direction) [
 // carry takes set name from the last compile (fromLast), or records that
 // only the cluster's pods can fill it.
 func (c *idCompiler) carry(name string) {
-	if s := c.from.sets[name]; s != nil {
+	if s := c.from.table.Sets[name]; s != nil {
 		c.t.AddSet(s)
 		return
 	}
@@ -1128,7 +1228,7 @@ func (c *idCompiler) peerIDs(pi int, d policy.Direction, ri int) []addrRange {
 	}
 	var rs []addrRange
 	if c.from != nil {
-		rs, ok := c.from.peerDefIDs[def.String()]
+		rs, ok := c.from.last.peerDefIDs[def.String()]
 		if !ok {
 			rs = c.from.selectIDs(subjects)
 		}
@@ -1185,12 +1285,19 @@ func (c *idCompiler) nextTier(plan *eval.Plan, pod int, named string) string {
 	}
 	name := directionPrefix(plan.Direction) + ".bl." + contentID(key)
 	c.tiers[key] = name
-	ch := c.t.AddChain(&nft.Chain{Name: name})
+	var jumps []string
 	for _, group := range byPolicy(plan.Baseline) {
-		ch.Rules = append(ch.Rules, nft.NewRule().Verdict(nft.Verdict{Kind: nft.Jump, Chain: c.policyChain(group, plan.Direction, policy.TierBaseline)}))
+		jumps = append(jumps, c.policyChain(group, plan.Direction, policy.TierBaseline))
 	}
 	end := nft.NewRule().Verdict(allowed(plan.Direction))
 	end.Comment = "no Baseline rule decided: the default allows"
+	if c.reuseJumps(name, jumps, end) {
+		return name
+	}
+	ch := c.t.AddChain(&nft.Chain{Name: name})
+	for _, jump := range jumps {
+		ch.Rules = append(ch.Rules, nft.NewRule().Verdict(nft.Verdict{Kind: nft.Jump, Chain: jump}))
+	}
 	ch.Rules = append(ch.Rules, end)
 	return name
 }
@@ -1213,7 +1320,9 @@ func (c *idCompiler) networkPolicyTier(plan *eval.Plan, pod int, named string) s
 	c.tiers[list] = list
 	rc := npRecipe{plan: plan, pod: pod, refs: refs}
 	c.npRecipes[list] = rc
-	c.fill(c.t.AddChain(&nft.Chain{Name: list}), func(ch *nft.Chain) { c.fillNetworkPolicyTier(ch, rc) })
+	if !c.reuse(list, plan.Isolating, plan.Allow, plan.Direction) {
+		c.fill(c.t.AddChain(&nft.Chain{Name: list}), func(ch *nft.Chain) { c.fillNetworkPolicyTier(ch, rc) })
+	}
 	return list
 }
 

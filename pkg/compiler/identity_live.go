@@ -67,6 +67,9 @@ type IdentityLive struct {
 	// fresh are the identities an Update is numbering (by namespace and
 	// identity key), until it applies them.
 	fresh map[[2]string]freshIdentity
+	// reused counts the chains the last Rebase took from the compile
+	// before it.
+	reused int
 }
 
 // freshIdentity is an identity a pod of another node brings: numbered in
@@ -649,6 +652,10 @@ func (l *IdentityLive) rebuild(name string, fill func(*nft.Chain)) {
 			if n == set {
 				delete(c.idSets, key)
 			}
+		}
+		delete(c.namedIDSets, set)
+		if id, ok := strings.CutSuffix(set, "."+nft.IPv4.Suffix); ok {
+			delete(c.ingressNamed, id) // its sets are made and named together
 		}
 	}
 }

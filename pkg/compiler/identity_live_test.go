@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
@@ -41,10 +42,10 @@ func TestIdentityLiveMatchesCompile(t *testing.T) {
 			})
 		}
 	}
-	t.Logf("%d updates compared with a full compile (%d to pods of the node, %d replicas, %d namespaces relabelled, %d of them with chains built again, %d with sets swapped, %d numbering a new identity), %d refused, %d policies added or deleted that apply to no pod of the node, %d that do compiled by Rebase (%d refused); %d DNS client elements",
-		stats.updates, stats.local, stats.replicas, stats.relabels, stats.rebuilt, stats.setsSwapped, stats.fresh, stats.refused, stats.unconcerned, stats.rebased, stats.rebaseRefused, stats.dnsClients)
-	if stats.updates < 1000 || stats.local < 30 || stats.replicas < 300 || stats.unconcerned < 50 || stats.dnsClients == 0 || stats.relabels < 50 || stats.rebuilt < 10 || stats.setsSwapped == 0 || stats.fresh < 50 || stats.rebased < 300 {
-		t.Fatalf("too little compared: want at least 1,000 updates, 30 to pods of the node, 300 replicas, 50 unconcerned policies, a DNS client, 50 namespaces relabelled, 10 of them rewriting chains and one swapping sets, 50 new identities and 300 rebases")
+	t.Logf("%d updates compared with a full compile (%d to pods of the node, %d replicas, %d namespaces relabelled, %d of them with chains built again, %d with sets swapped, %d numbering a new identity), %d refused, %d policies added, deleted or changed that apply to no pod of the node, %d that do compiled by Rebase (%d refused, %d chains reused); %d DNS client elements",
+		stats.updates, stats.local, stats.replicas, stats.relabels, stats.rebuilt, stats.setsSwapped, stats.fresh, stats.refused, stats.unconcerned, stats.rebased, stats.rebaseRefused, stats.reusedChains, stats.dnsClients)
+	if stats.updates < 1000 || stats.local < 30 || stats.replicas < 300 || stats.unconcerned < 50 || stats.dnsClients == 0 || stats.relabels < 50 || stats.rebuilt < 10 || stats.setsSwapped == 0 || stats.fresh < 50 || stats.rebased < 300 || stats.reusedChains < 1000 {
+		t.Fatalf("too little compared: want at least 1,000 updates, 30 to pods of the node, 300 replicas, 50 unconcerned policies, a DNS client, 50 namespaces relabelled, 10 of them rewriting chains and one swapping sets, 50 new identities, 300 rebases and 1,000 chains they reused")
 	}
 }
 
@@ -65,10 +66,12 @@ type identityLiveStats struct {
 	relabels, rebuilt, setsSwapped int
 	// fresh counts updates that numbered a new identity in place.
 	fresh int
-	// unconcerned counts policies added or deleted that apply to no pod
+	// unconcerned counts policies added, deleted or changed that apply to no pod
 	// of the node; rebased those that do, which Rebase followed, and
 	// rebaseRefused those it refused.
 	unconcerned, rebased, rebaseRefused int
+	// reusedChains counts the chains rebases took from the last compile.
+	reusedChains int
 }
 
 func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *identityLiveStats, dns *compiler.DNS) {
@@ -81,8 +84,18 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 	snap.BaselinePolicies = slices.Clone(base.BaselinePolicies)
 	numbering := &compiler.Identities{}
 	opts := compiler.Options{Node: node, DNS: dns, Layout: compiler.LayoutIdentities, Identities: numbering}
+	// The model from a policy.Cache, as the agent has it: an unchanged
+	// policy keeps its *policy.Policy, and Rebase reuses its chains.
+	var cache policy.Cache
+	model := func() *policy.Model {
+		m, problems := cache.Build(snap.PolicyObjects(), func(obj any) (*cluster.Snapshot, []error) { return snap.PolicyAlone(obj), nil })
+		if len(problems) > 0 {
+			t.Fatal(problems)
+		}
+		return m
+	}
 	build := func() *compiler.IdentityLive {
-		l, err := compiler.NewIdentityLive(eval.New(&snap, policy.Build(&snap)).Resolved(), opts)
+		l, err := compiler.NewIdentityLive(eval.New(&snap, model()).Resolved(), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,17 +133,21 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 			what, local = relabelLike(&snap, node, r, &ch)
 		case 2, 6:
 			// A policy is added ahead of the others (the policies are
-			// renumbered), or one is deleted: if it applies to no pod
-			// here, the table must not change, chain names included;
-			// if it does, Rebase compiles the node's classes again (with
-			// a replica added at the same time, now and then).
+			// renumbered), deleted, or changed under its name: if it
+			// applies to no pod here, the table must not change, chain
+			// names included; if it does, Rebase compiles the node's
+			// classes again (with a replica added at the same time, now
+			// and then), reusing the chains of unchanged policies.
 			var pol *policy.Policy
-			if r.IntN(2) == 0 {
+			switch r.IntN(3) {
+			case 0:
 				var name string
 				pol, name = addPolicyFirst(&snap, r, step)
 				what = "policy " + name + " added"
-			} else {
+			case 1:
 				pol, what = deletePolicy(&snap, r)
+			default:
+				pol, what = widenPolicy(&snap, r)
 			}
 			if pol == nil {
 				continue
@@ -145,7 +162,7 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 				rep, local, _ = addReplica(&snap, node, r, step, &ch)
 				what += ", " + rep
 			}
-			_, err := live.Rebase(ch, policy.Build(&snap), snap.Nodes)
+			_, err := live.Rebase(ch, model(), snap.Nodes)
 			var full *compiler.NeedsFullError
 			switch {
 			case errors.As(err, &full):
@@ -157,6 +174,7 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 				t.Fatalf("step %d (%s): %v", step, what, err)
 			default:
 				stats.rebased++
+				stats.reusedChains += live.ReusedChains()
 			}
 			check(live, fmt.Sprintf("step %d (%s)", step, what))
 			continue
@@ -298,6 +316,68 @@ func deletePolicy(snap *cluster.Snapshot, r *rand.Rand) (*policy.Policy, string)
 		return nil, ""
 	}
 	return pol, "policy " + pol.Ref() + " deleted"
+}
+
+// widenPolicy replaces one of snap's policies by a copy (same name, same
+// subject, same number of rules) whose first rule's peers are every
+// namespace, and returns its model policy and what it did (nil when it
+// picked a policy without rules): an update that keeps every chain's name.
+func widenPolicy(snap *cluster.Snapshot, r *rand.Rand) (*policy.Policy, string) {
+	objs := snap.PolicyObjects()
+	if len(objs) == 0 {
+		return nil, ""
+	}
+	every := &metav1.LabelSelector{}
+	var kind, ns, name string
+	switch o := objs[r.IntN(len(objs))].(type) {
+	case *networkingv1.NetworkPolicy:
+		o = o.DeepCopy()
+		switch {
+		case len(o.Spec.Ingress) > 0:
+			o.Spec.Ingress[0].From = []networkingv1.NetworkPolicyPeer{{NamespaceSelector: every}}
+		case len(o.Spec.Egress) > 0:
+			o.Spec.Egress[0].To = []networkingv1.NetworkPolicyPeer{{NamespaceSelector: every}}
+		default:
+			return nil, ""
+		}
+		i := slices.IndexFunc(snap.NetworkPolicies, func(p *networkingv1.NetworkPolicy) bool { return p.Namespace == o.Namespace && p.Name == o.Name })
+		snap.NetworkPolicies[i] = o
+		kind, ns, name = cluster.KindNetworkPolicy, o.Namespace, o.Name
+	case *anpv1alpha1.AdminNetworkPolicy:
+		o = o.DeepCopy()
+		switch {
+		case len(o.Spec.Ingress) > 0:
+			o.Spec.Ingress[0].From = []anpv1alpha1.AdminNetworkPolicyIngressPeer{{Namespaces: every}}
+		case len(o.Spec.Egress) > 0:
+			o.Spec.Egress[0].To = []anpv1alpha1.AdminNetworkPolicyEgressPeer{{Namespaces: every}}
+		default:
+			return nil, ""
+		}
+		i := slices.IndexFunc(snap.AdminPolicies, func(p *anpv1alpha1.AdminNetworkPolicy) bool { return p.Name == o.Name })
+		snap.AdminPolicies[i] = o
+		kind, name = cluster.KindAdminPolicy, o.Name
+	case *cnpv1beta1.ClusterNetworkPolicy:
+		o = o.DeepCopy()
+		switch {
+		case len(o.Spec.Ingress) > 0:
+			o.Spec.Ingress[0].From = []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Namespaces: every}}
+		case len(o.Spec.Egress) > 0:
+			o.Spec.Egress[0].To = []cnpv1beta1.ClusterNetworkPolicyEgressPeer{{Namespaces: every}}
+		default:
+			return nil, ""
+		}
+		i := slices.IndexFunc(snap.ClusterPolicies, func(p *cnpv1beta1.ClusterNetworkPolicy) bool { return p.Name == o.Name })
+		snap.ClusterPolicies[i] = o
+		kind, name = cluster.KindClusterPolicy, o.Name
+	default:
+		return nil, ""
+	}
+	for _, p := range policy.Build(snap).Policies {
+		if p.Kind == kind && p.Namespace == ns && p.Name == name {
+			return p, "policy " + p.Ref() + " widened"
+		}
+	}
+	panic(kind + " " + name + " not in the model")
 }
 
 // addReplica adds a copy of a running pod-network pod under a new name and

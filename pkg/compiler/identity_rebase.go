@@ -73,7 +73,7 @@ func (l *IdentityLive) Rebase(ch Changes, model *policy.Model, nodes []*corev1.N
 	for i := range ids.of {
 		ids.of[i] = l.pods[r.Pod(i).Key].id
 	}
-	from := &fromLast{peerDefIDs: last.peerDefIDs, selectIDs: l.selectIDs, sets: l.table.Sets}
+	from := newFromLast(last, l.table, l.selectIDs)
 	c, classes, err := withClasses(r, opts, func(pod podClasses) (*idCompiler, error) {
 		return buildIdentitiesFrom(r, opts, r.NodeIndex(opts.Node), relevant, ids, from, pod)
 	})
@@ -97,7 +97,7 @@ func (l *IdentityLive) Rebase(ch Changes, model *policy.Model, nodes []*corev1.N
 			delete(l.pos, name)
 		}
 	}
-	l.table, l.c = t, c
+	l.table, l.c, l.reused = t, c, from.reused
 	l.classes, l.subjectKeys = classes.byKey, classes.subjectKeys
 	l.ingressNamed, l.namedNets = c.ingressNamed, c.namedNets
 	l.users = map[string]int{}

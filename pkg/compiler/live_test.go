@@ -290,6 +290,8 @@ func compare(t *testing.T, live liveTable, snap *cluster.Snapshot, opts compiler
 	got.Render(&g)
 	want.Render(&w)
 	if g.String() != w.String() {
+		os.WriteFile("/tmp/got.nft", g.Bytes(), 0o644)
+		os.WriteFile("/tmp/want.nft", w.Bytes(), 0o644)
 		t.Fatalf("%s: the incremental table differs from a full compile:\n%s", what, lineDiff(w.String(), g.String()))
 	}
 	if d := nft.Diff(live.Table(), want); !d.Empty() {
