@@ -7,10 +7,13 @@ import (
 	"slices"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/netpol/netpol/internal/benchstat"
 	"github.com/netpol/netpol/internal/synth"
+	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/policy"
@@ -146,5 +149,80 @@ func BenchmarkIdentityFullCompile(b *testing.B) {
 			}
 			b.ReportMetric(float64(l.ResolvedPods()), "pods-resolved")
 		}
+	})
+}
+
+// BenchmarkIdentityRebase is a policy that applies to pods of the node
+// (an Admin ClusterNetworkPolicy whose subjects are one team's
+// namespaces, the team of a pod of the node) added and deleted in turn,
+// each followed by IdentityLive.Rebase, against the full compile the
+// agent ran for it before (NewIdentityLiveFromPods), on the realistic
+// cluster (NETPOL_BENCH_PODS, default synth.RealisticScale) at node-001.
+// The model comes from a policy.Cache, as in the agent.
+func BenchmarkIdentityRebase(b *testing.B) {
+	spec := synth.RealisticScale
+	if n, err := benchstat.EnvInts("NETPOL_BENCH_PODS", []int{spec.Pods}); err != nil {
+		b.Fatal(err)
+	} else {
+		spec.Pods, spec.Namespaces, spec.Nodes, spec.NetworkPolicies, spec.AdminPolicies, spec.Services = n[0], n[0]/100, n[0]/100, n[0]/10, n[0]/100, 0
+	}
+	snap, err := synth.Snapshot(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const node = "node-001"
+	team := ""
+	for _, p := range snap.Pods {
+		if p.Spec.NodeName == node && !p.Spec.HostNetwork {
+			team = snap.Namespace(p.Namespace).Labels["team"]
+			break
+		}
+	}
+	if team == "" {
+		b.Fatal("no pod of node-001 in a team's namespace")
+	}
+	extra := &cnpv1beta1.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "bench-team-deny"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{Tier: cnpv1beta1.AdminTier, Priority: 5,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}},
+			Ingress: []cnpv1beta1.ClusterNetworkPolicyIngressRule{{Name: "deny-from-dev", Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny,
+				From: []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Namespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "dev"}}}}}}}}
+	base := snap.ClusterPolicies
+	var cache policy.Cache
+	model := func(with bool) *policy.Model {
+		snap.ClusterPolicies = base
+		if with {
+			snap.ClusterPolicies = append(slices.Clone(base), extra)
+		}
+		m, problems := cache.Build(snap.PolicyObjects(), func(obj any) (*cluster.Snapshot, []error) { return snap.PolicyAlone(obj), nil })
+		if len(problems) > 0 {
+			b.Fatal(problems)
+		}
+		return m
+	}
+	opts := compiler.Options{Node: node, Layout: compiler.LayoutIdentities, Identities: &compiler.Identities{}}
+	full := func(with bool) *compiler.IdentityLive {
+		l, err := compiler.NewIdentityLiveFromPods(snap, model(with), slices.Values(snap.Pods), len(snap.Pods), opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return l
+	}
+	b.Run("full", func(b *testing.B) {
+		with := false
+		for b.Loop() {
+			with = !with
+			full(with)
+		}
+	})
+	b.Run("rebase", func(b *testing.B) {
+		live := full(false)
+		with := false
+		for b.Loop() {
+			with = !with
+			if _, err := live.Rebase(compiler.Changes{}, model(with), snap.Nodes); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(live.ReusedChains()), "chains-reused")
 	})
 }

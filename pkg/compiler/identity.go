@@ -133,18 +133,40 @@ func identityKey(podLabels labels.Set, ports []corev1.ContainerPort, relevant []
 // policy that applies to no pod here changes nothing in it, Live's
 // premise).
 func localPolicies(pols []*policy.Policy, local iter.Seq2[PodState, labels.Set]) []*policy.Policy {
-	in := make([]bool, len(pols))
+	// The node's pods by namespace: most policies are NetworkPolicies of
+	// namespaces with no pod here, and are skipped at once.
+	type namespace struct {
+		labels labels.Set
+		pods   []labels.Set
+	}
+	byNS := map[string]*namespace{}
 	for p, nsLabels := range local {
-		for i, pol := range pols {
-			if !in[i] && pol.Subject.Selects(p.Namespace, nsLabels, p.Labels) {
-				in[i] = true
-			}
+		n := byNS[p.Namespace]
+		if n == nil {
+			n = &namespace{labels: nsLabels}
+			byNS[p.Namespace] = n
 		}
+		n.pods = append(n.pods, p.Labels)
+	}
+	selects := func(s policy.Subject, ns string, n *namespace) bool {
+		if !s.SelectsNamespace(ns, n.labels) {
+			return false
+		}
+		return s.Pods.Empty() || slices.ContainsFunc(n.pods, func(l labels.Set) bool { return s.Pods.Matches(l) })
 	}
 	var out []*policy.Policy
-	for i, p := range pols {
-		if in[i] {
-			out = append(out, p)
+	for _, pol := range pols {
+		if ns := pol.Subject.Namespace; ns != "" {
+			if n := byNS[ns]; n != nil && selects(pol.Subject, ns, n) {
+				out = append(out, pol)
+			}
+			continue
+		}
+		for ns, n := range byNS {
+			if selects(pol.Subject, ns, n) {
+				out = append(out, pol)
+				break
+			}
 		}
 	}
 	return out
@@ -463,6 +485,7 @@ type idCompiler struct {
 	// their chain; tiers a next tier's key to its chain.
 	classes             map[string]idClass
 	policyChains, tiers map[string]string
+	policyRuns          map[[2]int32]string // a policy's chain by (policy, direction)
 	// idSets are the identity sets by content; ruleIDs the identity
 	// ranges of each rule's pod peers.
 	idSets  map[string]string
@@ -580,7 +603,7 @@ func buildIdentities(r *eval.Resolved, opts Options, pod podClasses) (*idCompile
 func buildIdentitiesFrom(r *eval.Resolved, opts Options, node int, relevant []string, ids *identities, from *fromLast, pod podClasses) (*idCompiler, error) {
 	t := nft.NewTable(opts.Table)
 	c := &idCompiler{r: r, pols: r.Policies(), node: node, t: t, ids: ids, relevant: relevant, from: from,
-		classes: map[string]idClass{}, policyChains: map[string]string{}, tiers: map[string]string{},
+		classes: map[string]idClass{}, policyChains: map[string]string{}, tiers: map[string]string{}, policyRuns: map[[2]int32]string{},
 		idSets: map[string]string{}, ruleIDs: map[[3]int][]addrRange{}, peerDefIDs: map[string][]addrRange{},
 		peerDefs: map[string][]policy.Subject{}, ruleDef: map[[3]int]string{},
 		policyRecipes: map[string]policyRecipe{}, npRecipes: map[string]npRecipe{}, uses: map[string]map[string]bool{},
@@ -924,9 +947,16 @@ func byPolicy(rules []eval.PlanRule) [][]eval.PlanRule {
 // policyChain is the chain of one policy's rules in direction d (one run
 // of a plan): made once, jumped to from every class it applies to.
 func (c *idCompiler) policyChain(rules []eval.PlanRule, d policy.Direction, tier policy.Tier) string {
+	// A plan holds every rule of a policy that selects the pod: the run
+	// is the policy's, its chain the same in every class.
+	run := [2]int32{rules[0].Policy, int32(d)}
+	if name, ok := c.policyRuns[run]; ok {
+		return name
+	}
 	p := c.pols[rules[0].Policy]
 	key := fmt.Sprintf("%s|%d|%d|%s", p.Ref(), d, tier, c.rulesKey(rules))
 	if name, ok := c.policyChains[key]; ok {
+		c.policyRuns[run] = name
 		return name
 	}
 	prefix := "adm"
@@ -934,7 +964,7 @@ func (c *idCompiler) policyChain(rules []eval.PlanRule, d policy.Direction, tier
 		prefix = "bl"
 	}
 	name := fmt.Sprintf("%s.%s.%s", prefix, contentID(key), directionPrefix(d))
-	c.policyChains[key] = name
+	c.policyChains[key], c.policyRuns[run] = name, name
 	rc := policyRecipe{rules: rules, d: d, tier: tier}
 	c.policyRecipes[name] = rc
 	if !c.reuse(name, []int32{rules[0].Policy}, rules, d) {
