@@ -30,27 +30,29 @@ func (d ServiceDifference) String() string {
 }
 
 // CompareServices checks every ClusterIP probe made from a pod against the
-// source node's service model and the evaluator, which judges the endpoint
-// after DNAT: a Service with no endpoint anywhere refuses; one with none
-// usable from the source's node, or none policy lets the source reach,
-// times out; one whose usable endpoints policy all allows answers, from one
-// of them; with some allowed and some not, either, and an answer comes
-// from an allowed endpoint. NodePort probes are not compared: their
-// clients are masqueraded, so policy sees a node, not the client. It
-// returns the differences and how many probes it compared.
+// source node's NAT rules as the service model answers them (proxy.Route)
+// and the evaluator, which judges each endpoint after DNAT from the source
+// policy sees there: a refused connection must be refused; a dropped one,
+// or one to endpoints policy all denies, times out; one whose endpoints
+// policy all allows answers, from one of them; with some allowed and some
+// not, either, and an answer comes from an allowed endpoint. NodePort
+// probes are not compared: their clients are masqueraded, so policy sees a
+// node, not the client. It returns the differences and how many probes it
+// compared.
 func CompareServices(snap *cluster.Snapshot, ev *eval.Evaluator, rows []lab.ServiceObservation) ([]ServiceDifference, int, error) {
-	nodeOf := map[string]string{}
+	pods := map[string]*corev1.Pod{}
 	for _, p := range snap.Pods {
-		nodeOf[p.Namespace+"/"+p.Name] = p.Spec.NodeName
+		pods[p.Namespace+"/"+p.Name] = p
 	}
 	models := map[string]*proxy.Model{}
 	var diffs []ServiceDifference
 	compared := 0
 	for _, row := range rows {
-		node, fromPod := nodeOf[row.From]
+		pod, fromPod := pods[row.From]
 		if !strings.HasPrefix(row.To, "service/") || !fromPod {
 			continue
 		}
+		node := pod.Spec.NodeName
 		m := models[node]
 		if m == nil {
 			m = proxy.Build(snap, node, proxy.Options{})
@@ -62,17 +64,19 @@ func CompareServices(snap *cluster.Snapshot, ev *eval.Evaluator, rows []lab.Serv
 		if i < 0 {
 			return nil, compared, fmt.Errorf("%s -> %s %s/%d: no such Service port in node %s's model", row.From, row.To, row.Protocol, row.Port, node)
 		}
-		port := m.Services[i]
 		family := eval.FamilyIPv4
 		if row.Family == corev1.IPv6Protocol {
 			family = eval.FamilyIPv6
 		}
-		eps := port.InternalEndpoints()
+		route := m.Route(m.Services[i], proxy.FrontendClusterIP, proxy.Client{Addr: row.FromAddr, NodeLocal: pod.Spec.HostNetwork})
 		var allowed []string
-		for _, ep := range eps {
+		// The client's own node DNATs a ClusterIP connection: policy sees
+		// the client, or, when it is masqueraded (a host-network client),
+		// that node, whose address the client has.
+		for _, ep := range route.Endpoints {
 			v, err := ev.Explain(row.From, ep.PodNamespace+"/"+ep.PodName, eval.Probe{Protocol: row.Protocol, Port: ep.Port}, family)
 			if err != nil {
-				return nil, compared, fmt.Errorf("%s -> %s: endpoint %s: %w", row.From, row.To, ep, err)
+				return nil, compared, fmt.Errorf("%s -> %s: endpoint %s: %w", row.From, row.To, ep.Endpoint, err)
 			}
 			if v.Allowed && !slices.Contains(allowed, ep.PodNamespace+"/"+ep.PodName) {
 				allowed = append(allowed, ep.PodNamespace+"/"+ep.PodName)
@@ -80,11 +84,11 @@ func CompareServices(snap *cluster.Snapshot, ev *eval.Evaluator, rows []lab.Serv
 		}
 		var want []string
 		switch {
-		case !port.AnyEndpoints:
+		case route.Outcome == proxy.Refused:
 			want = []string{lab.ResultRefused}
 		case len(allowed) == 0:
 			want = []string{lab.ResultTimeout}
-		case len(allowed) == len(eps):
+		case len(allowed) == len(route.Endpoints):
 			want = []string{lab.ResultOK}
 		default:
 			want = []string{lab.ResultOK, lab.ResultTimeout}

@@ -22,6 +22,7 @@ import (
 	"github.com/netpol/netpol/pkg/dnssnoop"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/node"
+	"github.com/netpol/netpol/pkg/proxy"
 )
 
 const (
@@ -43,21 +44,21 @@ func TestExplainServiceFrontends(t *testing.T) {
 		policySource         string // of the first endpoint, "" for none
 		endpoints            int
 	}{
-		{"ClusterIP as an address, denied by policy after DNAT", "sandbox/toolbox", "10.96.0.20", "tcp/80", false, frontendClusterIP, "policy", "sandbox/toolbox", 1},
-		{"ClusterIP as an address, allowed", "web/frontend", "10.96.0.20", "tcp/80", true, frontendClusterIP, "", "web/frontend", 1},
-		{"service/ as lab probe prints it", "web/frontend", "service/api/orders", "tcp/80", true, frontendClusterIP, "", "web/frontend", 1},
-		{"svc/ from a pod given by address", "10.244.1.10", "svc/api/orders", "tcp/80", true, frontendClusterIP, "", "10.244.1.10", 1},
-		{"eTP Local, node without endpoint", outside, "nodeport/node-1/api/orders-local", "tcp/30080", false, frontendNodePort, "traffic policy", "", 0},
-		{"eTP Local keeps the client: policy denies it", outside, "nodeport/node-2/api/orders-local", "tcp/30080", false, frontendNodePort, "policy", outside, 1},
-		{"eTP Local: a pod uses the cluster endpoints", "web/frontend", "nodeport/node-1/api/orders-local", "tcp/30080", true, frontendNodePort, "", "web/frontend", 1},
-		{"eTP Cluster: masqueraded to node-1, policy denies", outside, "nodeport/node-1/api/orders-cluster", "tcp/30081", false, frontendNodePort, "policy", "172.18.0.2 (node node-1)", 1},
-		{"eTP Cluster: local endpoint sees the client", outside, "nodeport/node-2/api/orders-cluster", "tcp/30081", false, frontendNodePort, "policy", outside, 1},
-		{"eTP Cluster: pod on the endpoint's node", "web/frontend", "nodeport/node-2/api/orders-cluster", "tcp/30081", true, frontendNodePort, "", "web/frontend", 1},
-		{"NodePort as node address and port", outside, "172.18.0.2", "tcp/30081", false, frontendNodePort, "policy", "172.18.0.2 (node node-1)", 1},
-		{"hairpin through another node: masqueraded by it, the isolated pod denies that node", "api/orders", "nodeport/node-1/api/orders-local", "tcp/30080", false, frontendNodePort, "policy", "172.18.0.2 (node node-1)", 1},
-		{"load-balancer IP from outside: the first node, masqueraded", outside, "192.0.2.10", "tcp/80", false, frontendLoadBalancer, "policy", "172.18.0.2 (node node-1)", 1},
-		{"external IP from a pod: its node, masqueraded", "web/frontend", "198.51.100.7", "tcp/80", false, frontendExternalIP, "policy", "172.18.0.2 (node node-1)", 1},
-		{"the LB Service's ClusterIP keeps the pod", "web/frontend", "10.96.0.40", "tcp/80", true, frontendClusterIP, "", "web/frontend", 1},
+		{"ClusterIP as an address, denied by policy after DNAT", "sandbox/toolbox", "10.96.0.20", "tcp/80", false, proxy.FrontendClusterIP.String(), "policy", "sandbox/toolbox", 1},
+		{"ClusterIP as an address, allowed", "web/frontend", "10.96.0.20", "tcp/80", true, proxy.FrontendClusterIP.String(), "", "web/frontend", 1},
+		{"service/ as lab probe prints it", "web/frontend", "service/api/orders", "tcp/80", true, proxy.FrontendClusterIP.String(), "", "web/frontend", 1},
+		{"svc/ from a pod given by address", "10.244.1.10", "svc/api/orders", "tcp/80", true, proxy.FrontendClusterIP.String(), "", "10.244.1.10", 1},
+		{"eTP Local, node without endpoint", outside, "nodeport/node-1/api/orders-local", "tcp/30080", false, proxy.FrontendNodePort.String(), "traffic policy", "", 0},
+		{"eTP Local keeps the client: policy denies it", outside, "nodeport/node-2/api/orders-local", "tcp/30080", false, proxy.FrontendNodePort.String(), "policy", outside, 1},
+		{"eTP Local: a pod uses the cluster endpoints", "web/frontend", "nodeport/node-1/api/orders-local", "tcp/30080", true, proxy.FrontendNodePort.String(), "", "web/frontend", 1},
+		{"eTP Cluster: masqueraded to node-1, policy denies", outside, "nodeport/node-1/api/orders-cluster", "tcp/30081", false, proxy.FrontendNodePort.String(), "policy", "172.18.0.2 (node node-1)", 1},
+		{"eTP Cluster: local endpoint sees the client", outside, "nodeport/node-2/api/orders-cluster", "tcp/30081", false, proxy.FrontendNodePort.String(), "policy", outside, 1},
+		{"eTP Cluster: pod on the endpoint's node", "web/frontend", "nodeport/node-2/api/orders-cluster", "tcp/30081", true, proxy.FrontendNodePort.String(), "", "web/frontend", 1},
+		{"NodePort as node address and port", outside, "172.18.0.2", "tcp/30081", false, proxy.FrontendNodePort.String(), "policy", "172.18.0.2 (node node-1)", 1},
+		{"hairpin through another node: masqueraded by it, the isolated pod denies that node", "api/orders", "nodeport/node-1/api/orders-local", "tcp/30080", false, proxy.FrontendNodePort.String(), "policy", "172.18.0.2 (node node-1)", 1},
+		{"load-balancer IP from outside: the first node, masqueraded", outside, "192.0.2.10", "tcp/80", false, proxy.FrontendLoadBalancer.String(), "policy", "172.18.0.2 (node node-1)", 1},
+		{"external IP from a pod: its node, masqueraded", "web/frontend", "198.51.100.7", "tcp/80", false, proxy.FrontendExternalIP.String(), "policy", "172.18.0.2 (node node-1)", 1},
+		{"the LB Service's ClusterIP keeps the pod", "web/frontend", "10.96.0.40", "tcp/80", true, proxy.FrontendClusterIP.String(), "", "web/frontend", 1},
 		{"an external IP on another port is not the Service", "web/frontend", "198.51.100.7", "tcp/81", true, "", "", "", 0},
 	}
 	for _, tt := range tests {

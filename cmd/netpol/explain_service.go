@@ -18,14 +18,6 @@ import (
 	"github.com/netpol/netpol/pkg/report"
 )
 
-// Frontends of a Service: how a connection reaches it before DNAT.
-const (
-	frontendClusterIP    = "ClusterIP"
-	frontendNodePort     = "NodePort"
-	frontendLoadBalancer = "LoadBalancer"
-	frontendExternalIP   = "ExternalIP"
-)
-
 // serviceVerdict explains a connection to a Service: policy sees the
 // endpoint the connection is sent to (after DNAT), so each endpoint the
 // DNATing node may choose is explained on its own. Allowed is true iff
@@ -78,7 +70,7 @@ type serviceTarget struct {
 	given     string
 	namespace string
 	name      string
-	frontend  string
+	frontend  proxy.FrontendKind
 	node      string     // NodePort: the node whose address is dialed
 	addr      netip.Addr // the address dialed, when given as one
 }
@@ -95,14 +87,14 @@ func parseServiceName(s string) (serviceTarget, bool, error) {
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 			return t, true, fmt.Errorf("%q: a Service is %s/NAMESPACE/NAME", s, kind)
 		}
-		t.namespace, t.name, t.frontend = ns, name, frontendClusterIP
+		t.namespace, t.name, t.frontend = ns, name, proxy.FrontendClusterIP
 		return t, true, nil
 	case "nodeport":
 		parts := strings.Split(rest, "/")
 		if len(parts) != 3 || slices.Contains(parts, "") {
 			return t, true, fmt.Errorf("%q: a NodePort is nodeport/NODE/NAMESPACE/NAME", s)
 		}
-		t.node, t.namespace, t.name, t.frontend = parts[0], parts[1], parts[2], frontendNodePort
+		t.node, t.namespace, t.name, t.frontend = parts[0], parts[1], parts[2], proxy.FrontendNodePort
 		return t, true, nil
 	}
 	return t, false, nil
@@ -165,11 +157,11 @@ func serviceByAddress(snap *cluster.Snapshot, addr netip.Addr, probe eval.Probe)
 		case is(ips) && !hasPort(svc, false):
 			return t, false, fmt.Errorf("%s is the ClusterIP of Service %s/%s, which has no port %s (the node rejects such connections)", addr, svc.Namespace, svc.Name, probe)
 		case is(ips):
-			t.frontend = frontendClusterIP
+			t.frontend = proxy.FrontendClusterIP
 		case is(lbs) && hasPort(svc, false):
-			t.frontend = frontendLoadBalancer
+			t.frontend = proxy.FrontendLoadBalancer
 		case is(svc.Spec.ExternalIPs) && hasPort(svc, false):
-			t.frontend = frontendExternalIP
+			t.frontend = proxy.FrontendExternalIP
 		default:
 			continue
 		}
@@ -187,7 +179,7 @@ func serviceByAddress(snap *cluster.Snapshot, addr netip.Addr, probe eval.Probe)
 		}
 		for _, svc := range services {
 			if hasPort(svc, true) {
-				t.namespace, t.name, t.frontend, t.node = svc.Namespace, svc.Name, frontendNodePort, n.Name
+				t.namespace, t.name, t.frontend, t.node = svc.Namespace, svc.Name, proxy.FrontendNodePort, n.Name
 				return t, true, nil
 			}
 		}
@@ -298,32 +290,28 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 	if err != nil {
 		return nil, err
 	}
-	node := src.node
 	switch t.frontend {
-	case frontendClusterIP:
+	case proxy.FrontendClusterIP:
 		if src.external {
 			return nil, fmt.Errorf("source %s is neither a pod nor a node: a ClusterIP is reached from inside the cluster (from outside, use nodeport/NODE/%s/%s)", src.name, t.namespace, t.name)
 		}
-	case frontendNodePort:
-		node = t.node
-		if nodeAddress(snap, node, corev1.IPv4Protocol) == (netip.Addr{}) && nodeAddress(snap, node, corev1.IPv6Protocol) == (netip.Addr{}) {
-			return nil, fmt.Errorf("nodeport: node %s is not in the snapshot or has no address", node)
-		}
-	default:
-		if node == "" {
-			// From outside, a load-balancer or external IP is routed to a
-			// node; the lab routes them to the first node by name.
-			names := make([]string, 0, len(snap.Nodes))
-			for _, n := range snap.Nodes {
-				names = append(names, n.Name)
-			}
-			sort.Strings(names)
-			if len(names) == 0 {
-				return nil, fmt.Errorf("%s: the snapshot has no Node to receive the connection", t.given)
-			}
-			node = names[0]
+	case proxy.FrontendNodePort:
+		if nodeAddress(snap, t.node, corev1.IPv4Protocol) == (netip.Addr{}) && nodeAddress(snap, t.node, corev1.IPv6Protocol) == (netip.Addr{}) {
+			return nil, fmt.Errorf("nodeport: node %s is not in the snapshot or has no address", t.node)
 		}
 	}
+	// From outside, a load-balancer or external IP is routed to a node;
+	// the lab routes them to the first node by name.
+	entry := ""
+	for _, n := range snap.Nodes {
+		if entry == "" || n.Name < entry {
+			entry = n.Name
+		}
+	}
+	if src.external && entry == "" && t.frontend != proxy.FrontendNodePort {
+		return nil, fmt.Errorf("%s: the snapshot has no Node to receive the connection", t.given)
+	}
+	node := proxy.DNATNode(t.frontend, src.node, t.node, entry)
 	if node == "" {
 		return nil, fmt.Errorf("source %s has no node (spec.nodeName)", src.name)
 	}
@@ -355,7 +343,7 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 			continue
 		}
 		switch t.frontend {
-		case frontendNodePort:
+		case proxy.FrontendNodePort:
 			if s.NodePort != 0 && (s.NodePort == probe.Port || s.Port == probe.Port) {
 				sp = s
 			}
@@ -367,7 +355,7 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 	}
 	if sp == nil {
 		what := fmt.Sprintf("port %s", probe)
-		if t.frontend == frontendNodePort {
+		if t.frontend == proxy.FrontendNodePort {
 			what = fmt.Sprintf("NodePort %s", probe)
 		}
 		if len(have) == 0 {
@@ -375,52 +363,30 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 		}
 		return nil, fmt.Errorf("Service %s/%s has no %s %s; it has %s", t.namespace, t.name, fam, what, strings.Join(have, ", "))
 	}
-	sv := &serviceVerdict{From: src.name, To: t.given, Service: t.namespace + "/" + t.name, Frontend: t.frontend,
+	sv := &serviceVerdict{From: src.name, To: t.given, Service: t.namespace + "/" + t.name, Frontend: t.frontend.String(),
 		ClusterIP: sp.ClusterIP.String(), Protocol: sp.Protocol, Port: probe.Port, Node: node, Endpoints: []endpointVerdict{}}
 	switch {
 	case t.addr.IsValid():
 		sv.Address = t.addr.String()
-	case t.frontend == frontendNodePort:
+	case t.frontend == proxy.FrontendNodePort:
 		sv.Address = nodeAddress(snap, node, fam).String()
 		sv.Port = sp.NodePort
 	default:
 		sv.Address = sv.ClusterIP
 	}
-	// Which endpoints, and who policy sees as the client.
-	var eps []proxy.Endpoint
-	var notes []string
-	masquerade := false
-	podNetwork := src.pod != nil && !src.pod.Spec.HostNetwork
-	if t.frontend == frontendClusterIP {
-		eps = sp.InternalEndpoints()
-		if sp.InternalPolicyLocal {
-			notes = append(notes, fmt.Sprintf("internalTrafficPolicy Local: only endpoints on node %s", node))
-		}
-	} else {
-		switch {
-		case !sp.ExternalPolicyLocal:
-			eps = sp.ExternalEndpoints()
-			masquerade = true
-			notes = append(notes, fmt.Sprintf("externalTrafficPolicy Cluster: every cluster endpoint; the client is masqueraded to node %s's address on the way to an endpoint on another node (policy there sees node %s)", node, node))
-		case podNetwork:
-			eps = sp.ClusterEndpoints
-			notes = append(notes, "externalTrafficPolicy Local: a pod's connection uses every cluster endpoint, keeping its address")
-		case !src.external && src.node == node:
-			eps = sp.ClusterEndpoints
-			masquerade = true
-			notes = append(notes, fmt.Sprintf("externalTrafficPolicy Local: node %s itself uses every cluster endpoint", node))
-		default:
-			eps = sp.LocalEndpoints
-			notes = append(notes, fmt.Sprintf("externalTrafficPolicy Local: only endpoints on node %s, and the client keeps its address", node))
-		}
-	}
-	// Policy runs in the forward chain, between DNAT (prerouting) and
-	// masquerading (postrouting): an endpoint on the DNATing node sees the
-	// client; one on another node sees the DNATing node when masqueraded.
+	// Which endpoints, and who policy sees as the client: the NAT rules'
+	// answer (proxy.Route), from the client's address of the family.
 	nodeAddr := nodeAddress(snap, node, fam)
-	if masquerade && !nodeAddr.IsValid() {
-		return nil, fmt.Errorf("node %s has no %s address to masquerade the client to", node, fam)
+	client := proxy.Client{Addr: src.addr, NodeLocal: !src.external && src.node == node && (src.pod == nil || src.pod.Spec.HostNetwork)}
+	podNetwork := src.pod != nil && !src.pod.Spec.HostNetwork
+	switch {
+	case podNetwork:
+		client.Addr = podAddress(src.pod, fam)
+	case !src.external:
+		client.Addr = nodeAddress(snap, src.node, fam)
 	}
+	route := model.Route(sp, t.frontend, client)
+	notes := route.Why
 	// A pod whose own node does not DNAT the connection (a NodePort of
 	// another node) is judged for egress there, against the address dialed.
 	if podNetwork && src.node != node {
@@ -431,39 +397,28 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 		sv.EgressBeforeDNAT = before
 		notes = append(notes, fmt.Sprintf("node %s of %s does not DNAT it: %s's egress is judged there against %s port %d", src.node, src.name, src.name, nodeAddr, probe.Port))
 	}
-	switch {
-	case !sp.AnyEndpoints:
+	switch route.Outcome {
+	case proxy.Refused:
 		sv.DroppedBy = "no endpoint"
-		// As the NAT table's refuse chain: TCP gets a reset, the rest an
-		// ICMP error.
-		how := "ICMP port unreachable"
-		if probe.Protocol == corev1.ProtocolTCP {
-			how = "a TCP reset"
-		}
-		notes = append(notes, "the Service has no endpoint: the connection is rejected ("+how+"), before any policy")
-	case len(eps) == 0:
+	case proxy.Dropped:
 		sv.DroppedBy = "traffic policy"
-		notes = append(notes, fmt.Sprintf("no endpoint serves this port for node %s under the Service's traffic policy: the connection is dropped, before any policy", node))
+	case proxy.Filtered:
+		sv.DroppedBy = "loadBalancerSourceRanges"
 	}
-	sv.Allowed = len(eps) > 0
-	for _, ep := range eps {
+	sv.Allowed = route.Outcome == proxy.Routed
+	for _, ep := range route.Endpoints {
 		dst := ep.Address.String()
 		if ep.PodName != "" {
 			dst = ep.PodNamespace + "/" + ep.PodName
 		}
-		// The DNATing node masquerades the client on the way to an
-		// endpoint on another node (eTP Cluster), and a pod that reaches
-		// itself through another node always (its hairpin rule: the reply
-		// must come back through that node).
-		self := src.pod != nil && ep.PodNamespace == src.pod.Namespace && ep.PodName == src.pod.Name
 		policySrc, shown := src.name, src.name
-		if (masquerade && ep.NodeName != node) || (self && src.node != node) {
+		if ep.NodeSource {
 			if !nodeAddr.IsValid() {
 				return nil, fmt.Errorf("node %s has no %s address to masquerade the client to", node, fam)
 			}
 			policySrc, shown = nodeAddr.String(), nodeAddr.String()+" (node "+node+")"
 		}
-		if self && src.node != node {
+		if ep.Hairpin && ep.NodeSource {
 			notes = append(notes, fmt.Sprintf("endpoint %s is the client itself, reached through node %s: that node masquerades it (hairpin), so policy sees node %s", dst, node, node))
 		}
 		v, err := l.evaluator.Explain(policySrc, dst, eval.Probe{Protocol: probe.Protocol, Port: ep.Port}, familyOf(fam))
@@ -486,6 +441,16 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 	}
 	sv.Note = strings.Join(notes, "; ")
 	return sv, nil
+}
+
+// podAddress is the pod's address of family fam (invalid when it has none).
+func podAddress(p *corev1.Pod, fam corev1.IPFamily) netip.Addr {
+	for _, ip := range p.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil && a.Unmap().Is6() == (fam == corev1.IPv6Protocol) {
+			return a.Unmap()
+		}
+	}
+	return netip.Addr{}
 }
 
 // serviceErrors are proxy.Build's errors about the Service namespace/name
@@ -544,7 +509,7 @@ func writeServiceVerdict(out io.Writer, sv *serviceVerdict, style report.Style, 
 		verdict = style.Verdict(sv.Allowed)
 	}
 	what := "ClusterIP " + sv.ClusterIP
-	if sv.Frontend != frontendClusterIP {
+	if sv.Frontend != proxy.FrontendClusterIP.String() {
 		what = fmt.Sprintf("%s %s, ClusterIP %s", sv.Frontend, sv.Address, sv.ClusterIP)
 	}
 	fmt.Fprintf(out, "%s -> service %s %s/%d (%s): %s\n", sv.From, sv.Service, strings.ToLower(string(sv.Protocol)), sv.Port, what, verdict)
