@@ -70,6 +70,15 @@ type IdentityLive struct {
 	// reused counts the chains the last Rebase took from the compile
 	// before it.
 	reused int
+	// here says, for the node's pods as they were (pods: their
+	// signatures), which policies apply to them; keysOf are the pod label
+	// keys each policy's subject reads. Rebase keeps both from one call to
+	// the next.
+	here struct {
+		pods string
+		of   map[*policy.Policy]bool
+	}
+	keysOf map[*policy.Policy][]string
 }
 
 // freshIdentity is an identity a pod of another node brings: numbered in
@@ -227,7 +236,7 @@ type nodeClasses struct {
 
 // buildWithClasses compiles r and returns the classes of the node's pods.
 func buildWithClasses(r *eval.Resolved, opts Options) (*idCompiler, nodeClasses, error) {
-	return withClasses(r, opts, func(pod podClasses) (*idCompiler, error) { return buildIdentities(r, opts, pod) })
+	return withClasses(r, opts, subjectLabelKeys(r.Policies()), func(pod podClasses) (*idCompiler, error) { return buildIdentities(r, opts, pod) })
 }
 
 // podClasses is given each pod-network pod a compile numbered, with its
@@ -235,9 +244,10 @@ func buildWithClasses(r *eval.Resolved, opts Options) (*idCompiler, nodeClasses,
 type podClasses func(i int, id uint32, classes [2]idClass)
 
 // withClasses runs build, a compile of r, and returns the classes of the
-// node's pods with it.
-func withClasses(r *eval.Resolved, opts Options, build func(podClasses) (*idCompiler, error)) (*idCompiler, nodeClasses, error) {
-	classes := nodeClasses{byKey: map[string][2]idClass{}, subjectKeys: subjectLabelKeys(r.Policies())}
+// node's pods with it, by localSignature over subjectKeys (the pod label
+// keys every policy's subject reads).
+func withClasses(r *eval.Resolved, opts Options, subjectKeys []string, build func(podClasses) (*idCompiler, error)) (*idCompiler, nodeClasses, error) {
+	classes := nodeClasses{byKey: map[string][2]idClass{}, subjectKeys: subjectKeys}
 	c, err := build(func(i int, _ uint32, cl [2]idClass) {
 		if p := r.Pod(i); p.Node >= 0 && r.NodeName(p.Node) == opts.Node {
 			classes.byKey[localSignature(p.Namespace, p.Labels, p.Ports, classes.subjectKeys)] = cl
@@ -251,12 +261,21 @@ func withClasses(r *eval.Resolved, opts Options, build func(podClasses) (*idComp
 func subjectLabelKeys(pols []*policy.Policy) []string {
 	keys := map[string]bool{}
 	for _, p := range pols {
-		reqs, _ := p.Subject.Pods.Requirements()
-		for _, req := range reqs {
-			keys[req.Key()] = true
+		for _, k := range subjectKeysOf(p) {
+			keys[k] = true
 		}
 	}
 	return slices.Sorted(maps.Keys(keys))
+}
+
+// subjectKeysOf are the pod label keys p's subject reads.
+func subjectKeysOf(p *policy.Policy) []string {
+	reqs, _ := p.Subject.Pods.Requirements()
+	out := make([]string, 0, len(reqs))
+	for _, req := range reqs {
+		out = append(out, req.Key())
+	}
+	return out
 }
 
 // localSignature is what decides the classes of a pod of the node besides

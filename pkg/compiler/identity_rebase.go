@@ -50,13 +50,8 @@ func (l *IdentityLive) Rebase(ch Changes, model *policy.Model, nodes []*corev1.N
 		}
 	}
 	nsLabels := func(ns string) labels.Set { return l.ns[ns] }
-	relevant := selectedLabelKeys(localPolicies(model.Policies, func(yield func(PodState, labels.Set) bool) {
-		for _, p := range local {
-			if !yield(*p, l.ns[p.Namespace]) {
-				return
-			}
-		}
-	}))
+	mine := l.policiesHere(model.Policies, local)
+	relevant := selectedLabelKeys(mine)
 	if !slices.Equal(relevant, l.relevant) {
 		return nil, &NeedsFullError{Reason: "the policies that apply here read other pod labels than the identities are made of"}
 	}
@@ -66,7 +61,9 @@ func (l *IdentityLive) Rebase(ch Changes, model *policy.Model, nodes []*corev1.N
 		dns.Servers = l.dnsServers // SetDNSServers may have changed them
 		opts.DNS = &dns
 	}
-	r := eval.New(podsSnapshot(nodes, local, nsLabels), model).Resolved()
+	// The evaluator is given the policies that apply here only: they are
+	// all the node's plans read, and pod peers resolve on the identities.
+	r := eval.New(podsSnapshot(nodes, local, nsLabels), &policy.Model{Policies: mine}).Resolved()
 	l.identityLabels() // made from the last compile's evaluator, which goes
 	last := l.c
 	ids := &identities{of: make([]uint32, r.NumPods()), namespaces: last.ids.namespaces, base: last.ids.base, nsOf: last.ids.nsOf}
@@ -74,7 +71,7 @@ func (l *IdentityLive) Rebase(ch Changes, model *policy.Model, nodes []*corev1.N
 		ids.of[i] = l.pods[r.Pod(i).Key].id
 	}
 	from := newFromLast(last, l.table, l.selectIDs)
-	c, classes, err := withClasses(r, opts, func(pod podClasses) (*idCompiler, error) {
+	c, classes, err := withClasses(r, opts, l.subjectKeysOf(model.Policies), func(pod podClasses) (*idCompiler, error) {
 		return buildIdentitiesFrom(r, opts, r.NodeIndex(opts.Node), relevant, ids, from, pod)
 	})
 	if err != nil {
@@ -109,4 +106,67 @@ func (l *IdentityLive) Rebase(ch Changes, model *policy.Model, nodes []*corev1.N
 		}
 	}
 	return t, nil
+}
+
+// policiesHere are the policies of pols that apply to pods of the node
+// (local, in key order): those an earlier call found when the node's pods
+// are the same (the same *policy.Policy is the same policy), the others
+// matched against the pods.
+func (l *IdentityLive) policiesHere(pols []*policy.Policy, local []*PodState) []*policy.Policy {
+	sig := make([]string, len(local))
+	for i, p := range local {
+		sig[i] = localSignature(p.Namespace, p.Labels, nil, l.subjectKeys)
+	}
+	key := strings.Join(slices.Compact(slices.Sorted(slices.Values(sig))), "\x01")
+	if key != l.here.pods {
+		l.here.pods, l.here.of = key, nil
+	}
+	var fresh []*policy.Policy
+	for _, p := range pols {
+		if _, ok := l.here.of[p]; !ok {
+			fresh = append(fresh, p)
+		}
+	}
+	found := map[*policy.Policy]bool{}
+	for _, p := range localPolicies(fresh, func(yield func(PodState, labels.Set) bool) {
+		for _, p := range local {
+			if !yield(*p, l.ns[p.Namespace]) {
+				return
+			}
+		}
+	}) {
+		found[p] = true
+	}
+	of := make(map[*policy.Policy]bool, len(pols))
+	var out []*policy.Policy
+	for _, p := range pols {
+		here, ok := l.here.of[p]
+		if !ok {
+			here = found[p]
+		}
+		of[p] = here
+		if here {
+			out = append(out, p)
+		}
+	}
+	l.here.of = of
+	return out
+}
+
+// subjectKeysOf is subjectLabelKeys(pols), each policy's keys read once.
+func (l *IdentityLive) subjectKeysOf(pols []*policy.Policy) []string {
+	of := make(map[*policy.Policy][]string, len(pols))
+	keys := map[string]bool{}
+	for _, p := range pols {
+		ks, ok := l.keysOf[p]
+		if !ok {
+			ks = subjectKeysOf(p)
+		}
+		of[p] = ks
+		for _, k := range ks {
+			keys[k] = true
+		}
+	}
+	l.keysOf = of
+	return slices.Sorted(maps.Keys(keys))
 }

@@ -76,6 +76,7 @@ type builder struct {
 
 func (b *builder) add(p *Policy) {
 	if p != nil {
+		p.ref = p.makeRef() // asked for on every plan and chain name
 		b.model.Policies = append(b.model.Policies, p)
 	}
 }

@@ -94,10 +94,19 @@ type Policy struct {
 	Isolates [2]bool
 	// Rules per Direction, in API order.
 	Rules [2][]Rule
+	// ref is Ref, made once by Build.
+	ref string
 }
 
 // Ref names the policy as people write it: "NetworkPolicy x/deny-all".
 func (p *Policy) Ref() string {
+	if p.ref != "" {
+		return p.ref
+	}
+	return p.makeRef()
+}
+
+func (p *Policy) makeRef() string {
 	if p.Namespace != "" {
 		return fmt.Sprintf("%s %s/%s", p.Kind, p.Namespace, p.Name)
 	}
