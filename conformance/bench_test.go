@@ -18,6 +18,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
@@ -347,7 +348,7 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 // which must connect.
 func probeRate(b *testing.B, l *lab.Lab, from, to string, probe eval.Probe) float64 {
 	return connRate(b, func() error {
-		o, err := l.ProbeOne(context.Background(), from, to, probe, eval.FamilyIPv4)
+		o, err := l.ProbeOne(context.Background(), from, to, probe, ipfamily.IPv4)
 		if err == nil && !o.Allowed {
 			err = fmt.Errorf("%s -> %s: %s", from, to, o.Result)
 		}
@@ -424,7 +425,7 @@ func dispatchedAllowedPairPort(b *testing.B, snap *cluster.Snapshot, ev *eval.Ev
 				continue
 			}
 			for _, probe := range probes(pods[dst]) {
-				v, err := ev.Explain(src, dst, probe, eval.FamilyIPv4)
+				v, err := ev.Explain(src, dst, probe, ipfamily.IPv4)
 				if err == nil && v.Allowed {
 					return src, dst, probe
 				}

@@ -14,6 +14,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/domain"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/node"
 )
@@ -116,11 +117,11 @@ func ExpectedDomains(ev *eval.Evaluator, snap *cluster.Snapshot, zone *domain.Zo
 	}
 	var rows []DomainRow
 	for _, from := range domainSources(snap) {
-		src, err := ev.Endpoint(from, eval.FamilyPrimary, netip.Addr{})
+		src, err := ev.Endpoint(from, ipfamily.Any, netip.Addr{})
 		if err != nil {
 			return nil, err
 		}
-		dnsEp, err := ev.Endpoint(dnsPod, eval.FamilyOf(src.Addr), src.Addr)
+		dnsEp, err := ev.Endpoint(dnsPod, ipfamily.Of(src.Addr), src.Addr)
 		if err != nil {
 			return nil, err
 		}

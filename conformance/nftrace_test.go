@@ -16,6 +16,7 @@ import (
 	"github.com/netpol/netpol/internal/corpus"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 )
@@ -132,11 +133,11 @@ func TestNFTraceMatchesTracer(t *testing.T) {
 				for _, r := range cells {
 					name := fmt.Sprintf("%s/step%d/%s->%s/%s-%d", c.Name, i, r.From, r.To, strings.ToLower(string(r.Protocol)), r.Port)
 					probe := eval.Probe{Protocol: r.Protocol, Port: r.Port}
-					dstEp, err := ev.Endpoint(r.To, eval.FamilyPrimary, netip.Addr{})
+					dstEp, err := ev.Endpoint(r.To, ipfamily.Any, netip.Addr{})
 					if err != nil {
 						t.Fatal(err)
 					}
-					srcEp, err := ev.Endpoint(r.From, eval.FamilyPrimary, dstEp.Addr)
+					srcEp, err := ev.Endpoint(r.From, ipfamily.Any, dstEp.Addr)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -163,7 +164,7 @@ func TestNFTraceMatchesTracer(t *testing.T) {
 			{"client/a", ap("10.96.0.10:80"), true},    // ClusterIP with three endpoints (numgen)
 		} {
 			probe := eval.Probe{Protocol: corev1.ProtocolTCP, Port: int32(c.to.Port())}
-			srcEp, err := ev.Endpoint(c.from, eval.FamilyPrimary, c.to.Addr())
+			srcEp, err := ev.Endpoint(c.from, ipfamily.Any, c.to.Addr())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/probe"
 )
@@ -54,7 +55,7 @@ func outsideCells(ev *eval.Evaluator, pods []string, outside []netip.Addr, probe
 	for _, pr := range probes {
 		port := uint16(pr.Port)
 		for _, a := range outside {
-			out, err := ev.Endpoint(a.String(), eval.FamilyPrimary, netip.Addr{})
+			out, err := ev.Endpoint(a.String(), ipfamily.Any, netip.Addr{})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -62,7 +63,7 @@ func outsideCells(ev *eval.Evaluator, pods []string, outside []netip.Addr, probe
 			eps := make([]eval.Endpoint, len(pods))
 			has := make([]bool, len(pods))
 			for i, pod := range pods {
-				eps[i], err = ev.Endpoint(pod, eval.FamilyPrimary, a)
+				eps[i], err = ev.Endpoint(pod, ipfamily.Any, a)
 				has[i] = err == nil
 			}
 			for i, pod := range pods {

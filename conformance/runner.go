@@ -14,6 +14,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/report"
@@ -292,7 +293,7 @@ func (r *labRun) step(snap *cluster.Snapshot, i int, st generator.Step) (StepRes
 	for _, d := range diffs {
 		obs, ok := again[cellID{d.From, d.To, d.Probe}]
 		if !ok {
-			if obs, err = r.l.ProbeOne(r.ctx, d.From, d.To, d.Probe, eval.FamilyPrimary); err != nil {
+			if obs, err = r.l.ProbeOne(r.ctx, d.From, d.To, d.Probe, ipfamily.Any); err != nil {
 				return sr, err
 			}
 		}
@@ -330,9 +331,9 @@ func markCell(t *eval.Table, d Difference, allowed bool) {
 // cell was made.
 func explainCell(ev *eval.Evaluator, model *policy.Model, snap *cluster.Snapshot, dp **dataplane.Cluster, d Difference) (string, string) {
 	var explain, trace strings.Builder
-	family := eval.FamilyPrimary
+	family := ipfamily.Any
 	if a, err := netip.ParseAddr(d.From); err == nil {
-		family = eval.FamilyOf(a)
+		family = ipfamily.Of(a)
 	}
 	v, err := ev.Explain(d.From, d.To, d.Probe, family)
 	if err != nil {
@@ -347,7 +348,7 @@ func explainCell(ev *eval.Evaluator, model *policy.Model, snap *cluster.Snapshot
 	dst, err := ev.Endpoint(d.To, family, netip.Addr{})
 	if err == nil {
 		var src eval.Endpoint
-		if src, err = ev.Endpoint(d.From, eval.FamilyPrimary, dst.Addr); err == nil {
+		if src, err = ev.Endpoint(d.From, ipfamily.Any, dst.Addr); err == nil {
 			var paths []dataplane.Path
 			if paths, err = (*dp).Paths(src, dst, d.Probe); err == nil {
 				var tps []report.TracedPath

@@ -9,6 +9,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/proxy"
 )
@@ -64,9 +65,9 @@ func CompareServices(snap *cluster.Snapshot, ev *eval.Evaluator, rows []lab.Serv
 		if i < 0 {
 			return nil, compared, fmt.Errorf("%s -> %s %s/%d: no such Service port in node %s's model", row.From, row.To, row.Protocol, row.Port, node)
 		}
-		family := eval.FamilyIPv4
+		family := ipfamily.IPv4
 		if row.Family == corev1.IPv6Protocol {
-			family = eval.FamilyIPv6
+			family = ipfamily.IPv6
 		}
 		route := m.Route(m.Services[i], proxy.FrontendClusterIP, proxy.Client{Addr: row.FromAddr, NodeLocal: pod.Spec.HostNetwork})
 		var allowed []string

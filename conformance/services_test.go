@@ -23,6 +23,7 @@ import (
 	"github.com/netpol/netpol/internal/nsexec"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy/healthcheck"
@@ -167,7 +168,7 @@ func TestServicesInKernel(t *testing.T) {
 		from string
 		want bool
 	}{{"client/c", true}, {"client/a", false}} {
-		v, err := ev.Explain(c.from, "app/db", eval.Probe{Protocol: "TCP", Port: 5432}, eval.FamilyIPv4)
+		v, err := ev.Explain(c.from, "app/db", eval.Probe{Protocol: "TCP", Port: 5432}, ipfamily.IPv4)
 		if err != nil || v.Allowed != c.want {
 			t.Errorf("evaluator: %s -> app/db tcp/5432: allowed=%v (%v), want %v", c.from, v.Allowed, err, c.want)
 		}
@@ -244,7 +245,7 @@ func TestServicesInKernel(t *testing.T) {
 func TestServiceProbesAgreeWithEvaluator(t *testing.T) {
 	snap, l, _, _ := serviceLab(t)
 	ev := eval.New(snap, policy.Build(snap))
-	for _, family := range []eval.Family{eval.FamilyIPv4, eval.FamilyIPv6} {
+	for _, family := range []ipfamily.Family{ipfamily.IPv4, ipfamily.IPv6} {
 		rows, notes, err := l.ProbeServices(context.Background(), lab.ServiceProbeOptions{Family: family})
 		if err != nil {
 			t.Fatal(err)

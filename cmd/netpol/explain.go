@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/report"
 )
 
@@ -60,7 +61,7 @@ an error or when some input object was invalid (reported on stderr); with
 			if err != nil {
 				return err
 			}
-			fam, err := eval.ParseFamily(family)
+			fam, err := ipfamily.Parse(family)
 			if err != nil {
 				return err
 			}

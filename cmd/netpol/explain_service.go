@@ -13,6 +13,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
 	"github.com/netpol/netpol/pkg/report"
@@ -275,7 +276,7 @@ func nodeAddress(snap *cluster.Snapshot, node string, fam corev1.IPFamily) netip
 // for the frontend under the Service's traffic policies, and each one as
 // policy sees it: at its target port, from the client or, when the client
 // is masqueraded, from the node.
-func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe, family eval.Family) (*serviceVerdict, error) {
+func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe, family ipfamily.Family) (*serviceVerdict, error) {
 	snap := l.snap
 	var svc *corev1.Service
 	for _, s := range snap.Services {
@@ -317,8 +318,8 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 	}
 	fam := corev1.IPv4Protocol
 	switch {
-	case family == eval.FamilyIPv4:
-	case family == eval.FamilyIPv6:
+	case family == ipfamily.IPv4:
+	case family == ipfamily.IPv6:
 		fam = corev1.IPv6Protocol
 	case t.addr.IsValid():
 		if t.addr.Is6() {
@@ -390,7 +391,7 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 	// A pod whose own node does not DNAT the connection (a NodePort of
 	// another node) is judged for egress there, against the address dialed.
 	if podNetwork && src.node != node {
-		before, err := l.evaluator.Explain(src.name, nodeAddr.String(), probe, familyOf(fam))
+		before, err := l.evaluator.Explain(src.name, nodeAddr.String(), probe, ipfamily.FromKubernetes(fam))
 		if err != nil {
 			return nil, fmt.Errorf("source %s before DNAT: %w", src.name, err)
 		}
@@ -421,7 +422,7 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 		if ep.Hairpin && ep.NodeSource {
 			notes = append(notes, fmt.Sprintf("endpoint %s is the client itself, reached through node %s: that node masquerades it (hairpin), so policy sees node %s", dst, node, node))
 		}
-		v, err := l.evaluator.Explain(policySrc, dst, eval.Probe{Protocol: probe.Protocol, Port: ep.Port}, familyOf(fam))
+		v, err := l.evaluator.Explain(policySrc, dst, eval.Probe{Protocol: probe.Protocol, Port: ep.Port}, ipfamily.FromKubernetes(fam))
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %s: %w", dst, err)
 		}
@@ -470,13 +471,6 @@ func serviceErrors(snap *cluster.Snapshot, namespace, name string) []error {
 		}
 	}
 	return out
-}
-
-func familyOf(f corev1.IPFamily) eval.Family {
-	if f == corev1.IPv6Protocol {
-		return eval.FamilyIPv6
-	}
-	return eval.FamilyIPv4
 }
 
 // why says in one sentence why a connection to the Service fails ("" when

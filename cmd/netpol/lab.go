@@ -17,6 +17,7 @@ import (
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/report"
@@ -316,7 +317,7 @@ func serviceWhy(l *loaded, o lab.ServiceObservation) string {
 	if from == lab.ExternalSource {
 		from = o.FromAddr.String()
 	}
-	sv, err := explainService(l, from, t, eval.Probe{Protocol: o.Protocol, Port: o.Port}, familyOf(o.Family))
+	sv, err := explainService(l, from, t, eval.Probe{Protocol: o.Protocol, Port: o.Port}, ipfamily.FromKubernetes(o.Family))
 	if err != nil {
 		return "not explained: " + err.Error()
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/report"
 )
 
@@ -127,7 +128,7 @@ func writeTable(out io.Writer, t *eval.Table, format string) error {
 }
 
 // parseTableFlags checks the flags every truth-table command shares.
-func parseTableFlags(output string, ports []string, family string) ([]eval.Probe, eval.Family, error) {
+func parseTableFlags(output string, ports []string, family string) ([]eval.Probe, ipfamily.Family, error) {
 	if err := checkFormat(output, "table", "json", "yaml"); err != nil {
 		return nil, "", err
 	}
@@ -135,6 +136,6 @@ func parseTableFlags(output string, ports []string, family string) ([]eval.Probe
 	if err != nil {
 		return nil, "", err
 	}
-	fam, err := eval.ParseFamily(family)
+	fam, err := ipfamily.Parse(family)
 	return probes, fam, err
 }

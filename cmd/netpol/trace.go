@@ -12,6 +12,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/report"
 )
 
@@ -64,7 +65,7 @@ real packet's path is printed as the kernel reports it, then it is disarmed.`,
 			if live.enabled {
 				return liveTrace(cmd.Context(), cmd.OutOrStdout(), args[0], args[1], probe, output, live)
 			}
-			fam, err := eval.ParseFamily(family)
+			fam, err := ipfamily.Parse(family)
 			if err != nil {
 				return err
 			}
@@ -129,7 +130,7 @@ type traceResult struct {
 
 // traceConnection explains src -> dst and traces it through the compiled
 // tables of every node.
-func traceConnection(l *loaded, src, dst string, probe eval.Probe, fam eval.Family, opts dataplane.Options) (*traceResult, error) {
+func traceConnection(l *loaded, src, dst string, probe eval.Probe, fam ipfamily.Family, opts dataplane.Options) (*traceResult, error) {
 	target, isService, err := serviceDestination(l.snap, dst, probe)
 	if err != nil {
 		return nil, err

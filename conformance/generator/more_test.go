@@ -7,6 +7,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -125,7 +126,7 @@ func finalTable(t *testing.T, c Case) []eval.Result {
 			t.Fatal(err)
 		}
 	}
-	return eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: Probes(), Family: eval.FamilyIPv4}).Results
+	return eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: Probes(), Family: ipfamily.IPv4}).Results
 }
 
 func TestCaseYAMLLoads(t *testing.T) {
@@ -149,7 +150,7 @@ func TestCaseYAMLLoads(t *testing.T) {
 			t.Errorf("%s: %v", c.Name, m.Errors)
 			continue
 		}
-		got := eval.New(snap, m).Table(eval.TableOptions{Probes: Probes(), Family: eval.FamilyIPv4}).Results
+		got := eval.New(snap, m).Table(eval.TableOptions{Probes: Probes(), Family: ipfamily.IPv4}).Results
 		if want := finalTable(t, c); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: the table of CaseYAML differs from the table after the last step", c.Name)
 		}
@@ -164,7 +165,7 @@ func deniesTCP81(c Case) bool {
 		if ApplyStep(snap, st, "step "+itoa(i)) != nil {
 			return false
 		}
-		tbl := eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: []eval.Probe{{Protocol: "TCP", Port: 81}}, Family: eval.FamilyIPv4})
+		tbl := eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: []eval.Probe{{Protocol: "TCP", Port: 81}}, Family: ipfamily.IPv4})
 		for _, r := range tbl.Results {
 			if !r.Allowed {
 				return true

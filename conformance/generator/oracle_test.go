@@ -6,6 +6,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -13,7 +14,7 @@ import (
 // tables traced through the compiled nftables tables with the evaluator's.
 func tracedDiffs(c Case) ([]string, int, error) {
 	snap := Base()
-	opts := eval.TableOptions{Probes: Probes(), Family: eval.FamilyIPv4}
+	opts := eval.TableOptions{Probes: Probes(), Family: ipfamily.IPv4}
 	var diffs []string
 	cells := 0
 	for i, st := range c.Steps {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 )
 
 // Case is one case file.
@@ -125,11 +126,11 @@ func (c *Case) ApplyStep(snap *cluster.Snapshot, i int) error {
 }
 
 // Family is the case's address family.
-func (c *Case) AddressFamily() (eval.Family, error) {
+func (c *Case) AddressFamily() (ipfamily.Family, error) {
 	if c.Family == "" {
-		return eval.FamilyIPv4, nil
+		return ipfamily.IPv4, nil
 	}
-	return eval.ParseFamily(c.Family)
+	return ipfamily.Parse(c.Family)
 }
 
 // Key identifies one cell of a truth table.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -99,7 +100,7 @@ func FuzzAddDocuments(f *testing.F) {
 		}
 		ev := eval.New(snap, m)
 		ev.Table(eval.TableOptions{Probes: []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}}})
-		ev.Table(eval.TableOptions{Family: eval.FamilyIPv6})
+		ev.Table(eval.TableOptions{Family: ipfamily.IPv6})
 	})
 }
 

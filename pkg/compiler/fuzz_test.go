@@ -18,6 +18,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -118,11 +119,11 @@ func tracedAgrees(t *testing.T, snap *cluster.Snapshot, ev *eval.Evaluator, seed
 		if !onNode[w.From] || !onNode[w.To] {
 			continue
 		}
-		dst, err := ev.Endpoint(w.To, eval.FamilyPrimary, netip.Addr{})
+		dst, err := ev.Endpoint(w.To, ipfamily.Any, netip.Addr{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		src, err := ev.Endpoint(w.From, eval.FamilyPrimary, dst.Addr)
+		src, err := ev.Endpoint(w.From, ipfamily.Any, dst.Addr)
 		if err != nil {
 			continue // no address of the destination's family: the table says denied
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
@@ -105,7 +106,7 @@ func TestRouteAgreesWithTracedTables(t *testing.T) {
 						if c.node == "" && fe.kind == proxy.FrontendClusterIP {
 							continue // reached from inside the cluster only
 						}
-						src, err := ev.Endpoint(c.name, eval.FamilyOf(fe.addr), fe.addr)
+						src, err := ev.Endpoint(c.name, ipfamily.Of(fe.addr), fe.addr)
 						if err != nil {
 							continue // no address of the family
 						}

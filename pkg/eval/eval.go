@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -139,12 +140,12 @@ const (
 
 // Explain resolves src and dst ("namespace/pod" or an IP address) and
 // evaluates the connection with a full trace.
-func (e *Evaluator) Explain(src, dst string, probe Probe, family Family) (*Verdict, error) {
+func (e *Evaluator) Explain(src, dst string, probe Probe, family ipfamily.Family) (*Verdict, error) {
 	dstEp, err := e.resolve(dst, family, netip.Addr{})
 	if err != nil {
 		return nil, fmt.Errorf("destination: %w", err)
 	}
-	srcEp, err := e.resolve(src, FamilyOf(dstEp.Addr), dstEp.Addr)
+	srcEp, err := e.resolve(src, ipfamily.Of(dstEp.Addr), dstEp.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("source: %w", err)
 	}
@@ -154,14 +155,14 @@ func (e *Evaluator) Explain(src, dst string, probe Probe, family Family) (*Verdi
 // Endpoint resolves "namespace/pod" or an IP address as Explain does: a
 // pod's address of family (its primary one by default), or of peer's
 // family when peer is valid.
-func (e *Evaluator) Endpoint(s string, family Family, peer netip.Addr) (Endpoint, error) {
+func (e *Evaluator) Endpoint(s string, family ipfamily.Family, peer netip.Addr) (Endpoint, error) {
 	if peer.IsValid() {
-		family = FamilyOf(peer)
+		family = ipfamily.Of(peer)
 	}
 	return e.resolve(s, family, peer)
 }
 
-func (e *Evaluator) resolve(s string, family Family, peer netip.Addr) (Endpoint, error) {
+func (e *Evaluator) resolve(s string, family ipfamily.Family, peer netip.Addr) (Endpoint, error) {
 	if a, err := netip.ParseAddr(s); err == nil {
 		a = a.Unmap() // an IPv4 address written as IPv6 is IPv4 to the kernel, as pod addresses are
 		if peer.IsValid() && a.Is4() != peer.Is4() {
@@ -178,7 +179,7 @@ func (e *Evaluator) resolve(s string, family Family, peer netip.Addr) (Endpoint,
 	}
 	ep, ok := e.ix.podEndpoint(i, family)
 	if !ok {
-		if family == FamilyPrimary {
+		if family == ipfamily.Any {
 			return Endpoint{}, fmt.Errorf("pod %s has no IP address (status.podIP)", s)
 		}
 		return Endpoint{}, fmt.Errorf("pod %s has no %s address", s, family)

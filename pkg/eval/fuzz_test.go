@@ -12,6 +12,7 @@ import (
 	"github.com/netpol/netpol/internal/corpus"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -38,7 +39,7 @@ func fuzzBases(f *testing.F) (names []string, data [][]byte) {
 const fuzzTestdata = "../../testdata"
 
 var fuzzProtocols = [...]corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP}
-var fuzzFamilies = [...]eval.Family{eval.FamilyPrimary, eval.FamilyIPv4, eval.FamilyIPv6}
+var fuzzFamilies = [...]ipfamily.Family{ipfamily.Any, ipfamily.IPv4, ipfamily.IPv6}
 
 // FuzzEvaluate: a base snapshot plus fuzzed policy YAML; Build, New, Table
 // and Explain never panic, and Explain's verdict for the chosen pair equals

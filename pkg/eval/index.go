@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -449,39 +450,11 @@ type Endpoint struct {
 	Node int        // the node that owns Addr (node address or host-network pod), else -1
 }
 
-// Family selects which of a dual-stack pod's addresses a probe uses.
-type Family string
-
-const (
-	FamilyPrimary Family = ""
-	FamilyIPv4    Family = "ipv4"
-	FamilyIPv6    Family = "ipv6"
-)
-
-// FamilyOf is the family of address a.
-func FamilyOf(a netip.Addr) Family {
-	if a.Unmap().Is4() {
-		return FamilyIPv4
-	}
-	return FamilyIPv6
-}
-
-// ParseFamily reads "ipv4", "ipv6" or "" (the pod's primary address).
-func ParseFamily(s string) (Family, error) {
-	switch strings.ToLower(s) {
-	case "":
-		return FamilyPrimary, nil
-	case "ipv4", "4":
-		return FamilyIPv4, nil
-	case "ipv6", "6":
-		return FamilyIPv6, nil
-	}
-	return "", fmt.Errorf("unknown address family %q (ipv4 or ipv6)", s)
-}
-
-func (f Family) pick(addrs []netip.Addr) (netip.Addr, bool) {
+// pick is the address of family f among a pod's (its first, its primary,
+// for ipfamily.Any).
+func pick(f ipfamily.Family, addrs []netip.Addr) (netip.Addr, bool) {
 	for _, a := range addrs {
-		if f == FamilyPrimary || (f == FamilyIPv4) == a.Is4() {
+		if f.Has(a) {
 			return a, true
 		}
 	}
@@ -493,9 +466,9 @@ func (ix *index) podNetwork(ep Endpoint) bool {
 }
 
 // podEndpoint makes the endpoint of pod i for family f.
-func (ix *index) podEndpoint(i int, f Family) (Endpoint, bool) {
+func (ix *index) podEndpoint(i int, f ipfamily.Family) (Endpoint, bool) {
 	p := ix.pods[i]
-	addr, ok := f.pick(p.addrs)
+	addr, ok := pick(f, p.addrs)
 	ep := Endpoint{Pod: i, Addr: addr, Node: -1}
 	if p.hostNetwork {
 		ep.Node = p.node

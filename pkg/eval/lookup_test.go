@@ -10,6 +10,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -42,7 +43,7 @@ func TestPodLookups(t *testing.T) {
 	} {
 		for _, p := range sorted {
 			key := p.Namespace + "/" + p.Name
-			ep, err := tc.ev.Endpoint(key, eval.FamilyPrimary, netip.Addr{})
+			ep, err := tc.ev.Endpoint(key, ipfamily.Any, netip.Addr{})
 			if err != nil {
 				t.Errorf("%s: %s: %v", tc.name, key, err)
 				continue
@@ -53,13 +54,13 @@ func TestPodLookups(t *testing.T) {
 			if p.Spec.HostNetwork {
 				continue // its address is its node's
 			}
-			byAddr, err := tc.ev.Endpoint(ep.Addr.String(), eval.FamilyPrimary, netip.Addr{})
+			byAddr, err := tc.ev.Endpoint(ep.Addr.String(), ipfamily.Any, netip.Addr{})
 			if err != nil || tc.ev.Name(byAddr) != key {
 				t.Errorf("%s: %v found as %s (%v), want %s", tc.name, ep.Addr, tc.ev.Name(byAddr), err, key)
 			}
 		}
 		for _, missing := range []string{"x/nope", "nope/a", "zz/zz", "/"} {
-			if ep, err := tc.ev.Endpoint(missing, eval.FamilyPrimary, netip.Addr{}); err == nil {
+			if ep, err := tc.ev.Endpoint(missing, ipfamily.Any, netip.Addr{}); err == nil {
 				t.Errorf("%s: %s found as %s, want an error", tc.name, missing, tc.ev.Name(ep))
 			}
 		}

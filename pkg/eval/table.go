@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -18,7 +19,7 @@ type TableOptions struct {
 	// Namespaces restricts the table to pods of these namespaces; empty
 	// means all.
 	Namespaces []string
-	Family     Family
+	Family     ipfamily.Family
 }
 
 // Table is the truth table: every pod to every other pod on every probe.
@@ -95,7 +96,7 @@ func (e *Evaluator) TableWith(opts TableOptions, allowed Decider) *Table {
 					if src.Addr.Is4() != dst.Addr.Is4() {
 						// Primary addresses of different families: the
 						// source dials from its address of dst's family.
-						from, ok = e.ix.podEndpoint(src.Pod, FamilyOf(dst.Addr))
+						from, ok = e.ix.podEndpoint(src.Pod, ipfamily.Of(dst.Addr))
 					}
 					allowed := ok && allowed(from, dst, probe)
 					t.Results[base+di] = Result{From: t.Pods[si], To: t.Pods[di], Protocol: probe.Protocol, Port: probe.Port, Allowed: allowed}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -54,7 +55,7 @@ spec:
 
 func TestTraceSamePriorityIsFlaggedAmbiguous(t *testing.T) {
 	ev := loadWith(t, samePriority)
-	v, err := ev.Explain("x/a", "y/a", eval.Probe{Protocol: "TCP", Port: 80}, eval.FamilyIPv4)
+	v, err := ev.Explain("x/a", "y/a", eval.Probe{Protocol: "TCP", Port: 80}, ipfamily.IPv4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestTraceSamePriorityIsFlaggedAmbiguous(t *testing.T) {
 		t.Errorf("ambiguous = %q, want one entry naming both policies", in.Ambiguous)
 	}
 	// On port 81 the CNP's first rule does not match: no ambiguity.
-	v, _ = ev.Explain("x/a", "y/a", eval.Probe{Protocol: "TCP", Port: 81}, eval.FamilyIPv4)
+	v, _ = ev.Explain("x/a", "y/a", eval.Probe{Protocol: "TCP", Port: 81}, ipfamily.IPv4)
 	if len(v.Ingress.Ambiguous) != 0 {
 		t.Errorf("port 81: ambiguous = %q, want none", v.Ingress.Ambiguous)
 	}
@@ -84,7 +85,7 @@ spec:
   podSelector: {matchLabels: {pod: c}}
   ingress: [{}]
 `)
-	v, err := ev.Explain("z/b", "y/a", eval.Probe{Protocol: "TCP", Port: 81}, eval.FamilyIPv4)
+	v, err := ev.Explain("z/b", "y/a", eval.Probe{Protocol: "TCP", Port: 81}, ipfamily.IPv4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ spec:
 	}
 	// y/c is selected by the NetworkPolicy; y/a is not, and the trace of a
 	// connection reaching the NetworkPolicy tier says so.
-	v, _ = ev.Explain("y/b", "y/a", eval.Probe{Protocol: "UDP", Port: 81}, eval.FamilyIPv4)
+	v, _ = ev.Explain("y/b", "y/a", eval.Probe{Protocol: "UDP", Port: 81}, ipfamily.IPv4)
 	found := false
 	for _, s := range v.Ingress.Skipped {
 		if s.Policy == "NetworkPolicy y/only-c" && s.Why == "subject not selected" {
@@ -156,7 +157,7 @@ spec:
 		{"::ffff:10.244.1.11", "y/a", false, "isolated"},
 		{"::ffff:172.18.0.2", "x/b", true, "own node"},
 	} {
-		v, err := ev.Explain(tc.src, tc.dst, probe, eval.FamilyPrimary)
+		v, err := ev.Explain(tc.src, tc.dst, probe, ipfamily.Any)
 		if err != nil {
 			t.Fatalf("%s -> %s: %v", tc.src, tc.dst, err)
 		}

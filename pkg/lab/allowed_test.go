@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 )
 
 // With no rules in any node the lab must observe what the evaluator says
@@ -11,7 +12,7 @@ import (
 func TestE2EAllAllowed(t *testing.T) {
 	snap := loadBase(t, "e2e.yaml")
 	l := upLab(t, snap, Options{})
-	for _, family := range []eval.Family{eval.FamilyIPv4, eval.FamilyIPv6} {
+	for _, family := range []ipfamily.Family{ipfamily.IPv4, ipfamily.IPv6} {
 		t.Run(string(family), func(t *testing.T) {
 			opts := eval.TableOptions{Probes: mustProbes(t, "tcp/80", "udp/81"), Family: family}
 			want := evalTable(snap, opts)
@@ -43,7 +44,7 @@ func TestE2EAllAllowed(t *testing.T) {
 func TestDualStack(t *testing.T) {
 	snap := loadBase(t, "dualstack.yaml")
 	l := upLab(t, snap, Options{})
-	for _, family := range []eval.Family{eval.FamilyPrimary, eval.FamilyIPv4, eval.FamilyIPv6} {
+	for _, family := range []ipfamily.Family{ipfamily.Any, ipfamily.IPv4, ipfamily.IPv6} {
 		t.Run("family="+string(family), func(t *testing.T) {
 			opts := eval.TableOptions{Probes: mustProbes(t, "tcp/80", "udp/81"), Family: family}
 			got, _ := probeLab(t, l, ProbeOptions{Probes: opts.Probes, Family: family})
@@ -66,7 +67,7 @@ func TestHostNetwork(t *testing.T) {
 			t.Errorf("x/h1 lives in %s, want node-1's %s", p.NetNS, h1.NetNS)
 		}
 	}
-	o, err := l.ProbeOne(t.Context(), "x/h1", "y/b", mustProbes(t, "udp/80")[0], eval.FamilyIPv4)
+	o, err := l.ProbeOne(t.Context(), "x/h1", "y/b", mustProbes(t, "udp/80")[0], ipfamily.IPv4)
 	if err != nil || !o.Allowed || o.Reply != "y/b" || o.FromAddr.String() != "172.18.0.2" {
 		t.Errorf("x/h1 -> y/b udp/80: %+v, %v; want a reply from y/b to 172.18.0.2", o, err)
 	}
@@ -79,8 +80,8 @@ func TestConformanceAndNamedPorts(t *testing.T) {
 		snap := loadBase(t, "conformance.yaml")
 		probes := mustProbes(t, "tcp/80", "tcp/8080", "udp/53", "udp/5353")
 		l := upLab(t, snap, Options{ExtraPorts: probes})
-		got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: eval.FamilyIPv4})
-		sameTable(t, evalTable(snap, eval.TableOptions{Probes: probes, Family: eval.FamilyIPv4}), got)
+		got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: ipfamily.IPv4})
+		sameTable(t, evalTable(snap, eval.TableOptions{Probes: probes, Family: ipfamily.IPv4}), got)
 	})
 	t.Run("namedports", func(t *testing.T) {
 		snap := loadBase(t, "namedports.yaml")

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 )
 
 func noNamespaces(t *testing.T, prefix string) {
@@ -115,8 +116,8 @@ func TestSCTP(t *testing.T) {
 	l := upLab(t, snap, Options{})
 	probes := mustProbes(t, "sctp/80", "tcp/80")
 	if ok {
-		got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: eval.FamilyIPv4})
-		sameTable(t, evalTable(snap, eval.TableOptions{Probes: probes, Family: eval.FamilyIPv4}), got)
+		got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: ipfamily.IPv4})
+		sameTable(t, evalTable(snap, eval.TableOptions{Probes: probes, Family: ipfamily.IPv4}), got)
 		return
 	}
 	if !strings.Contains(why, "SCTP") {
@@ -126,7 +127,7 @@ func TestSCTP(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "cannot probe sctp/80") || !strings.Contains(err.Error(), why) {
 		t.Errorf("Probe sctp/80: %v, want an error saying the kernel has no SCTP", err)
 	}
-	if _, err := l.ProbeOne(t.Context(), "x/a", "x/b", probes[0], eval.FamilyIPv4); err == nil || !strings.Contains(err.Error(), why) {
+	if _, err := l.ProbeOne(t.Context(), "x/a", "x/b", probes[0], ipfamily.IPv4); err == nil || !strings.Contains(err.Error(), why) {
 		t.Errorf("ProbeOne sctp/80: %v, want an error saying the kernel has no SCTP", err)
 	}
 	got, notes, err := l.Probe(t.Context(), ProbeOptions{Probes: probes, SkipUnsupported: true})

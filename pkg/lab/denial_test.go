@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 )
 
 // A drop rule in a node's forward hook must show up as exactly the denied
@@ -22,7 +23,7 @@ func TestDenialObserved(t *testing.T) {
 	var targetAddr []byte
 	for _, p := range l.Pods() {
 		if p.Name == target {
-			a, _ := pick(p.Addrs, eval.FamilyIPv4)
+			a, _ := pick(p.Addrs, ipfamily.IPv4)
 			targetAddr = a.AsSlice()
 		}
 	}
@@ -50,11 +51,11 @@ func TestDenialObserved(t *testing.T) {
 	}
 
 	probes := mustProbes(t, "tcp/80", "udp/81")
-	want := evalTable(snap, eval.TableOptions{Probes: probes, Family: eval.FamilyIPv4})
+	want := evalTable(snap, eval.TableOptions{Probes: probes, Family: ipfamily.IPv4})
 	for i, r := range want.Results {
 		want.Results[i].Allowed = r.To != target || r.From == target
 	}
-	got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: eval.FamilyIPv4})
+	got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: ipfamily.IPv4})
 	sameTable(t, want, got)
 
 	// Each denied cell is a timeout (a drop), from the same node and from
@@ -63,7 +64,7 @@ func TestDenialObserved(t *testing.T) {
 	for _, from := range got.Pods {
 		for _, p := range probes {
 			wg.Go(func() {
-				o, err := l.ProbeOne(t.Context(), from, target, p, eval.FamilyIPv4)
+				o, err := l.ProbeOne(t.Context(), from, target, p, ipfamily.IPv4)
 				wantResult := ResultTimeout
 				if from == target {
 					wantResult = ResultOK
@@ -75,7 +76,7 @@ func TestDenialObserved(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	o, err := l.ProbeOne(t.Context(), "x/b", target, probes[0], eval.FamilyIPv6)
+	o, err := l.ProbeOne(t.Context(), "x/b", target, probes[0], ipfamily.IPv6)
 	if err != nil || !o.Allowed {
 		t.Errorf("IPv6 x/b -> %s: %+v, %v; want allowed", target, o, err)
 	}

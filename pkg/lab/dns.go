@@ -19,6 +19,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/domain"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/probe"
 )
 
@@ -246,7 +247,7 @@ func (l *Lab) ClusterDNS(of netip.Addr) (netip.Addr, bool) {
 	if l.plan == nil {
 		return netip.Addr{}, false
 	}
-	return pick(l.plan.clusterDNS, eval.FamilyOf(of.Unmap()))
+	return pick(l.plan.clusterDNS, ipfamily.Of(of.Unmap()))
 }
 
 // resolveTimeout bounds Resolve: a lab answers at once or not at all.
@@ -278,7 +279,7 @@ func (l *Lab) Resolve(ctx context.Context, pod, name string, tcp bool, server ne
 		qtype = dns.TypeAAAA
 	}
 	server = server.Unmap()
-	src, ok := pick(p.plan.addrs, eval.FamilyOf(server))
+	src, ok := pick(p.plan.addrs, ipfamily.Of(server))
 	if !ok {
 		return nil, fmt.Errorf("resolving %s: pod %s has no %s address to ask %s from", name, pod, familyOf(server).name, server)
 	}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/netpol/netpol/pkg/ipfamily"
 )
 
 // ipFamily is everything the topology does differently for IPv4 and IPv6,
@@ -50,7 +52,7 @@ var (
 )
 
 func familyOf(a netip.Addr) *ipFamily {
-	if a.Is4() {
+	if ipfamily.Of(a) == ipfamily.IPv4 {
 		return ipv4
 	}
 	return ipv6

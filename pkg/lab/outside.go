@@ -12,6 +12,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/probe"
 	"github.com/netpol/netpol/pkg/proxy"
@@ -107,7 +108,7 @@ func (p *plan) planServices(snap *cluster.Snapshot, owner map[netip.Addr]string,
 		}
 		for _, s := range ips {
 			if a, err := netip.ParseAddr(s); err == nil {
-				p.primary[svc.Namespace+"/"+svc.Name] = ipFamilyOf(a)
+				p.primary[svc.Namespace+"/"+svc.Name] = ipfamily.Of(a).Kubernetes()
 				break
 			}
 		}
@@ -353,13 +354,6 @@ func endpointPod(es *discoveryv1.EndpointSlice, ep discoveryv1.Endpoint, byAddr 
 		}
 	}
 	return ""
-}
-
-func ipFamilyOf(a netip.Addr) corev1.IPFamily {
-	if a.Unmap().Is4() {
-		return corev1.IPv4Protocol
-	}
-	return corev1.IPv6Protocol
 }
 
 // External is the lab's outside: the underlay namespace as a client

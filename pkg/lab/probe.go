@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/probe"
 )
 
@@ -21,7 +22,7 @@ type ProbeOptions struct {
 	// Probes are the ports; empty means the union of the declared
 	// container ports of the table's pods, as the evaluator does.
 	Probes     []eval.Probe
-	Family     eval.Family
+	Family     ipfamily.Family
 	Namespaces []string
 	// Timeout bounds one attempt (default 500ms).
 	Timeout time.Duration
@@ -161,7 +162,7 @@ func probeErrors(obs []Observation) error {
 }
 
 // observeCells probes the given cells of t, parallel at a time, into obs.
-func (l *Lab) observeCells(ctx context.Context, t *eval.Table, cells []int, obs []Observation, family eval.Family, timeout time.Duration, parallel int) {
+func (l *Lab) observeCells(ctx context.Context, t *eval.Table, cells []int, obs []Observation, family ipfamily.Family, timeout time.Duration, parallel int) {
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range min(parallel, len(cells)) {
@@ -192,7 +193,7 @@ func retryable(result string) bool {
 
 // ProbeOne probes one cell, as Probe does (default timeouts, one retry),
 // and reports what came back.
-func (l *Lab) ProbeOne(ctx context.Context, from, to string, probe eval.Probe, family eval.Family) (Observation, error) {
+func (l *Lab) ProbeOne(ctx context.Context, from, to string, probe eval.Probe, family ipfamily.Family) (Observation, error) {
 	var opts ProbeOptions
 	opts.defaults()
 	l.mu.RLock()
@@ -226,7 +227,7 @@ func (l *Lab) ProbeOne(ctx context.Context, from, to string, probe eval.Probe, f
 }
 
 // observe runs one probe; the caller holds l.mu.
-func (l *Lab) observe(ctx context.Context, from, to string, pr eval.Probe, family eval.Family, timeout time.Duration) Observation {
+func (l *Lab) observe(ctx context.Context, from, to string, pr eval.Probe, family ipfamily.Family, timeout time.Duration) Observation {
 	o := Observation{From: from, To: to, Probe: pr}
 	src, dst := l.pods[from], l.pods[to]
 	if src == nil || dst == nil {
@@ -240,7 +241,7 @@ func (l *Lab) observe(ctx context.Context, from, to string, pr eval.Probe, famil
 		o.Result = ResultNoAddress
 		return o
 	}
-	srcAddr, ok := pick(src.plan.addrs, eval.FamilyOf(dstAddr))
+	srcAddr, ok := pick(src.plan.addrs, ipfamily.Of(dstAddr))
 	if !ok {
 		o.Result = ResultNoAddress
 		return o
@@ -259,19 +260,19 @@ func (l *Lab) observe(ctx context.Context, from, to string, pr eval.Probe, famil
 	return o
 }
 
-// pick is eval.Family's choice among a pod's addresses: the first of the
+// pick is ipfamily.Family's choice among a pod's addresses: the first of the
 // family, or the first (primary) one.
-func pick(addrs []netip.Addr, f eval.Family) (netip.Addr, bool) {
+func pick(addrs []netip.Addr, f ipfamily.Family) (netip.Addr, bool) {
 	for _, a := range addrs {
-		if f == eval.FamilyPrimary || (f == eval.FamilyIPv4) == a.Is4() {
+		if f == ipfamily.Any || (f == ipfamily.IPv4) == a.Is4() {
 			return a, true
 		}
 	}
 	return netip.Addr{}, false
 }
 
-func familyName(f eval.Family) string {
-	if f == eval.FamilyPrimary {
+func familyName(f ipfamily.Family) string {
+	if f == ipfamily.Any {
 		return "IP"
 	}
 	return string(f)

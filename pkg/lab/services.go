@@ -11,7 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 )
 
 // ServiceProbeOptions choose how ProbeServices dials.
@@ -19,7 +19,7 @@ type ServiceProbeOptions struct {
 	// Family picks the ClusterIP of dual-stack Services (and the node
 	// addresses NodePorts are dialed on): IPv4, IPv6, or, by default,
 	// each Service's primary family (its first ClusterIP's).
-	Family eval.Family
+	Family ipfamily.Family
 	// Timeout bounds one attempt (default 500ms); failed probes are tried
 	// once more with RetryTimeout (default 4 x Timeout) unless NoRetry.
 	Timeout      time.Duration
@@ -143,7 +143,7 @@ func (l *Lab) ProbeServices(ctx context.Context, opts ServiceProbeOptions) ([]Se
 			}
 		}
 	}
-	if opts.Family != eval.FamilyPrimary {
+	if opts.Family != ipfamily.Any {
 		for svc := range seen {
 			if !probed[svc] {
 				notes = append(notes, fmt.Sprintf("service %s has no %s ClusterIP: not probed", svc, familyName(opts.Family)))
@@ -211,11 +211,11 @@ func (l *Lab) ProbeServices(ctx context.Context, opts ServiceProbeOptions) ([]Se
 
 // wantFamily: whether a Service port of family fam is probed when asked
 // for `want`, the Service's primary family being primary.
-func wantFamily(fam corev1.IPFamily, want eval.Family, primary corev1.IPFamily) bool {
+func wantFamily(fam corev1.IPFamily, want ipfamily.Family, primary corev1.IPFamily) bool {
 	switch want {
-	case eval.FamilyIPv4:
+	case ipfamily.IPv4:
 		return fam == corev1.IPv4Protocol
-	case eval.FamilyIPv6:
+	case ipfamily.IPv6:
 		return fam == corev1.IPv6Protocol
 	}
 	return fam == primary

@@ -16,7 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/cluster"
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 )
 
 // webService is y/web in hostnet.yaml's cluster: port 80 to target port
@@ -162,7 +162,7 @@ func TestProbeServicesWithoutNAT(t *testing.T) {
 		t.Errorf("notes: %v", notes)
 	}
 	// IPv6: the Service has no IPv6 ClusterIP.
-	obs, notes, err = l.ProbeServices(t.Context(), ServiceProbeOptions{Family: eval.FamilyIPv6})
+	obs, notes, err = l.ProbeServices(t.Context(), ServiceProbeOptions{Family: ipfamily.IPv6})
 	if err != nil || len(obs) != 0 || !strings.Contains(strings.Join(notes, "\n"), "y/web has no ipv6 ClusterIP") {
 		t.Errorf("IPv6: %v, %v, %v; want no rows and a note", obs, notes, err)
 	}
@@ -297,7 +297,7 @@ func TestServicesThroughNAT(t *testing.T) {
 		installNAT(t, n, rules)
 	}
 
-	for _, family := range []eval.Family{eval.FamilyIPv4, eval.FamilyIPv6} {
+	for _, family := range []ipfamily.Family{ipfamily.IPv4, ipfamily.IPv6} {
 		obs, notes, err := l.ProbeServices(t.Context(), ServiceProbeOptions{Family: family})
 		if err != nil {
 			t.Fatal(err)
@@ -305,7 +305,7 @@ func TestServicesThroughNAT(t *testing.T) {
 		// Sources with an address of the family: 4 (IPv6: 5) pods and
 		// x/host; per port a ClusterIP row each, and a NodePort row each
 		// and one from outside per node.
-		sources := map[eval.Family]int{eval.FamilyIPv4: 5, eval.FamilyIPv6: 6}[family]
+		sources := map[ipfamily.Family]int{ipfamily.IPv4: 5, ipfamily.IPv6: 6}[family]
 		if want := 2 * (sources + 2*(sources+1)); len(obs) != want {
 			t.Errorf("%s: %d rows, want %d", family, len(obs), want)
 		}
@@ -317,7 +317,7 @@ func TestServicesThroughNAT(t *testing.T) {
 		if len(obs) > 0 && (obs[0].To != "service/y/web" || obs[0].Protocol != corev1.ProtocolUDP || obs[0].Port != 53) {
 			t.Errorf("first row %+v; want the dns port's ClusterIP", obs[0])
 		}
-		if !strings.Contains(strings.Join(notes, "\n"), "x/six, y/six") && family == eval.FamilyIPv4 {
+		if !strings.Contains(strings.Join(notes, "\n"), "x/six, y/six") && family == ipfamily.IPv4 {
 			t.Errorf("notes %v do not name the IPv6-only pods", notes)
 		}
 	}

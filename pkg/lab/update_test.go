@@ -7,6 +7,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 )
 
 const podTemplate = `
@@ -77,12 +78,12 @@ func TestUpdate(t *testing.T) {
 	}
 
 	probes := mustProbes(t, "tcp/80", "udp/81")
-	for _, family := range []eval.Family{eval.FamilyIPv4, eval.FamilyIPv6} {
+	for _, family := range []ipfamily.Family{ipfamily.IPv4, ipfamily.IPv6} {
 		opts := eval.TableOptions{Probes: probes, Family: family}
 		got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: family})
 		sameTable(t, evalTable(next, opts), got)
 	}
-	o, err := l.ProbeOne(t.Context(), "y/c", "x/h3", mustProbes(t, "tcp/8080")[0], eval.FamilyIPv4)
+	o, err := l.ProbeOne(t.Context(), "y/c", "x/h3", mustProbes(t, "tcp/8080")[0], ipfamily.IPv4)
 	if err != nil || o.Reply != "x/h3" {
 		t.Errorf("y/c -> x/h3 tcp/8080: %+v, %v; want a reply from x/h3", o, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/netpol/netpol/pkg/ipfamily"
 )
 
 // Family is what differs between IPv4 and IPv6 in a rule or key: one code
@@ -28,9 +30,9 @@ var (
 	Families = []*Family{IPv4, IPv6}
 )
 
-// FamilyOf returns the family of an address.
+// FamilyOf returns the family of an address (ipfamily.Of).
 func FamilyOf(a netip.Addr) *Family {
-	if a.Unmap().Is4() {
+	if ipfamily.Of(a) == ipfamily.IPv4 {
 		return IPv4
 	}
 	return IPv6

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -157,13 +158,6 @@ func validProtocol(p corev1.Protocol) bool {
 	return p == corev1.ProtocolTCP || p == corev1.ProtocolUDP || p == corev1.ProtocolSCTP
 }
 
-func familyOf(ip netip.Addr) corev1.IPFamily {
-	if ip.Is4() {
-		return corev1.IPv4Protocol
-	}
-	return corev1.IPv6Protocol
-}
-
 // service adds the ServicePorts of one Service, whose slices are
 // endpointSlices (sorted by name).
 func (b *builder) service(svc *corev1.Service, endpointSlices []*Slice) {
@@ -194,7 +188,7 @@ func (b *builder) service(svc *corev1.Service, endpointSlices []*Slice) {
 			continue
 		}
 		ip = ip.Unmap()
-		fam := familyOf(ip)
+		fam := ipfamily.Of(ip).Kubernetes()
 		if i < len(spec.IPFamilies) && spec.IPFamilies[i] != fam {
 			b.errorf(obj, f, "%s does not match spec.ipFamilies[%d] %s", ip, i, spec.IPFamilies[i])
 			continue
@@ -218,7 +212,7 @@ func (b *builder) service(svc *corev1.Service, endpointSlices []*Slice) {
 			continue
 		}
 		ip = ip.Unmap()
-		externalIPs[familyOf(ip)] = append(externalIPs[familyOf(ip)], ip)
+		externalIPs[ipfamily.Of(ip).Kubernetes()] = append(externalIPs[ipfamily.Of(ip).Kubernetes()], ip)
 	}
 	lbIPs := map[corev1.IPFamily][]netip.Addr{}
 	for i, ing := range svc.Status.LoadBalancer.Ingress {
@@ -231,7 +225,7 @@ func (b *builder) service(svc *corev1.Service, endpointSlices []*Slice) {
 			continue
 		}
 		ip = ip.Unmap()
-		lbIPs[familyOf(ip)] = append(lbIPs[familyOf(ip)], ip)
+		lbIPs[ipfamily.Of(ip).Kubernetes()] = append(lbIPs[ipfamily.Of(ip).Kubernetes()], ip)
 	}
 	ranges := map[corev1.IPFamily][]netip.Prefix{}
 	anySource := map[corev1.IPFamily]bool{}
@@ -242,7 +236,7 @@ func (b *builder) service(svc *corev1.Service, endpointSlices []*Slice) {
 			continue
 		}
 		p = p.Masked()
-		fam := familyOf(p.Addr())
+		fam := ipfamily.Of(p.Addr()).Kubernetes()
 		if p.Bits() == 0 {
 			anySource[fam] = true
 		}

@@ -10,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -110,7 +111,7 @@ func ParseSlice(es *discoveryv1.EndpointSlice, node string) *Slice {
 			continue
 		}
 		ip = ip.Unmap()
-		if familyOf(ip) != ps.Family {
+		if ipfamily.Of(ip).Kubernetes() != ps.Family {
 			errorf(field+".addresses[0]", "%s is not of address type %s", ip, es.AddressType)
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/netpol/netpol/internal/benchstat"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -293,7 +294,7 @@ func TestAPIServerDown(t *testing.T) {
 // rounds) until the returned stop is called; every round must equal the
 // evaluator's table for snap.
 func (w *world) probeContinuously(snap *cluster.Snapshot, model *policy.Model, rounds int) (stop func()) {
-	want := eval.New(snap, model).Table(eval.TableOptions{Probes: probes, Family: eval.FamilyIPv4})
+	want := eval.New(snap, model).Table(eval.TableOptions{Probes: probes, Family: ipfamily.IPv4})
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -308,7 +309,7 @@ func (w *world) probeContinuously(snap *cluster.Snapshot, model *policy.Model, r
 				}
 			default:
 			}
-			got, _, err := w.lab.Probe(w.ctx, lab.ProbeOptions{Probes: probes, Family: eval.FamilyIPv4, Timeout: 300 * time.Millisecond, NoRetry: true})
+			got, _, err := w.lab.Probe(w.ctx, lab.ProbeOptions{Probes: probes, Family: ipfamily.IPv4, Timeout: 300 * time.Millisecond, NoRetry: true})
 			n++
 			if err != nil {
 				w.t.Errorf("probe round %d: %v", n, err)

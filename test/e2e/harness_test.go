@@ -34,6 +34,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/node"
@@ -489,8 +490,8 @@ func (w *world) matrixMatches(what string, snap *cluster.Snapshot, model *policy
 	if err := w.lab.FlushConntrack(); err != nil {
 		w.t.Fatal(err)
 	}
-	want := eval.New(snap, model).Table(eval.TableOptions{Probes: probes, Family: eval.FamilyIPv4})
-	got, _, err := w.lab.Probe(w.ctx, lab.ProbeOptions{Probes: probes, Family: eval.FamilyIPv4, Timeout: 250 * time.Millisecond, RetryTimeout: time.Second})
+	want := eval.New(snap, model).Table(eval.TableOptions{Probes: probes, Family: ipfamily.IPv4})
+	got, _, err := w.lab.Probe(w.ctx, lab.ProbeOptions{Probes: probes, Family: ipfamily.IPv4, Timeout: 250 * time.Millisecond, RetryTimeout: time.Second})
 	if err != nil {
 		w.t.Fatal(err)
 	}
