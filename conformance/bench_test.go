@@ -19,6 +19,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
@@ -195,7 +196,7 @@ func BenchmarkConnRate(b *testing.B) {
 	from, to := dispatchedAllowedPair(b, snap, ev, table)
 	l := nodeOnlyLab(b, snap, from, to)
 	a := nodeApplier(b, l)
-	probe := eval.Probe{Protocol: "TCP", Port: 80}
+	probe := l4.Port{Protocol: "TCP", Port: 80}
 	rate := func() float64 { return probeRate(b, l, from, to, probe) }
 	var with, without float64
 	for b.Loop() {
@@ -244,12 +245,12 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 		tables[layout] = t
 	}
 	// A TCP port the destination declares (the lab serves those).
-	declared := func(dst *corev1.Pod) []eval.Probe {
-		var out []eval.Probe
+	declared := func(dst *corev1.Pod) []l4.Port {
+		var out []l4.Port
 		for _, c := range dst.Spec.Containers {
 			for _, p := range c.Ports {
 				if p.Protocol == "" || p.Protocol == corev1.ProtocolTCP {
-					out = append(out, eval.Probe{Protocol: "TCP", Port: p.ContainerPort})
+					out = append(out, l4.Port{Protocol: "TCP", Port: p.ContainerPort})
 				}
 			}
 		}
@@ -346,7 +347,7 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 
 // probeRate is connRate of probes from one lab pod to another, each of
 // which must connect.
-func probeRate(b *testing.B, l *lab.Lab, from, to string, probe eval.Probe) float64 {
+func probeRate(b *testing.B, l *lab.Lab, from, to string, probe l4.Port) float64 {
 	return connRate(b, func() error {
 		o, err := l.ProbeOne(context.Background(), from, to, probe, ipfamily.IPv4)
 		if err == nil && !o.Allowed {
@@ -386,8 +387,8 @@ func dispatchedAllowedPair(b *testing.B, snap *cluster.Snapshot, ev *eval.Evalua
 }
 
 func dispatchedAllowedPairOn(b *testing.B, snap *cluster.Snapshot, ev *eval.Evaluator, t *nft.Table, node string) (string, string) {
-	from, to, _ := dispatchedAllowedPairPort(b, snap, ev, t, node, func(*corev1.Pod) []eval.Probe {
-		return []eval.Probe{{Protocol: "TCP", Port: 80}}
+	from, to, _ := dispatchedAllowedPairPort(b, snap, ev, t, node, func(*corev1.Pod) []l4.Port {
+		return []l4.Port{{Protocol: "TCP", Port: 80}}
 	})
 	return from, to
 }
@@ -396,7 +397,7 @@ func dispatchedAllowedPairOn(b *testing.B, snap *cluster.Snapshot, ev *eval.Eval
 // kernel dispatches into class chains in both directions and one of the
 // probes (of the destination pod) that policy allows between them.
 func dispatchedAllowedPairPort(b *testing.B, snap *cluster.Snapshot, ev *eval.Evaluator, t *nft.Table, node string,
-	probes func(dst *corev1.Pod) []eval.Probe) (string, string, eval.Probe) {
+	probes func(dst *corev1.Pod) []l4.Port) (string, string, l4.Port) {
 	inMap := func(m string, ip string) bool {
 		key := nft.IPv4.AddrBytes(netip.MustParseAddr(ip))
 		for _, e := range t.Sets[m].Elements {
@@ -433,5 +434,5 @@ func dispatchedAllowedPairPort(b *testing.B, snap *cluster.Snapshot, ev *eval.Ev
 		}
 	}
 	b.Fatal("no allowed pair of dispatched pods on the node")
-	return "", "", eval.Probe{}
+	return "", "", l4.Port{}
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/probe"
 )
@@ -70,7 +71,7 @@ type ClusterOptions struct {
 	Ready time.Duration
 	// Probes are the ports (default generator.Probes(); SCTP is dropped,
 	// with a note, where the pods cannot make SCTP sockets).
-	Probes []eval.Probe
+	Probes []l4.Port
 	// CaseDone is called after each case (progress).
 	CaseDone func(CaseResult)
 	// Logf, when set, is told what the runner is doing.
@@ -201,7 +202,7 @@ type clusterRun struct {
 	run        string
 	namespaces map[string]string // base -> live
 	env        generator.ClusterEnv
-	probes     []eval.Probe
+	probes     []l4.Port
 	// skippedPerStep counts the probes of each cell not run (SCTP).
 	skippedPerStep int
 	// banpTaken: a BaselineAdminNetworkPolicy "default" that is not the
@@ -825,7 +826,7 @@ func (r *clusterRun) liveNamespaces() []string {
 
 type cellKey struct {
 	from, to string
-	probe    eval.Probe
+	probe    l4.Port
 }
 
 // probeAll dials every cell of want from inside its source pod: one exec
@@ -864,7 +865,7 @@ func (r *clusterRun) probeAll(ctx context.Context, want *eval.Table) (*eval.Tabl
 			for k, i := range cells {
 				c := want.Results[i]
 				got.Results[i].Allowed = out[k].Allowed
-				outcomes[cellKey{c.From, c.To, eval.Probe{Protocol: c.Protocol, Port: c.Port}}] = out[k]
+				outcomes[cellKey{c.From, c.To, l4.Port{Protocol: c.Protocol, Port: c.Port}}] = out[k]
 				if strings.HasPrefix(out[k].Result, probe.ErrorPrefix) {
 					errs = append(errs, fmt.Errorf("%s -> %s %s/%d: %s", c.From, c.To, c.Protocol, c.Port, out[k].Result))
 				}

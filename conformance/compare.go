@@ -4,12 +4,13 @@ import (
 	"fmt"
 
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 )
 
 // Difference is a cell where the kernel and the evaluator disagree.
 type Difference struct {
 	From, To string
-	Probe    eval.Probe
+	Probe    l4.Port
 	// Expected is the evaluator's verdict; the kernel did the opposite.
 	Expected bool
 }
@@ -30,15 +31,15 @@ func (d Difference) String() string {
 func Compare(expected, observed *eval.Table) ([]Difference, error) {
 	type key struct {
 		from, to string
-		probe    eval.Probe
+		probe    l4.Port
 	}
 	seen := make(map[key]bool, len(observed.Results))
 	for _, r := range observed.Results {
-		seen[key{r.From, r.To, eval.Probe{Protocol: r.Protocol, Port: r.Port}}] = r.Allowed
+		seen[key{r.From, r.To, l4.Port{Protocol: r.Protocol, Port: r.Port}}] = r.Allowed
 	}
 	var diffs []Difference
 	for _, r := range expected.Results {
-		k := key{r.From, r.To, eval.Probe{Protocol: r.Protocol, Port: r.Port}}
+		k := key{r.From, r.To, l4.Port{Protocol: r.Protocol, Port: r.Port}}
 		got, ok := seen[k]
 		if !ok {
 			return nil, fmt.Errorf("the observed table has no cell %s -> %s %s", r.From, r.To, k.probe)

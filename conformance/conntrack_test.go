@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netpol/netpol/conformance"
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 )
 
@@ -33,7 +33,7 @@ func TestFlushConntrack(t *testing.T) {
 	if _, err := enf.Sync(snap); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.Probe(ctx, lab.ProbeOptions{Probes: []eval.Probe{{Protocol: "UDP", Port: 81}}}); err != nil {
+	if _, _, err := l.Probe(ctx, lab.ProbeOptions{Probes: []l4.Port{{Protocol: "UDP", Port: 81}}}); err != nil {
 		t.Fatal(err)
 	}
 	tracked := func() int {

@@ -12,6 +12,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 )
 
@@ -184,11 +185,11 @@ func runCase(t *testing.T, ctx context.Context, l *lab.Lab, enf *conformance.Enf
 }
 
 // supported drops SCTP probes when the kernel has no SCTP.
-func supported(probes []eval.Probe) []eval.Probe {
+func supported(probes []l4.Port) []l4.Port {
 	if ok, _ := lab.SCTPSupported(); ok {
 		return probes
 	}
-	var out []eval.Probe
+	var out []l4.Port
 	for _, p := range probes {
 		if p.Protocol != "SCTP" {
 			out = append(out, p)
@@ -198,7 +199,7 @@ func supported(probes []eval.Probe) []eval.Probe {
 }
 
 // casePorts is every probe the cases of a base use.
-func casePorts(t *testing.T, cases []*corpus.Case) []eval.Probe {
+func casePorts(t *testing.T, cases []*corpus.Case) []l4.Port {
 	var all []corpus.Expect
 	for _, c := range cases {
 		for _, st := range c.Steps {
@@ -210,11 +211,11 @@ func casePorts(t *testing.T, cases []*corpus.Case) []eval.Probe {
 
 // expectedProbes is every probe the expectations name, once each, in
 // order; SCTP ones are left out where the kernel has no SCTP.
-func expectedProbes(t *testing.T, expects []corpus.Expect) []eval.Probe {
-	seen := map[eval.Probe]bool{}
-	var out []eval.Probe
+func expectedProbes(t *testing.T, expects []corpus.Expect) []l4.Port {
+	seen := map[l4.Port]bool{}
+	var out []l4.Port
 	for _, x := range expects {
-		probes, err := eval.ParseProbes(x.Ports)
+		probes, err := l4.ParsePorts(x.Ports)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/node"
@@ -36,7 +36,7 @@ func newDNSBench(b *testing.B) *dnsBench {
 	if len(report.Errors) > 0 {
 		b.Fatal(report.Errors)
 	}
-	l, err := lab.Up(context.Background(), snap, lab.Options{OutsidePorts: []eval.Probe{web}})
+	l, err := lab.Up(context.Background(), snap, lab.Options{OutsidePorts: []l4.Port{web}})
 	if err != nil {
 		b.Fatal(err)
 	}

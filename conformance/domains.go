@@ -15,6 +15,7 @@ import (
 	"github.com/netpol/netpol/pkg/domain"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/node"
 )
@@ -50,8 +51,8 @@ const (
 
 // DomainProbeOptions say what to probe.
 type DomainProbeOptions struct {
-	Probes []eval.Probe // ports (each connects to the address on it)
-	TCP    bool         // resolve over TCP (default UDP)
+	Probes []l4.Port // ports (each connects to the address on it)
+	TCP    bool      // resolve over TCP (default UDP)
 	// Timeout of each connection (default 1 s) and Parallel probes at once
 	// (default 16).
 	Timeout  time.Duration
@@ -111,7 +112,7 @@ func ExpectedDomains(ev *eval.Evaluator, snap *cluster.Snapshot, zone *domain.Zo
 	if !ok {
 		return nil, fmt.Errorf("the state has no pod serving Service %s (its EndpointSlices' ready endpoints)", node.ClusterDNSService)
 	}
-	dnsProbe := eval.Probe{Protocol: corev1.ProtocolUDP, Port: 53}
+	dnsProbe := l4.Port{Protocol: corev1.ProtocolUDP, Port: 53}
 	if opts.TCP {
 		dnsProbe.Protocol = corev1.ProtocolTCP
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/domain"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/policy"
@@ -24,7 +25,7 @@ import (
 
 const domainsFixture = "../examples/lab-dns.yaml"
 
-var web = eval.Probe{Protocol: corev1.ProtocolTCP, Port: 80}
+var web = l4.Port{Protocol: corev1.ProtocolTCP, Port: 80}
 
 // domainLab brings up the lab of examples/lab-dns.yaml (a zone served as
 // kube-dns's endpoint, its addresses on the outside serving tcp/80) and
@@ -35,7 +36,7 @@ func domainLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, *conformance.Enforcer
 
 // domainLabFrom is domainLab for another state file, the outside serving
 // ports.
-func domainLabFrom(t *testing.T, layout compiler.Layout, path string, ports ...eval.Probe) (*cluster.Snapshot, *lab.Lab, *conformance.Enforcer) {
+func domainLabFrom(t *testing.T, layout compiler.Layout, path string, ports ...l4.Port) (*cluster.Snapshot, *lab.Lab, *conformance.Enforcer) {
 	t.Helper()
 	requireRoot(t)
 	snap, report := cluster.LoadPaths([]string{path}, nil)
@@ -134,7 +135,7 @@ func domainsAgree(t *testing.T, snap *cluster.Snapshot, l *lab.Lab, tcp bool) ma
 	t.Helper()
 	ev := eval.New(snap, policy.Build(snap))
 	ev.LearnDomains(conformance.ZoneOracle(l.Zone()))
-	opts := conformance.DomainProbeOptions{Probes: []eval.Probe{web}, TCP: tcp}
+	opts := conformance.DomainProbeOptions{Probes: []l4.Port{web}, TCP: tcp}
 	want, err := conformance.ExpectedDomains(ev, snap, l.Zone(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +267,7 @@ func TestDomainNameEstablishedOutlivesTTL(t *testing.T) {
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	udp80 := eval.Probe{Protocol: corev1.ProtocolUDP, Port: 80}
+	udp80 := l4.Port{Protocol: corev1.ProtocolUDP, Port: 80}
 	_, l, _ := domainLabFrom(t, compiler.LayoutAddresses, path, web, udp80)
 	ctx := context.Background()
 	server, _ := l.ClusterDNS(netip.MustParseAddr("10.244.1.10"))

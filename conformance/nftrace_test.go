@@ -17,6 +17,7 @@ import (
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 )
@@ -132,7 +133,7 @@ func TestNFTraceMatchesTracer(t *testing.T) {
 				}
 				for _, r := range cells {
 					name := fmt.Sprintf("%s/step%d/%s->%s/%s-%d", c.Name, i, r.From, r.To, strings.ToLower(string(r.Protocol)), r.Port)
-					probe := eval.Probe{Protocol: r.Protocol, Port: r.Port}
+					probe := l4.Port{Protocol: r.Protocol, Port: r.Port}
 					dstEp, err := ev.Endpoint(r.To, ipfamily.Any, netip.Addr{})
 					if err != nil {
 						t.Fatal(err)
@@ -163,7 +164,7 @@ func TestNFTraceMatchesTracer(t *testing.T) {
 			{"client/a", ap("10.96.0.20:5432"), false}, // policy after DNAT: denied client
 			{"client/a", ap("10.96.0.10:80"), true},    // ClusterIP with three endpoints (numgen)
 		} {
-			probe := eval.Probe{Protocol: corev1.ProtocolTCP, Port: int32(c.to.Port())}
+			probe := l4.Port{Protocol: corev1.ProtocolTCP, Port: int32(c.to.Port())}
 			srcEp, err := ev.Endpoint(c.from, ipfamily.Any, c.to.Addr())
 			if err != nil {
 				t.Fatal(err)
@@ -235,7 +236,7 @@ func newLabTracer(t *testing.T, l *lab.Lab) *labTracer {
 
 // cell traces one connection in the kernel and through the Tracer and
 // compares them node by node.
-func (lt *labTracer) cell(t *testing.T, name string, st *traceTally, dp *dataplane.Cluster, from string, srcEp, dstEp eval.Endpoint, dst netip.AddrPort, probe eval.Probe, wantAllowed *bool) {
+func (lt *labTracer) cell(t *testing.T, name string, st *traceTally, dp *dataplane.Cluster, from string, srcEp, dstEp eval.Endpoint, dst netip.AddrPort, probe l4.Port, wantAllowed *bool) {
 	t.Helper()
 	paths, err := dp.Paths(srcEp, dstEp, probe)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/probe"
 )
@@ -49,7 +50,7 @@ func (c outsideCell) pod() string {
 // every pod, with how to probe each. As eval.TableWith pairs families, a
 // pod uses its address of the outside's family; without one its cells are
 // not allowed.
-func outsideCells(ev *eval.Evaluator, pods []string, outside []netip.Addr, probes []eval.Probe) ([]eval.Result, []outsideCell, error) {
+func outsideCells(ev *eval.Evaluator, pods []string, outside []netip.Addr, probes []l4.Port) ([]eval.Result, []outsideCell, error) {
 	var results []eval.Result
 	var cells []outsideCell
 	for _, pr := range probes {
@@ -234,11 +235,11 @@ func (r *labRun) reprobeOutside(outside map[cellID]outsideCell, diffs []Differen
 // cellID names one cell of a table.
 type cellID struct {
 	from, to string
-	probe    eval.Probe
+	probe    l4.Port
 }
 
 func keyOf(r eval.Result) cellID {
-	return cellID{r.From, r.To, eval.Probe{Protocol: r.Protocol, Port: r.Port}}
+	return cellID{r.From, r.To, l4.Port{Protocol: r.Protocol, Port: r.Port}}
 }
 
 // podsInLab are the pods the lab runs (not those it left out).

@@ -10,6 +10,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -162,7 +163,7 @@ func TestLayoutSwitchWithoutFlip(t *testing.T) {
 
 // restartLab is the e2e base with restartPolicies, in a lab, and the
 // probes the restart tests make.
-func restartLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, []eval.Probe) {
+func restartLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, []l4.Port) {
 	t.Helper()
 	requireRoot(t)
 	snap := baseSnapshot(t, "e2e")
@@ -178,12 +179,12 @@ func restartLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, []eval.Probe) {
 			t.Errorf("lab down: %v", err)
 		}
 	})
-	return snap, l, []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 81}}
+	return snap, l, []l4.Port{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 81}}
 }
 
 // syncedTable programs the lab through enf and returns the evaluator's
 // table for probes: what the kernel must answer from now on.
-func syncedTable(t *testing.T, enf *conformance.Enforcer, snap *cluster.Snapshot, probes []eval.Probe) *eval.Table {
+func syncedTable(t *testing.T, enf *conformance.Enforcer, snap *cluster.Snapshot, probes []l4.Port) *eval.Table {
 	t.Helper()
 	if _, err := enf.Sync(snap); err != nil {
 		t.Fatal(err)
@@ -201,7 +202,7 @@ type probing struct {
 	done     chan struct{}
 }
 
-func probeContinuously(ctx context.Context, l *lab.Lab, want *eval.Table, probes []eval.Probe) *probing {
+func probeContinuously(ctx context.Context, l *lab.Lab, want *eval.Table, probes []l4.Port) *probing {
 	p := &probing{halt: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)

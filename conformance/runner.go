@@ -15,6 +15,7 @@ import (
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/report"
@@ -27,7 +28,7 @@ type LabOptions struct {
 	Base func() *cluster.Snapshot
 	// Probes are the ports of every step (default generator.Probes();
 	// SCTP is dropped, with a note, on a kernel without it).
-	Probes []eval.Probe
+	Probes []l4.Port
 	// Prefix names the lab's namespaces (default: netpol lab's).
 	Prefix string
 	// Outside are the addresses of the host outside the cluster (the lab's
@@ -192,7 +193,7 @@ func (lr *LabRunner) Close() error {
 	return nil
 }
 
-func isSCTP(p eval.Probe) bool { return p.Protocol == "SCTP" }
+func isSCTP(p l4.Port) bool { return p.Protocol == "SCTP" }
 
 // cellsPerProbe is how many cells a table has per port: pod pairs, and
 // pods to and from the outside.
@@ -207,7 +208,7 @@ type labRun struct {
 	ctx    context.Context
 	l      *lab.Lab
 	enf    *Enforcer
-	probes []eval.Probe
+	probes []l4.Port
 	opts   LabOptions
 	notes  []string
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/conformance/generator"
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 )
@@ -36,7 +36,7 @@ spec:
   ingress: [{ports: [{port: 80, protocol: TCP}]}]
 `}}},
 	}
-	probes := []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "TCP", Port: 81}}
+	probes := []l4.Port{{Protocol: "TCP", Port: 80}, {Protocol: "TCP", Port: 81}}
 	var pods []string
 	inject := func(l *lab.Lab) error {
 		var target *lab.Pod
@@ -182,7 +182,7 @@ spec:
 		}
 		return nil
 	}
-	probes := []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 81}}
+	probes := []l4.Port{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 81}}
 	rep, err := conformance.RunLab(t.Context(), cases, conformance.LabOptions{Probes: probes, Prefix: "netpol-confout", AfterUp: inject})
 	if err != nil {
 		t.Fatal(err)

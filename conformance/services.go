@@ -10,6 +10,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/proxy"
 )
@@ -75,7 +76,7 @@ func CompareServices(snap *cluster.Snapshot, ev *eval.Evaluator, rows []lab.Serv
 		// the client, or, when it is masqueraded (a host-network client),
 		// that node, whose address the client has.
 		for _, ep := range route.Endpoints {
-			v, err := ev.Explain(row.From, ep.PodNamespace+"/"+ep.PodName, eval.Probe{Protocol: row.Protocol, Port: ep.Port}, family)
+			v, err := ev.Explain(row.From, ep.PodNamespace+"/"+ep.PodName, l4.Port{Protocol: row.Protocol, Port: ep.Port}, family)
 			if err != nil {
 				return nil, compared, fmt.Errorf("%s -> %s: endpoint %s: %w", row.From, row.To, ep.Endpoint, err)
 			}

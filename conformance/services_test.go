@@ -24,6 +24,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy/healthcheck"
@@ -168,7 +169,7 @@ func TestServicesInKernel(t *testing.T) {
 		from string
 		want bool
 	}{{"client/c", true}, {"client/a", false}} {
-		v, err := ev.Explain(c.from, "app/db", eval.Probe{Protocol: "TCP", Port: 5432}, ipfamily.IPv4)
+		v, err := ev.Explain(c.from, "app/db", l4.Port{Protocol: "TCP", Port: 5432}, ipfamily.IPv4)
 		if err != nil || v.Allowed != c.want {
 			t.Errorf("evaluator: %s -> app/db tcp/5432: allowed=%v (%v), want %v", c.from, v.Allowed, err, c.want)
 		}

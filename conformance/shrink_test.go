@@ -9,7 +9,7 @@ import (
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/conformance/generator"
 	"github.com/netpol/netpol/pkg/cluster"
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 )
@@ -44,7 +44,7 @@ func TestShrinkOnLab(t *testing.T) {
 		return err
 	}
 	lr, err := conformance.NewLabRunner(context.Background(), conformance.LabOptions{
-		Probes: []eval.Probe{{Protocol: "TCP", Port: 81}}, Prefix: "netpol-confshrink", AfterUp: inject})
+		Probes: []l4.Port{{Protocol: "TCP", Port: 81}}, Prefix: "netpol-confshrink", AfterUp: inject})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/conformance"
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/probe"
 )
 
@@ -140,7 +140,7 @@ func TestProbeDial(t *testing.T) {
 	}
 	port := int32(l.Addr().(*net.TCPAddr).Port)
 	l.Close()
-	srv, err := probe.Serve(netns.None(), "x/a", lo, eval.Probe{Protocol: corev1.ProtocolTCP, Port: port})
+	srv, err := probe.Serve(netns.None(), "x/a", lo, l4.Port{Protocol: corev1.ProtocolTCP, Port: port})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/pkg/dnssnoop"
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/node"
 )
@@ -32,7 +32,7 @@ type domainResults struct {
 }
 
 // expectedDomains are the evaluator's domain rows for the loaded state.
-func expectedDomains(l *loaded, probes []eval.Probe, tcp bool) ([]conformance.DomainRow, error) {
+func expectedDomains(l *loaded, probes []l4.Port, tcp bool) ([]conformance.DomainRow, error) {
 	zone, err := lab.ZoneOf(l.snap)
 	if err != nil {
 		return nil, err
@@ -65,7 +65,7 @@ func writeDomainRows(out io.Writer, rows []conformance.DomainRow, format string)
 // the nodes learning from DNS, every pod resolving every name and
 // connecting; with compare, the evaluator's rows too and an error when
 // they differ.
-func probeDomains(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []eval.Probe, tcp, compare bool, output string) error {
+func probeDomains(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []l4.Port, tcp, compare bool, output string) error {
 	l, lb, enf, probes, err := startLabWith(ctx, cmd, in, prefix, probes, true)
 	if err != nil {
 		return err

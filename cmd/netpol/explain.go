@@ -3,8 +3,8 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/report"
 )
 
@@ -57,7 +57,7 @@ an error or when some input object was invalid (reported on stderr); with
 			if err := checkFormat(output, "text", "json", "yaml"); err != nil {
 				return err
 			}
-			probe, err := eval.ParseProbe(port)
+			probe, err := l4.ParsePort(port)
 			if err != nil {
 				return err
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
 	"github.com/netpol/netpol/pkg/report"
@@ -105,7 +106,7 @@ func parseServiceName(s string) (serviceTarget, bool, error) {
 // svc/, service/ or nodeport/ name, or an address that is a frontend at
 // probe's port. ok is false for any other destination (a pod, an address
 // not DNATed).
-func serviceDestination(snap *cluster.Snapshot, dst string, probe eval.Probe) (t serviceTarget, ok bool, err error) {
+func serviceDestination(snap *cluster.Snapshot, dst string, probe l4.Port) (t serviceTarget, ok bool, err error) {
 	if t, ok, err = parseServiceName(dst); ok || err != nil {
 		return t, ok, err
 	}
@@ -120,7 +121,7 @@ func serviceDestination(snap *cluster.Snapshot, dst string, probe eval.Probe) (t
 // address with a NodePort of that number. ok is false when addr and port
 // are not a Service frontend (the connection is not DNATed); a ClusterIP
 // without that port is an error (the node rejects such connections).
-func serviceByAddress(snap *cluster.Snapshot, addr netip.Addr, probe eval.Probe) (serviceTarget, bool, error) {
+func serviceByAddress(snap *cluster.Snapshot, addr netip.Addr, probe l4.Port) (serviceTarget, bool, error) {
 	addr = addr.Unmap()
 	t := serviceTarget{given: addr.String(), addr: addr}
 	hasPort := func(svc *corev1.Service, nodePort bool) bool {
@@ -276,7 +277,7 @@ func nodeAddress(snap *cluster.Snapshot, node string, fam corev1.IPFamily) netip
 // for the frontend under the Service's traffic policies, and each one as
 // policy sees it: at its target port, from the client or, when the client
 // is masqueraded, from the node.
-func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe, family ipfamily.Family) (*serviceVerdict, error) {
+func explainService(l *loaded, srcName string, t serviceTarget, probe l4.Port, family ipfamily.Family) (*serviceVerdict, error) {
 	snap := l.snap
 	var svc *corev1.Service
 	for _, s := range snap.Services {
@@ -335,7 +336,7 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 		if s.Namespace != t.namespace || s.Name != t.name {
 			continue
 		}
-		p := eval.Probe{Protocol: s.Protocol, Port: s.Port}.String()
+		p := l4.Port{Protocol: s.Protocol, Port: s.Port}.String()
 		if s.NodePort != 0 {
 			p += fmt.Sprintf(" (NodePort %d)", s.NodePort)
 		}
@@ -422,7 +423,7 @@ func explainService(l *loaded, srcName string, t serviceTarget, probe eval.Probe
 		if ep.Hairpin && ep.NodeSource {
 			notes = append(notes, fmt.Sprintf("endpoint %s is the client itself, reached through node %s: that node masquerades it (hairpin), so policy sees node %s", dst, node, node))
 		}
-		v, err := l.evaluator.Explain(policySrc, dst, eval.Probe{Protocol: probe.Protocol, Port: ep.Port}, ipfamily.FromKubernetes(fam))
+		v, err := l.evaluator.Explain(policySrc, dst, l4.Port{Protocol: probe.Protocol, Port: ep.Port}, ipfamily.FromKubernetes(fam))
 		if err != nil {
 			return nil, fmt.Errorf("endpoint %s: %w", dst, err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/report"
@@ -48,7 +49,7 @@ func signalContext(parent context.Context) (context.Context, context.CancelFunc)
 // pod serves the ports of probes (default: every port any pod declares),
 // as upstream's test servers do, so a closed port is never mistaken for a
 // policy denial.
-func startLab(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []eval.Probe) (*loaded, *lab.Lab, *conformance.Enforcer, error) {
+func startLab(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []l4.Port) (*loaded, *lab.Lab, *conformance.Enforcer, error) {
 	l, lb, enf, _, err := startLabWith(ctx, cmd, in, prefix, probes, false)
 	return l, lb, enf, err
 }
@@ -56,7 +57,7 @@ func startLab(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix st
 // startLabWith is startLab, and returns the probes served; with domains
 // the outside serves them on the zone's addresses and the nodes learn
 // from DNS answers, as the agent does.
-func startLabWith(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []eval.Probe, domains bool) (*loaded, *lab.Lab, *conformance.Enforcer, []eval.Probe, error) {
+func startLabWith(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []l4.Port, domains bool) (*loaded, *lab.Lab, *conformance.Enforcer, []l4.Port, error) {
 	if len(in.files) == 0 {
 		return nil, nil, nil, nil, errors.New("the lab is built from a state file: give -f PATH")
 	}
@@ -317,7 +318,7 @@ func serviceWhy(l *loaded, o lab.ServiceObservation) string {
 	if from == lab.ExternalSource {
 		from = o.FromAddr.String()
 	}
-	sv, err := explainService(l, from, t, eval.Probe{Protocol: o.Protocol, Port: o.Port}, ipfamily.FromKubernetes(o.Family))
+	sv, err := explainService(l, from, t, l4.Port{Protocol: o.Protocol, Port: o.Port}, ipfamily.FromKubernetes(o.Family))
 	if err != nil {
 		return "not explained: " + err.Error()
 	}
@@ -576,13 +577,13 @@ func newLabDownCommand() *cobra.Command {
 // tableProbes reads back the probes a table's columns stand for.
 // probesOrDeclared is probes, or when there are none every port the pods
 // declare (the evaluator's table's).
-func probesOrDeclared(l *loaded, probes []eval.Probe) ([]eval.Probe, error) {
+func probesOrDeclared(l *loaded, probes []l4.Port) ([]l4.Port, error) {
 	if len(probes) > 0 {
 		return probes, nil
 	}
 	return tableProbes(l.evaluator.Table(eval.TableOptions{}))
 }
 
-func tableProbes(t *eval.Table) ([]eval.Probe, error) {
-	return eval.ParseProbes(t.Ports)
+func tableProbes(t *eval.Table) ([]l4.Port, error) {
+	return l4.ParsePorts(t.Ports)
 }

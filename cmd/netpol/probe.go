@@ -11,7 +11,7 @@ import (
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/probe"
 )
 
@@ -47,7 +47,7 @@ func newProbeServeCommand() *cobra.Command {
 			if owner == "" {
 				owner = defaultOwner()
 			}
-			probes, err := eval.ParseProbes(ports)
+			probes, err := l4.ParsePorts(ports)
 			if err != nil {
 				return err
 			}

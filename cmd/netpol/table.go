@@ -11,6 +11,7 @@ import (
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/report"
 )
 
@@ -128,11 +129,11 @@ func writeTable(out io.Writer, t *eval.Table, format string) error {
 }
 
 // parseTableFlags checks the flags every truth-table command shares.
-func parseTableFlags(output string, ports []string, family string) ([]eval.Probe, ipfamily.Family, error) {
+func parseTableFlags(output string, ports []string, family string) ([]l4.Port, ipfamily.Family, error) {
 	if err := checkFormat(output, "table", "json", "yaml"); err != nil {
 		return nil, "", err
 	}
-	probes, err := eval.ParseProbes(ports)
+	probes, err := l4.ParsePorts(ports)
 	if err != nil {
 		return nil, "", err
 	}

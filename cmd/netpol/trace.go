@@ -13,6 +13,7 @@ import (
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/report"
 )
 
@@ -58,7 +59,7 @@ real packet's path is printed as the kernel reports it, then it is disarmed.`,
 			if err := checkFormat(output, "text", "json", "yaml"); err != nil {
 				return err
 			}
-			probe, err := eval.ParseProbe(port)
+			probe, err := l4.ParsePort(port)
 			if err != nil {
 				return err
 			}
@@ -130,7 +131,7 @@ type traceResult struct {
 
 // traceConnection explains src -> dst and traces it through the compiled
 // tables of every node.
-func traceConnection(l *loaded, src, dst string, probe eval.Probe, fam ipfamily.Family, opts dataplane.Options) (*traceResult, error) {
+func traceConnection(l *loaded, src, dst string, probe l4.Port, fam ipfamily.Family, opts dataplane.Options) (*traceResult, error) {
 	target, isService, err := serviceDestination(l.snap, dst, probe)
 	if err != nil {
 		return nil, err

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -65,7 +65,7 @@ type livePacket struct {
 // namespace (or opts.netns), prints each traced packet's path as the
 // kernel reports it until opts.duration passes or ctx ends (Ctrl-C), and
 // disarms on every way out.
-func liveTrace(ctx context.Context, out io.Writer, src, dst string, probe eval.Probe, format string, opts liveTraceOptions) error {
+func liveTrace(ctx context.Context, out io.Writer, src, dst string, probe l4.Port, format string, opts liveTraceOptions) error {
 	if format != "text" && format != "json" {
 		return fmt.Errorf("--live prints text or json, not %s", format)
 	}
@@ -189,7 +189,7 @@ type pendingPacket struct {
 
 // liveMatch is the tuple: SRC and DST must be IP addresses here (the
 // kernel traces packets, not pods).
-func liveMatch(src, dst string, probe eval.Probe) (nft.TraceMatch, error) {
+func liveMatch(src, dst string, probe l4.Port) (nft.TraceMatch, error) {
 	s, err := netip.ParseAddr(src)
 	if err != nil {
 		return nft.TraceMatch{}, fmt.Errorf("with --live, SRC must be an IP address (the kernel traces packets): %q", src)

@@ -15,14 +15,14 @@ import (
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/pkg/cluster"
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 )
 
 // Arguments --live refuses before touching the kernel.
 func TestLiveTraceArguments(t *testing.T) {
-	tcp80 := eval.Probe{Protocol: corev1.ProtocolTCP, Port: 80}
+	tcp80 := l4.Port{Protocol: corev1.ProtocolTCP, Port: 80}
 	for _, c := range []struct {
 		src, dst, format, netns, want string
 	}{
@@ -101,7 +101,7 @@ func TestLiveTraceInLab(t *testing.T) {
 		defer cancel()
 		done := make(chan error, 1)
 		go func() {
-			done <- liveTrace(ctx, out, src, orders.Addr().String(), eval.Probe{Protocol: corev1.ProtocolTCP, Port: int32(orders.Port())}, format,
+			done <- liveTrace(ctx, out, src, orders.Addr().String(), l4.Port{Protocol: corev1.ProtocolTCP, Port: int32(orders.Port())}, format,
 				liveTraceOptions{enabled: true, duration: 4 * time.Second, netns: node.NetNS, armed: func() { close(armed) }})
 		}()
 		select {

@@ -11,6 +11,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/report"
 )
@@ -172,7 +173,7 @@ func TestServiceExplainAgreesWithTracedTables(t *testing.T) {
 			for _, src := range snap.Pods {
 				for _, svc := range snap.Services {
 					for _, sp := range svc.Spec.Ports {
-						probe := eval.Probe{Protocol: policy.DefaultProtocol(sp.Protocol), Port: sp.Port}
+						probe := l4.Port{Protocol: policy.DefaultProtocol(sp.Protocol), Port: sp.Port}
 						targets := []string{"svc/" + svc.Namespace + "/" + svc.Name}
 						if sp.NodePort != 0 {
 							for _, n := range snap.Nodes {

@@ -8,7 +8,7 @@ package generator
 
 import (
 	"github.com/netpol/netpol/internal/corpus"
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 )
 
 // Case is one conformance case: a sequence of steps on the base cluster.
@@ -36,8 +36,8 @@ type Step = corpus.Step
 // Probes are the ports every step is probed on: TCP and UDP 80 and 81,
 // and SCTP 80 and 81 where the kernel has SCTP (the runner drops them,
 // with a note, where it does not).
-func Probes() []eval.Probe {
-	return []eval.Probe{
+func Probes() []l4.Port {
+	return []l4.Port{
 		{Protocol: "TCP", Port: 80}, {Protocol: "TCP", Port: 81},
 		{Protocol: "UDP", Port: 80}, {Protocol: "UDP", Port: 81},
 		{Protocol: "SCTP", Port: 80}, {Protocol: "SCTP", Port: 81},

@@ -8,6 +8,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -165,7 +166,7 @@ func deniesTCP81(c Case) bool {
 		if ApplyStep(snap, st, "step "+itoa(i)) != nil {
 			return false
 		}
-		tbl := eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: []eval.Probe{{Protocol: "TCP", Port: 81}}, Family: ipfamily.IPv4})
+		tbl := eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: []l4.Port{{Protocol: "TCP", Port: 81}}, Family: ipfamily.IPv4})
 		for _, r := range tbl.Results {
 			if !r.Allowed {
 				return true

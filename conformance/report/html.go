@@ -11,6 +11,7 @@ import (
 
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 )
 
 //go:embed index.html.tmpl
@@ -230,7 +231,7 @@ func buildPorts(expected, observed *eval.Table, mismatch func(from, to, port str
 		}
 		m := make(map[key]bool, len(t.Results))
 		for _, r := range t.Results {
-			m[key{r.From, r.To, eval.Probe{Protocol: r.Protocol, Port: r.Port}.String()}] = r.Allowed
+			m[key{r.From, r.To, l4.Port{Protocol: r.Protocol, Port: r.Port}.String()}] = r.Allowed
 		}
 		return m
 	}
@@ -314,7 +315,7 @@ func union(a, b []string) []string {
 }
 
 func portName(m conformance.Mismatch) string {
-	return eval.Probe{Protocol: m.Protocol, Port: m.Port}.String()
+	return l4.Port{Protocol: m.Protocol, Port: m.Port}.String()
 }
 
 // duration is a run's or case's wall time, rounded for people.

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 
 	"github.com/netpol/netpol/conformance"
 )
@@ -445,7 +446,7 @@ func TestLargeReport(t *testing.T) {
 	ports := []string{"tcp/80", "tcp/81", "udp/80", "udp/81", "sctp/80"}
 	tbl := &eval.Table{Pods: pods, Ports: ports}
 	for _, ps := range ports {
-		p, err := eval.ParseProbe(ps)
+		p, err := l4.ParsePort(ps)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -517,7 +518,7 @@ func TestOutsideRowAndColumn(t *testing.T) {
 		return &out
 	}
 	// x denies egress to the outside; the kernel lets x/a out on tcp/80.
-	exp := withOutside(table(func(string, string, eval.Probe) bool { return true }),
+	exp := withOutside(table(func(string, string, l4.Port) bool { return true }),
 		func(from, to string) bool { return to != outside || ns(from) != "x" })
 	m := conformance.Mismatch{From: "x/a", To: outside, Protocol: corev1.ProtocolTCP, Port: 80, Expected: false, Observed: true, Result: "ok",
 		Explain: "x/a (10.244.1.10) -> 192.0.2.10 TCP/80: DENIED", Trace: "traced through the nftables tables: DENIED"}

@@ -7,14 +7,15 @@ import (
 
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 )
 
 var samplePods = []string{"x/a", "x/b", "x/c", "y/a", "y/b", "y/c", "z/a", "z/b", "z/c"}
 
-var sampleProbes = []eval.Probe{{Protocol: corev1.ProtocolTCP, Port: 80}, {Protocol: corev1.ProtocolUDP, Port: 81}}
+var sampleProbes = []l4.Port{{Protocol: corev1.ProtocolTCP, Port: 80}, {Protocol: corev1.ProtocolUDP, Port: 81}}
 
 // table fills a truth table over the sample pods from a decision.
-func table(allowed func(from, to string, p eval.Probe) bool) *eval.Table {
+func table(allowed func(from, to string, p l4.Port) bool) *eval.Table {
 	t := &eval.Table{Pods: samplePods}
 	for _, p := range sampleProbes {
 		t.Ports = append(t.Ports, p.String())
@@ -95,15 +96,15 @@ spec:
 // sampleReport is a run of two cases: one passes, one fails in its second
 // step with two mismatching cells; tables cover two ports.
 func sampleReport() *conformance.Report {
-	all := func(string, string, eval.Probe) bool { return true }
-	isolated := func(from, to string, p eval.Probe) bool {
+	all := func(string, string, l4.Port) bool { return true }
+	isolated := func(from, to string, p l4.Port) bool {
 		// y/a admits only x on tcp/80; everything else is open.
 		if to == "y/a" {
 			return ns(from) == "x" && p.Port == 80
 		}
 		return true
 	}
-	denyX := func(from, to string, p eval.Probe) bool {
+	denyX := func(from, to string, p l4.Port) bool {
 		if to == "y/a" {
 			return ns(from) == "z" || from == "y/a"
 		}

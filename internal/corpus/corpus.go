@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/netpol/netpol/pkg/cluster"
-	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 )
 
 // Case is one case file.
@@ -136,13 +136,13 @@ func (c *Case) AddressFamily() (ipfamily.Family, error) {
 // Key identifies one cell of a truth table.
 type Key struct {
 	From, To string
-	Probe    eval.Probe
+	Probe    l4.Port
 }
 
 // Expected expands an Expect into cells over pods (namespace/name); self
 // pairs are never included.
 func (x Expect) Expected(pods []string) (map[Key]bool, error) {
-	probes, err := eval.ParseProbes(x.Ports)
+	probes, err := l4.ParsePorts(x.Ports)
 	if err != nil {
 		return nil, err
 	}

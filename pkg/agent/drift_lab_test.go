@@ -20,6 +20,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/node"
@@ -146,7 +147,7 @@ spec:
 		got := readTable(t, n1, proxy.DefaultTable)
 		return got != nil && nft.Diff(got, natWant).Empty()
 	}
-	probes := []eval.Probe{{Protocol: "TCP", Port: 80}}
+	probes := []l4.Port{{Protocol: "TCP", Port: 80}}
 	agree := func(when string) {
 		t.Helper()
 		expected := eval.New(snap, node.Prepare(snap).Model).Table(eval.TableOptions{Probes: probes})
@@ -218,15 +219,15 @@ spec:
 func differences(expected, observed *eval.Table) []string {
 	type cell struct {
 		from, to string
-		probe    eval.Probe
+		probe    l4.Port
 	}
 	want := map[cell]bool{}
 	for _, r := range expected.Results {
-		want[cell{r.From, r.To, eval.Probe{Protocol: r.Protocol, Port: r.Port}}] = r.Allowed
+		want[cell{r.From, r.To, l4.Port{Protocol: r.Protocol, Port: r.Port}}] = r.Allowed
 	}
 	var out []string
 	for _, r := range observed.Results {
-		c := cell{r.From, r.To, eval.Probe{Protocol: r.Protocol, Port: r.Port}}
+		c := cell{r.From, r.To, l4.Port{Protocol: r.Protocol, Port: r.Port}}
 		if w, ok := want[c]; !ok || w != r.Allowed {
 			out = append(out, fmt.Sprintf("%s -> %s %s: kernel %v, evaluator %v", r.From, r.To, c.probe, r.Allowed, w))
 		}

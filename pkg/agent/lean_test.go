@@ -28,6 +28,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
 )
@@ -94,7 +95,7 @@ spec:
 			port    int32
 			allowed bool
 		}{{8080, true}, {9090, false}} {
-			v, err := ev.Explain("192.0.2.1", "shop/"+full.Name, eval.Probe{Protocol: corev1.ProtocolTCP, Port: tc.port}, ipfamily.Any)
+			v, err := ev.Explain("192.0.2.1", "shop/"+full.Name, l4.Port{Protocol: corev1.ProtocolTCP, Port: tc.port}, ipfamily.Any)
 			if err != nil {
 				t.Fatal(err)
 			}

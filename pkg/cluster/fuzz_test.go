@@ -10,6 +10,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -99,7 +100,7 @@ func FuzzAddDocuments(f *testing.F) {
 			return
 		}
 		ev := eval.New(snap, m)
-		ev.Table(eval.TableOptions{Probes: []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}}})
+		ev.Table(eval.TableOptions{Probes: []l4.Port{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}}})
 		ev.Table(eval.TableOptions{Family: ipfamily.IPv6})
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -84,7 +85,7 @@ func tracedAgrees(t *testing.T, snap *cluster.Snapshot, ev *eval.Evaluator, seed
 	if err != nil {
 		t.Fatalf("data plane: %v", err)
 	}
-	probes := []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}, {Protocol: "TCP", Port: 8080}, {Protocol: "SCTP", Port: 80}}
+	probes := []l4.Port{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}, {Protocol: "TCP", Port: 8080}, {Protocol: "SCTP", Port: 80}}
 	want := ev.Table(eval.TableOptions{Probes: probes})
 	n := len(want.Results)
 	if n == 0 {
@@ -130,7 +131,7 @@ func tracedAgrees(t *testing.T, snap *cluster.Snapshot, ev *eval.Evaluator, seed
 		if claims[src.Addr] > 1 || claims[dst.Addr] > 1 {
 			continue
 		}
-		got := dp.Allowed(src, dst, eval.Probe{Protocol: w.Protocol, Port: w.Port})
+		got := dp.Allowed(src, dst, l4.Port{Protocol: w.Protocol, Port: w.Port})
 		if err := dp.Err(); err != nil {
 			t.Fatalf("tracing %s -> %s: %v", w.From, w.To, err)
 		}

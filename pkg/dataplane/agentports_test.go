@@ -8,6 +8,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -34,7 +35,7 @@ spec:
   podSelector: {}
   policyTypes: [Egress]
 `}
-	probes := []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "TCP", Port: 81}, {Protocol: "UDP", Port: 81}}
+	probes := []l4.Port{{Protocol: "TCP", Port: 80}, {Protocol: "TCP", Port: 81}, {Protocol: "UDP", Port: 81}}
 	for _, g := range guards {
 		for pi, extra := range policies {
 			snap, rep := cluster.LoadPaths([]string{testdata + "/base/hostnet.yaml"}, nil)

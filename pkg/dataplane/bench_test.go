@@ -6,6 +6,7 @@ import (
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -13,7 +14,7 @@ import (
 // nodes, 500 NetworkPolicies and 50 Admin/Baseline policies, 2 ports.
 var scale = synth.Spec{Namespaces: 50, Pods: 1000, Nodes: 10, NetworkPolicies: 500, AdminPolicies: 50, Seed: 1}
 
-var probes = []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}}
+var probes = []l4.Port{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}}
 
 // BenchmarkTableNft is `netpol table --engine nft` minus I/O: model,
 // evaluator index, every node's policy and NAT tables compiled, and every

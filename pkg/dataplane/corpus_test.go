@@ -7,6 +7,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -58,7 +59,7 @@ func corpusTraced(t *testing.T, opts dataplane.Options) {
 					t.Fatalf("step %d: %v", i, err)
 				}
 				for _, x := range st.Expect {
-					probes, err := eval.ParseProbes(x.Ports)
+					probes, err := l4.ParsePorts(x.Ports)
 					if err != nil {
 						t.Fatal(err)
 					}

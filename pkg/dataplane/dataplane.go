@@ -15,6 +15,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
@@ -109,7 +110,7 @@ const sourcePort = 40000
 // Allowed is the data plane's verdict for one truth-table cell: true iff
 // every path the first packet can take is accepted. An error (a table the
 // tracer cannot evaluate) counts as denied and is kept for Err.
-func (c *Cluster) Allowed(src, dst eval.Endpoint, probe eval.Probe) bool {
+func (c *Cluster) Allowed(src, dst eval.Endpoint, probe l4.Port) bool {
 	allowed := true
 	err := c.walk(src, dst, probe, false, func(p Path) bool {
 		allowed = allowed && p.Allowed
@@ -142,7 +143,7 @@ func (c *Cluster) Table(opts eval.TableOptions) (*eval.Table, error) {
 
 // Paths traces the connection src -> dst with every rule recorded: one
 // path per alternative (numgen choice of a Service endpoint).
-func (c *Cluster) Paths(src, dst eval.Endpoint, probe eval.Probe) ([]Path, error) {
+func (c *Cluster) Paths(src, dst eval.Endpoint, probe l4.Port) ([]Path, error) {
 	var out []Path
 	err := c.walk(src, dst, probe, true, func(p Path) bool {
 		out = append(out, p)
@@ -161,7 +162,7 @@ const (
 )
 
 // walk calls visit with every path of the connection's first packet.
-func (c *Cluster) walk(src, dst eval.Endpoint, probe eval.Probe, record bool, visit func(Path) bool) error {
+func (c *Cluster) walk(src, dst eval.Endpoint, probe l4.Port, record bool, visit func(Path) bool) error {
 	if src.Pod >= 0 && src.Pod == dst.Pod {
 		// A pod's traffic to its own address never leaves it.
 		visit(Path{Allowed: true, Delivered: c.ev.Name(dst)})

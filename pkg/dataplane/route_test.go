@@ -10,6 +10,7 @@ import (
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
@@ -118,7 +119,7 @@ func TestRouteAgreesWithTracedTables(t *testing.T) {
 						}
 						route := m.Route(m.Services[i], fe.kind, proxy.Client{Addr: src.Addr, NodeLocal: c.hostNet && c.node == dnat})
 						what := c.name + " -> " + p.String() + " " + fe.kind.String() + " " + fe.addr.String()
-						traced, err := dp.Paths(src, ev.Resolved().EndpointOf(fe.addr), eval.Probe{Protocol: p.Protocol, Port: fe.port})
+						traced, err := dp.Paths(src, ev.Resolved().EndpointOf(fe.addr), l4.Port{Protocol: p.Protocol, Port: fe.port})
 						if err != nil {
 							t.Fatalf("%s: %v", what, err)
 						}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -18,7 +19,7 @@ func benchTable(b *testing.B, spec synth.Spec) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	probes := []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}}
+	probes := []l4.Port{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}}
 	b.ResetTimer()
 	var allowed int
 	for b.Loop() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/netpol/netpol/internal/corpus"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -62,7 +63,7 @@ func runCase(t *testing.T, c *corpus.Case) int {
 		}
 		ev := eval.New(snap, model)
 		for _, x := range st.Expect {
-			probes, err := eval.ParseProbes(x.Ports)
+			probes, err := l4.ParsePorts(x.Ports)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,7 +74,7 @@ func runCase(t *testing.T, c *corpus.Case) int {
 			}
 			got := map[corpus.Key]bool{}
 			for _, r := range table.Results {
-				got[corpus.Key{From: r.From, To: r.To, Probe: eval.Probe{Protocol: r.Protocol, Port: r.Port}}] = r.Allowed
+				got[corpus.Key{From: r.From, To: r.To, Probe: l4.Port{Protocol: r.Protocol, Port: r.Port}}] = r.Allowed
 			}
 			var diffs []string
 			for k, w := range want {

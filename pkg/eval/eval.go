@@ -13,6 +13,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -140,7 +141,7 @@ const (
 
 // Explain resolves src and dst ("namespace/pod" or an IP address) and
 // evaluates the connection with a full trace.
-func (e *Evaluator) Explain(src, dst string, probe Probe, family ipfamily.Family) (*Verdict, error) {
+func (e *Evaluator) Explain(src, dst string, probe l4.Port, family ipfamily.Family) (*Verdict, error) {
 	dstEp, err := e.resolve(dst, family, netip.Addr{})
 	if err != nil {
 		return nil, fmt.Errorf("destination: %w", err)
@@ -198,7 +199,7 @@ func (e *Evaluator) Name(ep Endpoint) string {
 // Evaluate decides the connection src -> dst. With trace, each direction
 // records which policies selected the subject and why each earlier rule did
 // not decide; without, it only computes the verdict (the table's hot path).
-func (e *Evaluator) Evaluate(src, dst Endpoint, probe Probe, trace bool) *Verdict {
+func (e *Evaluator) Evaluate(src, dst Endpoint, probe l4.Port, trace bool) *Verdict {
 	v := &Verdict{From: e.Name(src), To: e.Name(dst), Protocol: probe.Protocol, Port: probe.Port}
 	if src.Addr.IsValid() {
 		v.FromIP, v.ToIP = src.Addr.String(), dst.Addr.String()
@@ -215,14 +216,14 @@ func (e *Evaluator) Evaluate(src, dst Endpoint, probe Probe, trace bool) *Verdic
 }
 
 // Allowed is Evaluate without a trace or allocations beyond the verdict.
-func (e *Evaluator) Allowed(src, dst Endpoint, probe Probe) bool {
+func (e *Evaluator) Allowed(src, dst Endpoint, probe l4.Port) bool {
 	if src.Pod >= 0 && src.Pod == dst.Pod {
 		return true
 	}
 	return e.decide(policy.Egress, src, dst, probe, nil) && e.decide(policy.Ingress, dst, src, probe, nil)
 }
 
-func (e *Evaluator) direction(d policy.Direction, subject, peer Endpoint, probe Probe, trace bool) *DirectionVerdict {
+func (e *Evaluator) direction(d policy.Direction, subject, peer Endpoint, probe l4.Port, trace bool) *DirectionVerdict {
 	dv := &DirectionVerdict{Subject: e.Name(subject)}
 	if !trace {
 		dv.Allowed = e.decide(d, subject, peer, probe, nil)
@@ -234,7 +235,7 @@ func (e *Evaluator) direction(d policy.Direction, subject, peer Endpoint, probe 
 
 // decide runs the tiers for one direction. subject is the side whose
 // policies apply; peer the other side. tr, when not nil, receives the trace.
-func (e *Evaluator) decide(d policy.Direction, subject, peer Endpoint, probe Probe, tr *DirectionVerdict) bool {
+func (e *Evaluator) decide(d policy.Direction, subject, peer Endpoint, probe l4.Port, tr *DirectionVerdict) bool {
 	ix := e.ix
 	if d == policy.Ingress && subject.Node >= 0 && e.guard != nil {
 		local := peer.Node == subject.Node
@@ -456,7 +457,7 @@ func (tr *DirectionVerdict) decided(tier policy.Tier, pol, rule string, idx *int
 type matcher struct {
 	ix       *index
 	peer     Endpoint
-	probe    Probe
+	probe    l4.Port
 	dstPorts []corev1.ContainerPort
 	domains  DomainOracle
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -90,9 +91,9 @@ func FuzzEvaluate(f *testing.F) {
 		}
 		model := policy.Build(snap)
 		ev := eval.New(snap, model)
-		probe := eval.Probe{Protocol: fuzzProtocols[int(protoFamily)%3], Port: int32(port)%65535 + 1}
+		probe := l4.Port{Protocol: fuzzProtocols[int(protoFamily)%3], Port: int32(port)%65535 + 1}
 		family := fuzzFamilies[int(protoFamily/3)%3]
-		table := ev.Table(eval.TableOptions{Probes: []eval.Probe{probe}, Family: family})
+		table := ev.Table(eval.TableOptions{Probes: []l4.Port{probe}, Family: family})
 		ev.Table(eval.TableOptions{}) // declared ports
 		n := len(table.Pods)
 		if len(table.Results) != n*n {

@@ -2,12 +2,10 @@ package eval
 
 import (
 	"cmp"
-	"fmt"
 	"iter"
 	"math/bits"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -526,52 +524,4 @@ func (ix *index) addrEndpoint(a netip.Addr) Endpoint {
 		ep.Node = n
 	}
 	return ep
-}
-
-// Probe is a protocol and destination port.
-type Probe struct {
-	Protocol corev1.Protocol
-	Port     int32
-}
-
-func (p Probe) String() string {
-	return fmt.Sprintf("%s/%d", strings.ToLower(string(p.Protocol)), p.Port)
-}
-
-// ParseProbe reads "tcp/80" (protocol tcp, udp or sctp; "80" alone is TCP).
-func ParseProbe(s string) (Probe, error) {
-	proto, port, found := strings.Cut(strings.TrimSpace(s), "/")
-	if !found {
-		proto, port = "tcp", proto
-	}
-	p := Probe{Protocol: corev1.Protocol(strings.ToUpper(proto))}
-	switch p.Protocol {
-	case corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP:
-	default:
-		return Probe{}, fmt.Errorf("port %q: unknown protocol %q (tcp, udp or sctp)", s, proto)
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 {
-		return Probe{}, fmt.Errorf("port %q: %q is not a port number 1-65535", s, port)
-	}
-	p.Port = int32(n)
-	return p, nil
-}
-
-// ParseProbes reads a comma-separated list of probes.
-func ParseProbes(list []string) ([]Probe, error) {
-	var out []Probe
-	for _, item := range list {
-		for _, s := range strings.Split(item, ",") {
-			if strings.TrimSpace(s) == "" {
-				continue
-			}
-			p, err := ParseProbe(s)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, p)
-		}
-	}
-	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -15,7 +16,7 @@ import (
 type TableOptions struct {
 	// Probes are the ports; empty means the union of the declared
 	// container ports of the table's pods.
-	Probes []Probe
+	Probes []l4.Port
 	// Namespaces restricts the table to pods of these namespaces; empty
 	// means all.
 	Namespaces []string
@@ -47,7 +48,7 @@ func (e *Evaluator) Table(opts TableOptions) *Table {
 }
 
 // Decider decides one cell of a truth table.
-type Decider func(src, dst Endpoint, probe Probe) bool
+type Decider func(src, dst Endpoint, probe l4.Port) bool
 
 // TableWith computes the truth table with another decider for the cells
 // (the data plane's, for `netpol table --engine nft`): same rows, columns,
@@ -113,12 +114,12 @@ func (e *Evaluator) TableWith(opts TableOptions, allowed Decider) *Table {
 }
 
 // declaredProbes is the union of the container ports the pods declare.
-func (e *Evaluator) declaredProbes(eps []Endpoint) []Probe {
-	seen := map[Probe]bool{}
-	var out []Probe
+func (e *Evaluator) declaredProbes(eps []Endpoint) []l4.Port {
+	seen := map[l4.Port]bool{}
+	var out []l4.Port
 	for _, ep := range eps {
 		for _, cp := range e.ix.pods[ep.Pod].ports {
-			p := Probe{Protocol: policy.ContainerPortProtocol(cp), Port: cp.ContainerPort}
+			p := l4.Port{Protocol: policy.ContainerPortProtocol(cp), Port: cp.ContainerPort}
 			if !seen[p] {
 				seen[p] = true
 				out = append(out, p)

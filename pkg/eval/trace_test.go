@@ -7,6 +7,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -55,7 +56,7 @@ spec:
 
 func TestTraceSamePriorityIsFlaggedAmbiguous(t *testing.T) {
 	ev := loadWith(t, samePriority)
-	v, err := ev.Explain("x/a", "y/a", eval.Probe{Protocol: "TCP", Port: 80}, ipfamily.IPv4)
+	v, err := ev.Explain("x/a", "y/a", l4.Port{Protocol: "TCP", Port: 80}, ipfamily.IPv4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestTraceSamePriorityIsFlaggedAmbiguous(t *testing.T) {
 		t.Errorf("ambiguous = %q, want one entry naming both policies", in.Ambiguous)
 	}
 	// On port 81 the CNP's first rule does not match: no ambiguity.
-	v, _ = ev.Explain("x/a", "y/a", eval.Probe{Protocol: "TCP", Port: 81}, ipfamily.IPv4)
+	v, _ = ev.Explain("x/a", "y/a", l4.Port{Protocol: "TCP", Port: 81}, ipfamily.IPv4)
 	if len(v.Ingress.Ambiguous) != 0 {
 		t.Errorf("port 81: ambiguous = %q, want none", v.Ingress.Ambiguous)
 	}
@@ -85,7 +86,7 @@ spec:
   podSelector: {matchLabels: {pod: c}}
   ingress: [{}]
 `)
-	v, err := ev.Explain("z/b", "y/a", eval.Probe{Protocol: "TCP", Port: 81}, ipfamily.IPv4)
+	v, err := ev.Explain("z/b", "y/a", l4.Port{Protocol: "TCP", Port: 81}, ipfamily.IPv4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ spec:
 	}
 	// y/c is selected by the NetworkPolicy; y/a is not, and the trace of a
 	// connection reaching the NetworkPolicy tier says so.
-	v, _ = ev.Explain("y/b", "y/a", eval.Probe{Protocol: "UDP", Port: 81}, ipfamily.IPv4)
+	v, _ = ev.Explain("y/b", "y/a", l4.Port{Protocol: "UDP", Port: 81}, ipfamily.IPv4)
 	found := false
 	for _, s := range v.Ingress.Skipped {
 		if s.Policy == "NetworkPolicy y/only-c" && s.Why == "subject not selected" {
@@ -137,7 +138,7 @@ spec:
   podSelector: {}
   policyTypes: [Ingress, Egress]
 `)
-	probe := eval.Probe{Protocol: "TCP", Port: 80}
+	probe := l4.Port{Protocol: "TCP", Port: 80}
 	for _, tc := range []struct {
 		src, dst string
 		allowed  bool

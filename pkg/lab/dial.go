@@ -10,7 +10,7 @@ import (
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/probe"
 )
 
@@ -56,7 +56,7 @@ func (l *Lab) Dial(ctx context.Context, from string, dst netip.AddrPort, protoco
 	defer l.mu.RUnlock()
 	if l.down {
 		return Observation{From: from, To: dst.String(), ToAddr: dst.Addr(),
-			Probe:  eval.Probe{Protocol: protocol, Port: int32(dst.Port())},
+			Probe:  l4.Port{Protocol: protocol, Port: int32(dst.Port())},
 			Result: resultErrorPrefix + "lab " + l.prefix + " is down"}
 	}
 	return l.dial(ctx, from, dst, protocol, opts)
@@ -64,7 +64,7 @@ func (l *Lab) Dial(ctx context.Context, from string, dst netip.AddrPort, protoco
 
 // dial is Dial; the caller holds l.mu.
 func (l *Lab) dial(ctx context.Context, from string, dst netip.AddrPort, protocol corev1.Protocol, opts DialOptions) Observation {
-	o := Observation{From: from, To: dst.String(), ToAddr: dst.Addr(), Probe: eval.Probe{Protocol: protocol, Port: int32(dst.Port())}}
+	o := Observation{From: from, To: dst.String(), ToAddr: dst.Addr(), Probe: l4.Port{Protocol: protocol, Port: int32(dst.Port())}}
 	if ok, why := SCTPSupported(); !ok && protocol == corev1.ProtocolSCTP {
 		o.Result = resultErrorPrefix + why
 		return o

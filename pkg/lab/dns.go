@@ -18,8 +18,8 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/domain"
-	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/probe"
 )
 
@@ -113,7 +113,7 @@ func (p *plan) planDNS(snap *cluster.Snapshot, owner map[netip.Addr]string) erro
 		if es == nil || es.Namespace != dnsNamespace || es.Labels[discoveryv1.LabelServiceName] != dnsService {
 			continue
 		}
-		var ports []eval.Probe
+		var ports []l4.Port
 		for _, pr := range slicePorts(es) {
 			if pr.Protocol == corev1.ProtocolUDP || pr.Protocol == corev1.ProtocolTCP {
 				ports = append(ports, pr)
@@ -134,7 +134,7 @@ func (p *plan) planDNS(snap *cluster.Snapshot, owner map[netip.Addr]string) erro
 	for _, pp := range p.pods {
 		// In serves' order (which has every port a slice sends the pod).
 		dnsPorts := pp.dns
-		pp.dns = slices.DeleteFunc(slices.Clone(pp.serves), func(pr eval.Probe) bool { return !slices.Contains(dnsPorts, pr) })
+		pp.dns = slices.DeleteFunc(slices.Clone(pp.serves), func(pr l4.Port) bool { return !slices.Contains(dnsPorts, pr) })
 		if len(pp.dns) == 0 {
 			pp.dns = nil
 			continue
@@ -354,7 +354,7 @@ func dialIn(ctx context.Context, h netns.NsHandle, network string, src, dst neti
 // lab's zone, and netpol's probes there as a probe server would.
 type dnsServer struct {
 	addr   netip.Addr
-	probe  eval.Probe
+	probe  l4.Port
 	srv    *dns.Server
 	served chan error     // ActivateAndServe's return
 	ln     *probeListener // TCP only
@@ -362,7 +362,7 @@ type dnsServer struct {
 
 // serveDNS starts a DNS server inside namespace h for owner (the pod's
 // namespace/name, the probes' answer).
-func (l *Lab) serveDNS(h netns.NsHandle, owner string, addr netip.Addr, pr eval.Probe) (*dnsServer, error) {
+func (l *Lab) serveDNS(h netns.NsHandle, owner string, addr netip.Addr, pr l4.Port) (*dnsServer, error) {
 	udp := pr.Protocol == corev1.ProtocolUDP
 	s := &dnsServer{addr: addr, probe: pr, served: make(chan error, 1)}
 	s.srv = &dns.Server{

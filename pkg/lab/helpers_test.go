@@ -13,6 +13,7 @@ import (
 	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -129,9 +130,9 @@ func sameTable(t *testing.T, want, got *eval.Table) {
 	}
 }
 
-func mustProbes(t *testing.T, s ...string) []eval.Probe {
+func mustProbes(t *testing.T, s ...string) []l4.Port {
 	t.Helper()
-	ps, err := eval.ParseProbes(s)
+	ps, err := l4.ParsePorts(s)
 	if err != nil {
 		t.Fatal(err)
 	}

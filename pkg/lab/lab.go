@@ -65,6 +65,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/domain"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/probe"
 )
@@ -76,7 +77,7 @@ type Options struct {
 	Prefix string
 	// ExtraPorts are served by every pod besides its declared container
 	// ports (the conformance model's pods listen on undeclared ones).
-	ExtraPorts []eval.Probe
+	ExtraPorts []l4.Port
 	// Outside pins the outside's addresses (see External), at most one per
 	// family; a family without one gets the automatic choice when the
 	// nodes use it. A pinned address must not be a node's or a pod's.
@@ -84,7 +85,7 @@ type Options struct {
 	// OutsidePorts are served on every address of the outside, answering
 	// with that address (e.g. "192.0.2.10"), so that the outside is a peer
 	// pods can reach, not only a client.
-	OutsidePorts []eval.Probe
+	OutsidePorts []l4.Port
 }
 
 // Node is a node of the lab.
@@ -110,10 +111,10 @@ type Pod struct {
 	NetNS  string
 	Handle netns.NsHandle
 	Addrs  []netip.Addr
-	Serves []eval.Probe
+	Serves []l4.Port
 	// DNS are the Serves the lab's DNS server answers (see Lab.Zone); it
 	// answers probes on them too.
-	DNS []eval.Probe
+	DNS []l4.Port
 }
 
 // Lab is a running lab. Its methods are safe for concurrent use.

@@ -11,8 +11,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/netpol/netpol/pkg/cluster"
-	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/probe"
 	"github.com/netpol/netpol/pkg/proxy"
@@ -288,7 +288,7 @@ func (l *Lab) reconcileOutsideServers(p *plan) error {
 // endpointSlicePorts maps pods (namespace/name) to the ports EndpointSlices
 // send them: each port of a slice, for each endpoint that endpointPod
 // finds a pod for.
-func endpointSlicePorts(snap *cluster.Snapshot, pods []*corev1.Pod) map[string][]eval.Probe {
+func endpointSlicePorts(snap *cluster.Snapshot, pods []*corev1.Pod) map[string][]l4.Port {
 	byAddr := map[netip.Addr]string{}
 	for _, pod := range pods {
 		if pod.Spec.HostNetwork {
@@ -300,7 +300,7 @@ func endpointSlicePorts(snap *cluster.Snapshot, pods []*corev1.Pod) map[string][
 			}
 		}
 	}
-	out := map[string][]eval.Probe{}
+	out := map[string][]l4.Port{}
 	for _, es := range snap.EndpointSlices {
 		probes := slicePorts(es)
 		if len(probes) == 0 {
@@ -317,11 +317,11 @@ func endpointSlicePorts(snap *cluster.Snapshot, pods []*corev1.Pod) map[string][
 
 // slicePorts are the ports of an EndpointSlice of addresses (not FQDN)
 // with a number and a protocol the lab knows.
-func slicePorts(es *discoveryv1.EndpointSlice) []eval.Probe {
+func slicePorts(es *discoveryv1.EndpointSlice) []l4.Port {
 	if es == nil || es.AddressType == discoveryv1.AddressTypeFQDN {
 		return nil
 	}
-	var probes []eval.Probe
+	var probes []l4.Port
 	for _, sp := range es.Ports {
 		var proto corev1.Protocol
 		if sp.Protocol != nil {
@@ -331,7 +331,7 @@ func slicePorts(es *discoveryv1.EndpointSlice) []eval.Probe {
 		if _, known := policy.IPProtocol(proto); sp.Port == nil || !known {
 			continue
 		}
-		probes = append(probes, eval.Probe{Protocol: proto, Port: *sp.Port})
+		probes = append(probes, l4.Port{Protocol: proto, Port: *sp.Port})
 	}
 	return probes
 }
@@ -371,7 +371,7 @@ type External struct {
 	Zone []netip.Addr
 	// Serves are the ports served on each address (Options.OutsidePorts
 	// the kernel supports); a server answers with its address.
-	Serves []eval.Probe
+	Serves []l4.Port
 	// Routes send Service load-balancer and external IPs to a node.
 	Routes []ExternalRoute
 }

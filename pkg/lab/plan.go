@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/cluster"
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
 )
@@ -30,7 +30,7 @@ type plan struct {
 	lbRoutes []lbRoute
 	// outsideServes are the ports the outside serves on each external
 	// address (Options.OutsidePorts that the kernel can serve).
-	outsideServes []eval.Probe
+	outsideServes []l4.Port
 	// services are the proxied Service ports (proxy.Build's), primary
 	// each Service's primary family by namespace/name.
 	services []*proxy.ServicePort
@@ -63,10 +63,10 @@ type podPlan struct {
 	node        string
 	hostNetwork bool
 	addrs       []netip.Addr // primary first, as the evaluator orders them
-	serves      []eval.Probe
+	serves      []l4.Port
 	// dns are the serves the lab's DNS server answers instead of a probe
 	// server (it answers probes too; see dns.go), in serves' order.
-	dns []eval.Probe
+	dns []l4.Port
 }
 
 // sameServers: the pod serves the same ports with the same servers.
@@ -75,8 +75,8 @@ func (p *podPlan) sameServers(q *podPlan) bool {
 }
 
 // probeServes are the serves that probe servers answer: all but dns.
-func (p *podPlan) probeServes() []eval.Probe {
-	return slices.DeleteFunc(slices.Clone(p.serves), func(pr eval.Probe) bool { return slices.Contains(p.dns, pr) })
+func (p *podPlan) probeServes() []l4.Port {
+	return slices.DeleteFunc(slices.Clone(p.serves), func(pr l4.Port) bool { return slices.Contains(p.dns, pr) })
 }
 
 // sameNetwork: the pod can stay as it is, at most serving other ports.
@@ -173,7 +173,7 @@ func makePlan(snap *cluster.Snapshot, opts Options, previous *plan) (*plan, erro
 	type hostSocket struct {
 		node  string
 		addr  netip.Addr
-		probe eval.Probe
+		probe l4.Port
 	}
 	hostServer := map[hostSocket]string{}
 	fromSlices := endpointSlicePorts(snap, pods)
@@ -321,8 +321,8 @@ func (p *plan) addSynthetic(owner map[netip.Addr]string, previous *plan) {
 // protocol is given) plus extra (the lab's ExtraPorts and the ports
 // EndpointSlices send the pod), sorted by port then protocol. SCTP is left
 // out when the kernel has none; skipped says so.
-func servedProbes(pod *corev1.Pod, extra []eval.Probe, sctp bool) (out []eval.Probe, skipped bool) {
-	add := func(pr eval.Probe) {
+func servedProbes(pod *corev1.Pod, extra []l4.Port, sctp bool) (out []l4.Port, skipped bool) {
+	add := func(pr l4.Port) {
 		if pr.Port < 1 || pr.Port > 65535 {
 			return
 		}
@@ -336,7 +336,7 @@ func servedProbes(pod *corev1.Pod, extra []eval.Probe, sctp bool) (out []eval.Pr
 	}
 	for _, c := range pod.Spec.Containers {
 		for _, cp := range c.Ports {
-			add(eval.Probe{Protocol: policy.ContainerPortProtocol(cp), Port: cp.ContainerPort})
+			add(l4.Port{Protocol: policy.ContainerPortProtocol(cp), Port: cp.ContainerPort})
 		}
 	}
 	for _, pr := range extra {

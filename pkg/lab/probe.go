@@ -14,6 +14,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/probe"
 )
 
@@ -21,7 +22,7 @@ import (
 type ProbeOptions struct {
 	// Probes are the ports; empty means the union of the declared
 	// container ports of the table's pods, as the evaluator does.
-	Probes     []eval.Probe
+	Probes     []l4.Port
 	Family     ipfamily.Family
 	Namespaces []string
 	// Timeout bounds one attempt (default 500ms).
@@ -58,7 +59,7 @@ type Observation struct {
 	FromAddr, ToAddr netip.Addr
 	// FromPort is the source port (set by Dial and ProbeServices).
 	FromPort uint16
-	Probe    eval.Probe
+	Probe    l4.Port
 	// Allowed: a reply came.
 	Allowed bool
 	// Result is ResultOK, ResultTimeout, ResultRefused, ResultUnreachable,
@@ -85,9 +86,9 @@ func (l *Lab) Probe(ctx context.Context, opts ProbeOptions) (*eval.Table, []stri
 	var notes []string
 	tableOpts := eval.TableOptions{Probes: opts.Probes, Namespaces: opts.Namespaces, Family: opts.Family}
 	t := l.eval.Table(tableOpts)
-	probes := make([]eval.Probe, 0, len(t.Ports))
+	probes := make([]l4.Port, 0, len(t.Ports))
 	for _, s := range t.Ports {
-		p, err := eval.ParseProbe(s)
+		p, err := l4.ParsePort(s)
 		if err != nil {
 			return nil, nil, fmt.Errorf("lab %s: reading the evaluator's port %q: %w", l.prefix, s, err)
 		}
@@ -169,7 +170,7 @@ func (l *Lab) observeCells(ctx context.Context, t *eval.Table, cells []int, obs 
 		wg.Go(func() {
 			for i := range work {
 				r := t.Results[i]
-				obs[i] = l.observe(ctx, r.From, r.To, eval.Probe{Protocol: r.Protocol, Port: r.Port}, family, timeout)
+				obs[i] = l.observe(ctx, r.From, r.To, l4.Port{Protocol: r.Protocol, Port: r.Port}, family, timeout)
 			}
 		})
 	}
@@ -183,7 +184,7 @@ func (l *Lab) observeCells(ctx context.Context, t *eval.Table, cells []int, obs 
 	wg.Wait()
 }
 
-func isSCTP(p eval.Probe) bool { return p.Protocol == corev1.ProtocolSCTP }
+func isSCTP(p l4.Port) bool { return p.Protocol == corev1.ProtocolSCTP }
 
 // retryable: a result that a lost packet or a slow first contact could
 // explain. A missing address or pod will not change.
@@ -193,7 +194,7 @@ func retryable(result string) bool {
 
 // ProbeOne probes one cell, as Probe does (default timeouts, one retry),
 // and reports what came back.
-func (l *Lab) ProbeOne(ctx context.Context, from, to string, probe eval.Probe, family ipfamily.Family) (Observation, error) {
+func (l *Lab) ProbeOne(ctx context.Context, from, to string, probe l4.Port, family ipfamily.Family) (Observation, error) {
 	var opts ProbeOptions
 	opts.defaults()
 	l.mu.RLock()
@@ -227,7 +228,7 @@ func (l *Lab) ProbeOne(ctx context.Context, from, to string, probe eval.Probe, f
 }
 
 // observe runs one probe; the caller holds l.mu.
-func (l *Lab) observe(ctx context.Context, from, to string, pr eval.Probe, family ipfamily.Family, timeout time.Duration) Observation {
+func (l *Lab) observe(ctx context.Context, from, to string, pr l4.Port, family ipfamily.Family, timeout time.Duration) Observation {
 	o := Observation{From: from, To: to, Probe: pr}
 	src, dst := l.pods[from], l.pods[to]
 	if src == nil || dst == nil {

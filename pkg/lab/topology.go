@@ -12,6 +12,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/probe"
 )
 
@@ -417,7 +418,7 @@ func (l *Lab) removePod(lp *labPod) error {
 
 type serverKey struct {
 	addr  netip.Addr
-	probe eval.Probe
+	probe l4.Port
 }
 
 // stopUnwanted stops the pod's servers that pp no longer wants: probe

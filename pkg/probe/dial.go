@@ -11,7 +11,7 @@ import (
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 )
 
 // Target is one probe to make: a server's owner (namespace/name), its
@@ -53,7 +53,7 @@ func ParseTarget(s string) (Target, error) {
 	if !strings.Contains(rest[i+1:], "/") {
 		return Target{}, fmt.Errorf("target %q: want PROTO/PORT after the address", s)
 	}
-	p, err := eval.ParseProbe(rest[i+1:])
+	p, err := l4.ParsePort(rest[i+1:])
 	if err != nil {
 		return Target{}, fmt.Errorf("target %q: %v", s, err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 )
 
 func TestParseTarget(t *testing.T) {
@@ -72,7 +72,7 @@ func TestDialAll(t *testing.T) {
 	lo := netip.MustParseAddr("127.0.0.1")
 	served, unserved := freePort(t), freePort(t)
 	var servers []*Server
-	for _, p := range []eval.Probe{{Protocol: corev1.ProtocolTCP, Port: served}, {Protocol: corev1.ProtocolUDP, Port: served}} {
+	for _, p := range []l4.Port{{Protocol: corev1.ProtocolTCP, Port: served}, {Protocol: corev1.ProtocolUDP, Port: served}} {
 		s, err := Serve(netns.None(), "x/a", lo, p)
 		if err != nil {
 			t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 )
 
 // Server answers probes to one address and port of a pod with the pod's
@@ -21,13 +21,13 @@ import (
 type Server struct {
 	Owner string
 	Addr  netip.Addr
-	Probe eval.Probe
+	Probe l4.Port
 	close func() error
 	done  sync.WaitGroup
 }
 
 // Serve starts a server inside namespace h (netns.None(): this process's).
-func Serve(h netns.NsHandle, owner string, addr netip.Addr, probe eval.Probe) (*Server, error) {
+func Serve(h netns.NsHandle, owner string, addr netip.Addr, probe l4.Port) (*Server, error) {
 	s := &Server{Owner: owner, Addr: addr, Probe: probe}
 	reply := []byte(owner)
 	if probe.Protocol == corev1.ProtocolUDP {
@@ -118,7 +118,7 @@ func (s *Server) Stop() error {
 }
 
 // StartServers serves every probe on every address, all or nothing.
-func StartServers(h netns.NsHandle, owner string, addrs []netip.Addr, probes []eval.Probe) ([]*Server, error) {
+func StartServers(h netns.NsHandle, owner string, addrs []netip.Addr, probes []l4.Port) ([]*Server, error) {
 	var servers []*Server
 	for _, a := range addrs {
 		for _, p := range probes {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -175,7 +176,7 @@ func Table(w io.Writer, t *eval.Table, s Style) {
 	}
 	cells := map[[3]string]bool{}
 	for _, r := range t.Results {
-		cells[[3]string{eval.Probe{Protocol: r.Protocol, Port: r.Port}.String(), r.From, r.To}] = r.Allowed
+		cells[[3]string{l4.Port{Protocol: r.Protocol, Port: r.Port}.String(), r.From, r.To}] = r.Allowed
 	}
 	rowWidth := 0
 	for _, p := range t.Pods {
@@ -235,7 +236,7 @@ func ServiceProbes(w io.Writer, rows []ServiceResult, s Style) {
 	}
 	ok := 0
 	for _, r := range rows {
-		probe := eval.Probe{Protocol: r.Protocol, Port: r.Port}
+		probe := l4.Port{Protocol: r.Protocol, Port: r.Port}
 		result := s.paint(red, r.Result)
 		if r.Allowed {
 			ok++

@@ -35,6 +35,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
+	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/node"
@@ -481,7 +482,7 @@ func (w *world) kernelLatency(written time.Time) (time.Duration, *cluster.Snapsh
 	}
 }
 
-var probes = []eval.Probe{{Protocol: "TCP", Port: 80}, {Protocol: "TCP", Port: 81}, {Protocol: "UDP", Port: 80}, {Protocol: "UDP", Port: 81}}
+var probes = []l4.Port{{Protocol: "TCP", Port: 80}, {Protocol: "TCP", Port: 81}, {Protocol: "UDP", Port: 80}, {Protocol: "UDP", Port: 81}}
 
 // matrixMatches probes every pod pair (new connections only) and compares
 // with the evaluator.
