@@ -773,12 +773,12 @@ func (r *clusterRun) step(ctx context.Context, i int, st generator.Step) (StepRe
 	}
 	model := policy.Build(snap)
 	ev := eval.New(snap, model)
-	want := ev.Table(eval.TableOptions{Probes: r.probes, Namespaces: r.liveNamespaces()})
+	want := ev.TruthTable(eval.TruthTableOptions{Probes: r.probes, Namespaces: r.liveNamespaces()})
 	if len(want.Pods) != len(generator.BasePods()) {
 		return sr, fmt.Errorf("the evaluator sees %d probe pods, want %d (skipped: %v)", len(want.Pods), len(generator.BasePods()), want.Skipped)
 	}
 	var (
-		got      *eval.Table
+		got      *eval.TruthTable
 		outcomes map[cellKey]probe.Outcome
 		diffs    []Difference
 	)
@@ -831,7 +831,7 @@ type cellKey struct {
 
 // probeAll dials every cell of want from inside its source pod: one exec
 // per source pod, all at once.
-func (r *clusterRun) probeAll(ctx context.Context, want *eval.Table) (*eval.Table, map[cellKey]probe.Outcome, error) {
+func (r *clusterRun) probeAll(ctx context.Context, want *eval.TruthTable) (*eval.TruthTable, map[cellKey]probe.Outcome, error) {
 	addr := map[string]netip.Addr{}
 	for _, bp := range generator.BasePods() {
 		addr[r.namespaces[bp.Namespace]+"/"+bp.Name] = r.env.PodIPs[bp.Namespace+"/"+bp.Name]
@@ -840,7 +840,7 @@ func (r *clusterRun) probeAll(ctx context.Context, want *eval.Table) (*eval.Tabl
 	for i, c := range want.Results {
 		bySource[c.From] = append(bySource[c.From], i)
 	}
-	got := &eval.Table{Pods: want.Pods, Ports: want.Ports, Results: slices.Clone(want.Results), Skipped: want.Skipped}
+	got := &eval.TruthTable{Pods: want.Pods, Ports: want.Ports, Results: slices.Clone(want.Results), Skipped: want.Skipped}
 	outcomes := make(map[cellKey]probe.Outcome, len(want.Results))
 	var (
 		mu   sync.Mutex

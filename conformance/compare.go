@@ -28,7 +28,7 @@ func (d Difference) String() string {
 // Compare lists the cells where observed differs from expected. Both
 // tables must cover the same pods and ports; a cell missing from observed
 // is an error.
-func Compare(expected, observed *eval.Table) ([]Difference, error) {
+func Compare(expected, observed *eval.TruthTable) ([]Difference, error) {
 	type key struct {
 		from, to string
 		probe    l4.Port

@@ -167,7 +167,7 @@ func runCase(t *testing.T, ctx context.Context, l *lab.Lab, enf *conformance.Enf
 		if err := l.FlushConntrack(); err != nil {
 			t.Fatal(err)
 		}
-		want := eval.New(snap, rep.Model).Table(eval.TableOptions{Probes: probes, Family: family})
+		want := eval.New(snap, rep.Model).TruthTable(eval.TruthTableOptions{Probes: probes, Family: family})
 		got, _, err := l.Probe(ctx, lab.ProbeOptions{Probes: probes, Family: family, Timeout: probeTimeout, RetryTimeout: retryTimeout})
 		if err != nil {
 			t.Fatalf("step %d: probe: %v", i, err)

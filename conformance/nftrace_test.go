@@ -124,7 +124,7 @@ func TestNFTraceMatchesTracer(t *testing.T) {
 					t.Fatal(err)
 				}
 				probes := expectedProbes(t, step.Expect)
-				table := ev.Table(eval.TableOptions{Probes: probes})
+				table := ev.TruthTable(eval.TruthTableOptions{Probes: probes})
 				cells := sampleCells(table.Results, 4)
 				for _, r := range table.Results {
 					if pinned[fmt.Sprintf("%s/%d/%s->%s/%s", c.Name, i, r.From, r.To, r.Protocol)] && !slices.Contains(cells, r) {

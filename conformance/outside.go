@@ -195,7 +195,7 @@ func (r *labRun) probeOutside(ev *eval.Evaluator, pods []string) (*outsideProbe,
 
 // addTo adds the outside cells to the step's tables: the evaluator's to
 // want, the lab's to got, under the outside addresses as pods.
-func (op *outsideProbe) addTo(want, got *eval.Table, outside []netip.Addr) {
+func (op *outsideProbe) addTo(want, got *eval.TruthTable, outside []netip.Addr) {
 	if len(op.expected) == 0 {
 		return
 	}

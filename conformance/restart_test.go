@@ -111,7 +111,7 @@ func restartAdoptsWithoutFlip(t *testing.T, layout compiler.Layout) {
 			t.Errorf("node %s: removing one NetworkPolicy rewrote too much: %+v", node, ns.Stats)
 		}
 	}
-	want = eval.New(snap, rep.Model).Table(eval.TableOptions{Probes: probes})
+	want = eval.New(snap, rep.Model).TruthTable(eval.TruthTableOptions{Probes: probes})
 	got, _, err := l.Probe(ctx, lab.ProbeOptions{Probes: probes})
 	if err != nil {
 		t.Fatal(err)
@@ -184,12 +184,12 @@ func restartLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, []l4.Port) {
 
 // syncedTable programs the lab through enf and returns the evaluator's
 // table for probes: what the kernel must answer from now on.
-func syncedTable(t *testing.T, enf *conformance.Enforcer, snap *cluster.Snapshot, probes []l4.Port) *eval.Table {
+func syncedTable(t *testing.T, enf *conformance.Enforcer, snap *cluster.Snapshot, probes []l4.Port) *eval.TruthTable {
 	t.Helper()
 	if _, err := enf.Sync(snap); err != nil {
 		t.Fatal(err)
 	}
-	return eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: probes})
+	return eval.New(snap, policy.Build(snap)).TruthTable(eval.TruthTableOptions{Probes: probes})
 }
 
 // probing probes the full matrix round after round, without retries (a
@@ -202,7 +202,7 @@ type probing struct {
 	done     chan struct{}
 }
 
-func probeContinuously(ctx context.Context, l *lab.Lab, want *eval.Table, probes []l4.Port) *probing {
+func probeContinuously(ctx context.Context, l *lab.Lab, want *eval.TruthTable, probes []l4.Port) *probing {
 	p := &probing{halt: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)

@@ -50,8 +50,8 @@ type StepResult struct {
 	SettleSeconds float64 `json:"settleSeconds,omitempty"`
 	// Expected is the evaluator's table, Observed the data plane's (for
 	// the report's matrices; not in report.json).
-	Expected *eval.Table `json:"-"`
-	Observed *eval.Table `json:"-"`
+	Expected *eval.TruthTable `json:"-"`
+	Observed *eval.TruthTable `json:"-"`
 	// Apply is the step's YAML (for the report; not in report.json).
 	Apply string `json:"-"`
 }

@@ -197,7 +197,7 @@ func isSCTP(p l4.Port) bool { return p.Protocol == "SCTP" }
 
 // cellsPerProbe is how many cells a table has per port: pod pairs, and
 // pods to and from the outside.
-func cellsPerProbe(t *eval.Table) int {
+func cellsPerProbe(t *eval.TruthTable) int {
 	if t == nil || len(t.Ports) == 0 {
 		return 0
 	}
@@ -254,11 +254,11 @@ func (r *labRun) step(snap *cluster.Snapshot, i int, st generator.Step) (StepRes
 		return sr, err
 	}
 	ev := eval.New(snap, synced.Model)
-	want := ev.Table(eval.TableOptions{Probes: r.probes})
+	want := ev.TruthTable(eval.TruthTableOptions{Probes: r.probes})
 	// The pod pairs and the outside cells are probed at once: each costs
 	// about one timeout and one retry.
 	var (
-		got   *eval.Table
+		got   *eval.TruthTable
 		notes []string
 		perr  error
 		wg    sync.WaitGroup
@@ -318,7 +318,7 @@ func stepLabel(st generator.Step) string {
 }
 
 // markCell sets one cell of t.
-func markCell(t *eval.Table, d Difference, allowed bool) {
+func markCell(t *eval.TruthTable, d Difference, allowed bool) {
 	for k, c := range t.Results {
 		if c.From == d.From && c.To == d.To && c.Protocol == d.Probe.Protocol && c.Port == d.Probe.Port {
 			t.Results[k].Allowed = allowed

@@ -26,7 +26,7 @@ func (in *inputFlags) completionSnapshot(ctx context.Context) *cluster.Snapshot 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	snap, _, err := cluster.LoadLive(ctx, cluster.LiveOptions{Kubeconfig: in.kubeconfig, Context: in.context})
+	snap, _, err := cluster.LoadFromAPI(ctx, cluster.APIOptions{Kubeconfig: in.kubeconfig, Context: in.context})
 	if err != nil {
 		return nil
 	}

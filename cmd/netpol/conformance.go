@@ -177,7 +177,7 @@ case or the run could not be run to the end (or was interrupted).`,
 			if runner == "lab" {
 				rep, err = conformance.RunLab(ctx, cases, conformance.LabOptions{Prefix: prefix, Timeout: timeout, CaseDone: progress.CaseDone})
 			} else {
-				cfg, cerr := cluster.RESTConfig(cluster.LiveOptions{Kubeconfig: kubeconfig, Context: kubeCtx})
+				cfg, cerr := cluster.RESTConfig(cluster.APIOptions{Kubeconfig: kubeconfig, Context: kubeCtx})
 				if emptyConfig(cerr) {
 					return errors.New("--runner cluster: no kubeconfig found (looked at --kubeconfig, KUBECONFIG, ~/.kube/config and the in-cluster service account): give one with --kubeconfig PATH")
 				}

@@ -98,7 +98,7 @@ func (in *inputFlags) load(ctx context.Context, stdin io.Reader, stderr io.Write
 		}
 	} else {
 		var err error
-		snap, report, err = cluster.LoadLive(ctx, cluster.LiveOptions{Kubeconfig: in.kubeconfig, Context: in.context})
+		snap, report, err = cluster.LoadFromAPI(ctx, cluster.APIOptions{Kubeconfig: in.kubeconfig, Context: in.context})
 		if err != nil {
 			if emptyConfig(err) {
 				return nil, errors.New("no kubeconfig found (looked at --kubeconfig, KUBECONFIG, ~/.kube/config and the in-cluster service account): " +

@@ -224,7 +224,7 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 			stderr := cmd.ErrOrStderr()
 			nPorts := len(probes)
 			if nPorts == 0 { // the default: every port the pods declare, as startLab chose
-				nPorts = len(l.evaluator.Table(eval.TableOptions{Family: fam}).Ports)
+				nPorts = len(l.evaluator.TruthTable(eval.TruthTableOptions{Family: fam}).Ports)
 			}
 			fmt.Fprintf(stderr, "lab %s: probing %d pod(s) x %d pod(s) x %d port(s)\n", lb.Prefix(), len(lb.Pods()), len(lb.Pods()), nPorts)
 			observed, notes, probeErr := lb.Probe(ctx, lab.ProbeOptions{Probes: probes, Family: fam, SkipUnsupported: true})
@@ -261,7 +261,7 @@ func newLabProbeCommand(in *inputFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			expected := l.evaluator.Table(eval.TableOptions{Probes: answered, Family: fam})
+			expected := l.evaluator.TruthTable(eval.TruthTableOptions{Probes: answered, Family: fam})
 			diffs, err := conformance.Compare(expected, observed)
 			if err != nil {
 				return err
@@ -413,14 +413,14 @@ func waitLab(ctx context.Context, lb *lab.Lab, every time.Duration) string {
 // writeLabTable prints the observed table and, with --services, the
 // Service probes: in the same results array for json and yaml, as a
 // second section for text.
-func writeLabTable(out io.Writer, t *eval.Table, rows []report.ServiceResult, services bool, format string) error {
+func writeLabTable(out io.Writer, t *eval.TruthTable, rows []report.ServiceResult, services bool, format string) error {
 	switch {
 	case !services:
 		return writeTable(out, t, format)
 	case format == "json":
-		return report.TableJSON(out, t, rows...)
+		return report.TruthTableJSON(out, t, rows...)
 	case format == "yaml":
-		_, err := writeStructured(out, format, report.TableDocument(t, rows))
+		_, err := writeStructured(out, format, report.TruthTableDocument(t, rows))
 		return err
 	}
 	if err := writeTable(out, t, format); err != nil {
@@ -455,15 +455,15 @@ func serviceHeader(rows []report.ServiceResult) string {
 // comparison is the --compare output for json and yaml. Differences
 // include those of ClusterIP probes (with --services).
 type comparison struct {
-	Expected    *eval.Table            `json:"expected"`
-	Observed    *eval.Table            `json:"observed"`
+	Expected    *eval.TruthTable       `json:"expected"`
+	Observed    *eval.TruthTable       `json:"observed"`
 	Differences []string               `json:"differences"`
 	Services    []report.ServiceResult `json:"services,omitempty"`
 }
 
 // comparisonInput is what --compare prints.
 type comparisonInput struct {
-	expected, observed *eval.Table
+	expected, observed *eval.TruthTable
 	diffs              []conformance.Difference
 	rows               []report.ServiceResult
 	serviceDiffs       []conformance.ServiceDifference
@@ -581,9 +581,9 @@ func probesOrDeclared(l *loaded, probes []l4.Port) ([]l4.Port, error) {
 	if len(probes) > 0 {
 		return probes, nil
 	}
-	return tableProbes(l.evaluator.Table(eval.TableOptions{}))
+	return tableProbes(l.evaluator.TruthTable(eval.TruthTableOptions{}))
 }
 
-func tableProbes(t *eval.Table) ([]l4.Port, error) {
+func tableProbes(t *eval.TruthTable) ([]l4.Port, error) {
 	return l4.ParsePorts(t.Ports)
 }

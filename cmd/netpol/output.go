@@ -49,7 +49,7 @@ func terminalStyle(w io.Writer) report.Style {
 }
 
 // deniedOnly is t with only its denied cells.
-func deniedOnly(t *eval.Table) *eval.Table {
+func deniedOnly(t *eval.TruthTable) *eval.TruthTable {
 	out := *t
 	out.Results = make([]eval.Result, 0, len(t.Results)/2)
 	for _, r := range t.Results {

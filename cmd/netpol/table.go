@@ -62,7 +62,7 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 				}
 				return l.done()
 			}
-			t, err := truthTable(l, engine, dataplane.Options{AgentPorts: ap, Layout: layout.layout}, eval.TableOptions{Probes: probes, Namespaces: namespaces, Family: fam})
+			t, err := truthTable(l, engine, dataplane.Options{AgentPorts: ap, Layout: layout.layout}, eval.TruthTableOptions{Probes: probes, Namespaces: namespaces, Family: fam})
 			if err != nil {
 				return err
 			}
@@ -101,30 +101,30 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 // truthTable computes the table with the engine asked for: the evaluator,
 // or the compiled tables of every node traced packet by packet (what the
 // kernels would do).
-func truthTable(l *loaded, engine string, dpOpts dataplane.Options, opts eval.TableOptions) (*eval.Table, error) {
+func truthTable(l *loaded, engine string, dpOpts dataplane.Options, opts eval.TruthTableOptions) (*eval.TruthTable, error) {
 	switch engine {
 	case "eval":
-		return l.evaluator.Table(opts), nil
+		return l.evaluator.TruthTable(opts), nil
 	case "nft":
 		dp, err := dataplane.NewWith(l.snap, l.evaluator, dpOpts)
 		if err != nil {
 			return nil, fmt.Errorf("compiling the nodes' tables: %w", err)
 		}
-		return dp.Table(opts)
+		return dp.TruthTable(opts)
 	}
 	return nil, fmt.Errorf("--engine %q: want eval or nft", engine)
 }
 
 // writeTable prints a truth table (the evaluator's or the kernel's) in the
 // format asked for; the JSON shape is the CLI contract.
-func writeTable(out io.Writer, t *eval.Table, format string) error {
+func writeTable(out io.Writer, t *eval.TruthTable, format string) error {
 	if format == "json" {
-		return report.TableJSON(out, t)
+		return report.TruthTableJSON(out, t)
 	}
 	if ok, err := writeStructured(out, format, t); ok {
 		return err
 	}
-	report.Table(out, t, terminalStyle(out))
+	report.TruthTable(out, t, terminalStyle(out))
 	return nil
 }
 

@@ -127,7 +127,7 @@ func finalTable(t *testing.T, c Case) []eval.Result {
 			t.Fatal(err)
 		}
 	}
-	return eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: Probes(), Family: ipfamily.IPv4}).Results
+	return eval.New(snap, policy.Build(snap)).TruthTable(eval.TruthTableOptions{Probes: Probes(), Family: ipfamily.IPv4}).Results
 }
 
 func TestCaseYAMLLoads(t *testing.T) {
@@ -151,7 +151,7 @@ func TestCaseYAMLLoads(t *testing.T) {
 			t.Errorf("%s: %v", c.Name, m.Errors)
 			continue
 		}
-		got := eval.New(snap, m).Table(eval.TableOptions{Probes: Probes(), Family: ipfamily.IPv4}).Results
+		got := eval.New(snap, m).TruthTable(eval.TruthTableOptions{Probes: Probes(), Family: ipfamily.IPv4}).Results
 		if want := finalTable(t, c); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: the table of CaseYAML differs from the table after the last step", c.Name)
 		}
@@ -166,7 +166,7 @@ func deniesTCP81(c Case) bool {
 		if ApplyStep(snap, st, "step "+itoa(i)) != nil {
 			return false
 		}
-		tbl := eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: []l4.Port{{Protocol: "TCP", Port: 81}}, Family: ipfamily.IPv4})
+		tbl := eval.New(snap, policy.Build(snap)).TruthTable(eval.TruthTableOptions{Probes: []l4.Port{{Protocol: "TCP", Port: 81}}, Family: ipfamily.IPv4})
 		for _, r := range tbl.Results {
 			if !r.Allowed {
 				return true

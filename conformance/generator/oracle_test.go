@@ -14,7 +14,7 @@ import (
 // tables traced through the compiled nftables tables with the evaluator's.
 func tracedDiffs(c Case) ([]string, int, error) {
 	snap := Base()
-	opts := eval.TableOptions{Probes: Probes(), Family: ipfamily.IPv4}
+	opts := eval.TruthTableOptions{Probes: Probes(), Family: ipfamily.IPv4}
 	var diffs []string
 	cells := 0
 	for i, st := range c.Steps {
@@ -26,8 +26,8 @@ func tracedDiffs(c Case) ([]string, int, error) {
 		if err != nil {
 			return nil, cells, fmt.Errorf("step %d: %w", i, err)
 		}
-		want := ev.Table(opts)
-		got, err := dp.Table(opts)
+		want := ev.TruthTable(opts)
+		got, err := dp.TruthTable(opts)
 		if err != nil {
 			return nil, cells, fmt.Errorf("step %d: %w", i, err)
 		}

@@ -216,7 +216,7 @@ func buildCase(i int, c conformance.CaseResult) caseView {
 
 // buildPorts lays out one matrix per port: rows the source pods, columns
 // the destinations. mismatch gives a cell's mismatch anchor, if any.
-func buildPorts(expected, observed *eval.Table, mismatch func(from, to, port string) string) []portView {
+func buildPorts(expected, observed *eval.TruthTable, mismatch func(from, to, port string) string) []portView {
 	base := expected
 	if base == nil {
 		base = observed
@@ -225,7 +225,7 @@ func buildPorts(expected, observed *eval.Table, mismatch func(from, to, port str
 		return nil
 	}
 	type key struct{ from, to, port string }
-	cells := func(t *eval.Table) map[key]bool {
+	cells := func(t *eval.TruthTable) map[key]bool {
 		if t == nil {
 			return nil
 		}

@@ -444,7 +444,7 @@ func TestLargeReport(t *testing.T) {
 	base := sampleReport()
 	pods := []string{"x/a", "x/b", "x/c", "y/a", "y/b", "y/c", "z/a", "z/b", "z/c", "host/node-1", "host/node-2", "outside/203.0.113.10"}
 	ports := []string{"tcp/80", "tcp/81", "udp/80", "udp/81", "sctp/80"}
-	tbl := &eval.Table{Pods: pods, Ports: ports}
+	tbl := &eval.TruthTable{Pods: pods, Ports: ports}
 	for _, ps := range ports {
 		p, err := l4.ParsePort(ps)
 		if err != nil {
@@ -504,7 +504,7 @@ func TestProgressConcurrent(t *testing.T) {
 // other, in HTML, text and report.json.
 func TestOutsideRowAndColumn(t *testing.T) {
 	const outside = "192.0.2.10"
-	withOutside := func(t *eval.Table, allowed func(from, to string) bool) *eval.Table {
+	withOutside := func(t *eval.TruthTable, allowed func(from, to string) bool) *eval.TruthTable {
 		out := *t
 		out.Pods = append(append([]string(nil), t.Pods...), outside)
 		out.Results = append([]eval.Result(nil), t.Results...)

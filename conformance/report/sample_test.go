@@ -15,8 +15,8 @@ var samplePods = []string{"x/a", "x/b", "x/c", "y/a", "y/b", "y/c", "z/a", "z/b"
 var sampleProbes = []l4.Port{{Protocol: corev1.ProtocolTCP, Port: 80}, {Protocol: corev1.ProtocolUDP, Port: 81}}
 
 // table fills a truth table over the sample pods from a decision.
-func table(allowed func(from, to string, p l4.Port) bool) *eval.Table {
-	t := &eval.Table{Pods: samplePods}
+func table(allowed func(from, to string, p l4.Port) bool) *eval.TruthTable {
+	t := &eval.TruthTable{Pods: samplePods}
 	for _, p := range sampleProbes {
 		t.Ports = append(t.Ports, p.String())
 	}
@@ -31,7 +31,7 @@ func table(allowed func(from, to string, p l4.Port) bool) *eval.Table {
 }
 
 // flip is t with the given cells inverted (the "data plane's" table).
-func flip(t *eval.Table, cells ...conformance.Mismatch) *eval.Table {
+func flip(t *eval.TruthTable, cells ...conformance.Mismatch) *eval.TruthTable {
 	out := *t
 	out.Results = append([]eval.Result(nil), t.Results...)
 	for i, r := range out.Results {

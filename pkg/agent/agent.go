@@ -571,7 +571,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 	}
 	if due&node.Policy != 0 {
 		// Changes to pods, namespaces and policies update the last table
-		// (compiler.Live): no snapshot; those that change this node's
+		// (compiler.Incremental): no snapshot; those that change this node's
 		// classes compile its own pods only (a rebase). The periodic
 		// resync applies them too, then compiles in full and checks that
 		// both agree.
@@ -605,7 +605,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		}
 		// A Service or EndpointSlice change syncs the NAT table only: the
 		// policy model is not rebuilt for it.
-		in.CheckLive = checkLive
+		in.CheckIncremental = checkLive
 		var problems []error
 		if due&node.Policy != 0 {
 			in.Model, problems = a.policyModels.Build(sources, loadPolicy)
@@ -619,7 +619,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 			if full.Policy.Err != nil {
 				a.forceFull()
 			}
-			if full.Policy.LiveDiffers {
+			if full.Policy.IncrementalDiffers {
 				a.metrics.liveMismatches.Inc()
 				a.log.Error("the incremental policy table differed from a full compile; the full one is applied (a bug: please report it)")
 			}

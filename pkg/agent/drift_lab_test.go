@@ -150,7 +150,7 @@ spec:
 	probes := []l4.Port{{Protocol: "TCP", Port: 80}}
 	agree := func(when string) {
 		t.Helper()
-		expected := eval.New(snap, node.Prepare(snap).Model).Table(eval.TableOptions{Probes: probes})
+		expected := eval.New(snap, node.Prepare(snap).Model).TruthTable(eval.TruthTableOptions{Probes: probes})
 		if err := l.FlushConntrack(); err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +216,7 @@ spec:
 }
 
 // differences lists the cells where observed differs from expected.
-func differences(expected, observed *eval.Table) []string {
+func differences(expected, observed *eval.TruthTable) []string {
 	type cell struct {
 		from, to string
 		probe    l4.Port

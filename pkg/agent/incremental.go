@@ -13,7 +13,7 @@ import (
 )
 
 // delta is what changed for the policy table since its last sync: the
-// incremental path (compiler.Live) programs pods of other nodes,
+// incremental path (compiler.Incremental) programs pods of other nodes,
 // namespaces without pods here and policies that select none of them
 // without a snapshot; anything else (or too much) takes the full path.
 // Guarded by Agent.mu.
@@ -82,7 +82,7 @@ func (a *Agent) forceFull() {
 // policySync is what syncPolicyIncremental did.
 type policySync struct {
 	node.PolicyResult
-	// path is "incremental" (compiler.Live's Update: the elements of
+	// path is "incremental" (compiler.Incremental's Update: the elements of
 	// what changed), "rebase" (the classes of this node's pods compiled
 	// again) or "" when the delta needs the full path (nothing was done).
 	path string

@@ -23,7 +23,7 @@ type metrics struct {
 	lastSuccess        prometheus.Gauge
 	policyErrors       prometheus.Gauge
 	serviceErrors      prometheus.Gauge
-	// policySyncs counts policy table syncs by path: incremental (Live),
+	// policySyncs counts policy table syncs by path: incremental (Incremental),
 	// rebase (the node's classes compiled again) or full (a compile of
 	// the whole snapshot).
 	policySyncs *prometheus.CounterVec

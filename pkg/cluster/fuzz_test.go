@@ -100,8 +100,8 @@ func FuzzAddDocuments(f *testing.F) {
 			return
 		}
 		ev := eval.New(snap, m)
-		ev.Table(eval.TableOptions{Probes: []l4.Port{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}}})
-		ev.Table(eval.TableOptions{Family: ipfamily.IPv6})
+		ev.TruthTable(eval.TruthTableOptions{Probes: []l4.Port{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}}})
+		ev.TruthTable(eval.TruthTableOptions{Family: ipfamily.IPv6})
 	})
 }
 

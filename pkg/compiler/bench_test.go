@@ -50,8 +50,8 @@ func BenchmarkCompile(b *testing.B) {
 
 // BenchmarkNodeTable is the agent's full policy compile of one node, the
 // model given (the agent's policy.Cache keeps it): resolved (the
-// evaluator's index of every pod, then Compile's Live: what the agent
-// does) against from-pods (NewLiveFromPods, a test helper: the node's
+// evaluator's index of every pod, then Compile's Incremental: what the agent
+// does) against from-pods (NewIncrementalFromPods, a test helper: the node's
 // pods compiled alone and every set filled from the pods as Rebase fills
 // a new one; measured as a candidate for the first sync, and slower while
 // it matches selectors pod by pod). The cluster is the agent scale harness's at
@@ -59,7 +59,7 @@ func BenchmarkCompile(b *testing.B) {
 // 100 pods, a NetworkPolicy per 10, an admin policy per 100. resolved also
 // reports the largest live heap one compile holds over what was live
 // before (peak-live-MB, from a separate run: sampling slows it) and what
-// the Live keeps once it is made (kept-MB).
+// the Incremental keeps once it is made (kept-MB).
 func BenchmarkNodeTable(b *testing.B) {
 	sizes, err := benchstat.EnvInts("NETPOL_BENCH_PODS", []int{10000})
 	if err != nil {
@@ -79,7 +79,7 @@ func BenchmarkNodeTable(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("pods=%d/resolved", n), func(b *testing.B) {
 			for b.Loop() {
-				if _, err := compiler.NewLive(eval.New(snap, model).Resolved(), opts); err != nil {
+				if _, err := compiler.NewIncremental(eval.New(snap, model).Resolved(), opts); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -88,7 +88,7 @@ func BenchmarkNodeTable(b *testing.B) {
 			runtime.GC()
 			before := benchstat.LiveHeap()
 			peak := benchstat.WatchPeakLive()
-			live, err := compiler.NewLive(eval.New(snap, model).Resolved(), opts)
+			live, err := compiler.NewIncremental(eval.New(snap, model).Resolved(), opts)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -105,7 +105,7 @@ func BenchmarkNodeTable(b *testing.B) {
 						pods = append(pods, st)
 					}
 				}
-				l, err := compiler.NewLiveFromPods(pods, func(ns string) labels.Set { return nsLabels[ns] }, snap.Nodes, model, opts)
+				l, err := compiler.NewIncrementalFromPods(pods, func(ns string) labels.Set { return nsLabels[ns] }, snap.Nodes, model, opts)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -118,7 +118,7 @@ func BenchmarkNodeTable(b *testing.B) {
 // BenchmarkIdentityFullCompile is the agent's full compile in the identity
 // layout on the realistic shape (synth.RealisticScale, node-001), the model
 // given: from every pod (the evaluator resolves all of them, then
-// NewIdentityLive) against from representatives (NewIdentityLiveFromPods:
+// NewIdentityIncremental) against from representatives (NewIdentityIncrementalFromPods:
 // one pod of each identity resolved), the numbering kept as the agent
 // keeps it.
 func BenchmarkIdentityFullCompile(b *testing.B) {
@@ -136,14 +136,14 @@ func BenchmarkIdentityFullCompile(b *testing.B) {
 	opts := compiler.Options{Node: "node-001", Layout: compiler.LayoutIdentities, Identities: &compiler.Identities{}}
 	b.Run("every-pod", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := compiler.NewIdentityLive(eval.NewFromPods(snap, model, slices.Values(snap.Pods), len(snap.Pods)).Resolved(), opts); err != nil {
+			if _, err := compiler.NewIdentityIncremental(eval.NewFromPods(snap, model, slices.Values(snap.Pods), len(snap.Pods)).Resolved(), opts); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("representatives", func(b *testing.B) {
 		for b.Loop() {
-			l, err := compiler.NewIdentityLiveFromPods(snap, model, slices.Values(snap.Pods), len(snap.Pods), opts)
+			l, err := compiler.NewIdentityIncrementalFromPods(snap, model, slices.Values(snap.Pods), len(snap.Pods), opts)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -155,8 +155,8 @@ func BenchmarkIdentityFullCompile(b *testing.B) {
 // BenchmarkIdentityRebase is a policy that applies to pods of the node
 // (an Admin ClusterNetworkPolicy whose subjects are one team's
 // namespaces, the team of a pod of the node) added and deleted in turn,
-// each followed by IdentityLive.Rebase, against the full compile the
-// agent ran for it before (NewIdentityLiveFromPods), on the realistic
+// each followed by IdentityIncremental.Rebase, against the full compile the
+// agent ran for it before (NewIdentityIncrementalFromPods), on the realistic
 // cluster (NETPOL_BENCH_PODS, default synth.RealisticScale) at node-001.
 // The model comes from a policy.Cache, as in the agent.
 func BenchmarkIdentityRebase(b *testing.B) {
@@ -200,8 +200,8 @@ func BenchmarkIdentityRebase(b *testing.B) {
 		return m
 	}
 	opts := compiler.Options{Node: node, Layout: compiler.LayoutIdentities, Identities: &compiler.Identities{}}
-	full := func(with bool) *compiler.IdentityLive {
-		l, err := compiler.NewIdentityLiveFromPods(snap, model(with), slices.Values(snap.Pods), len(snap.Pods), opts)
+	full := func(with bool) *compiler.IdentityIncremental {
+		l, err := compiler.NewIdentityIncrementalFromPods(snap, model(with), slices.Values(snap.Pods), len(snap.Pods), opts)
 		if err != nil {
 			b.Fatal(err)
 		}

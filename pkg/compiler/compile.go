@@ -48,8 +48,8 @@ type Options struct {
 	// with domainNames rules to the agent (dns.go).
 	DNS *DNS
 	// Layout is the table's layout (identity.go; the zero value is the
-	// address layout, DefaultLayout the agent's); Live keeps an address
-	// layout table up to date, IdentityLive an identity layout one.
+	// address layout, DefaultLayout the agent's); Incremental keeps an address
+	// layout table up to date, IdentityIncremental an identity layout one.
 	Layout Layout
 	// Identities, with the identity layout, is the numbering of the
 	// node's last compile, kept where it still fits and updated to this
@@ -149,7 +149,7 @@ func compileWith(r *eval.Resolved, opts Options, podsLater bool) (*compiler, err
 		c.live.classes[classSignature(p.Namespace, p.Labels, p.Ports)] = classes
 	}
 	// Elements are in the order they were made: Compile sorts them (for
-	// people and golden files), Live and the kernel need no order.
+	// people and golden files), Incremental and the kernel need no order.
 	return c, nil
 }
 
@@ -187,7 +187,7 @@ type compiler struct {
 	podsLater bool // compileWith
 	// domains: the class being built looks up a domain set.
 	domains bool
-	// live is what Live needs to keep the table up to date pod by pod.
+	// live is what Incremental needs to keep the table up to date pod by pod.
 	live *recipe
 }
 
@@ -727,7 +727,7 @@ func (c *compiler) namedPortElements(named []policy.Port, f *nft.Family) []nft.E
 // a pod coming or going changes one hash set element per class that
 // allows it. (Verdict maps would make it one lookup, but at 10,000 pods a
 // jump/goto element cost ~6 ms in the kernel against ~1 ms for a hash set
-// element: docs/nft-notes.md section 7.) The tier is recorded for Live,
+// element: docs/nft-notes.md section 7.) The tier is recorded for Incremental,
 // which keeps its pod sets and rules up to date pod by pod.
 func (c *compiler) networkPolicyRules(plan *eval.Plan, pod int, named string) *npTier {
 	d := plan.Direction

@@ -113,7 +113,7 @@ func usesDomains(r *policy.Rule, names ruleSetNames) bool {
 // SetDNSServers makes the dns-servers sets hold servers (in place, as an
 // Update does): the cluster DNS's endpoints changed. It is an error when
 // the table has no DNS objects (Options.DNS was nil).
-func (l *Live) SetDNSServers(servers []netip.AddrPort) (*nft.Table, error) {
+func (l *Incremental) SetDNSServers(servers []netip.AddrPort) (*nft.Table, error) {
 	if l.opts.DNS == nil {
 		return nil, fmt.Errorf("the table has no DNS objects")
 	}
@@ -132,4 +132,4 @@ func (l *Live) SetDNSServers(servers []netip.AddrPort) (*nft.Table, error) {
 }
 
 // DNSServers are the servers the dns-servers sets hold.
-func (l *Live) DNSServers() []netip.AddrPort { return slices.Clone(l.dnsServers) }
+func (l *Incremental) DNSServers() []netip.AddrPort { return slices.Clone(l.dnsServers) }

@@ -12,15 +12,15 @@ import (
 	"github.com/netpol/netpol/pkg/policy"
 )
 
-// NewLiveFromPods (tests only) is Rebase from an empty table: the node's
+// NewIncrementalFromPods (tests only) is Rebase from an empty table: the node's
 // table from every pod of the cluster (finished pods left out), the
 // namespaces' labels (NamespaceLabelsOf), every Node and the policy
 // model, without resolving the cluster's pods. Every pod-dependent set is
-// then one Rebase fills, so TestLiveMatchesCompile holds fillSets to a
+// then one Rebase fills, so TestIncrementalMatchesCompile holds fillSets to a
 // full compile on every set. (As the agent's full path it was measured
 // 1.7x slower than the evaluator's at 100,000 pods: BenchmarkNodeTable.)
-func NewLiveFromPods(pods []*PodState, nsLabels func(ns string) labels.Set, nodes []*corev1.Node, model *policy.Model, opts Options) (*Live, error) {
-	l := &Live{opts: opts, node: opts.Node, table: nft.NewTable(opts.Table),
+func NewIncrementalFromPods(pods []*PodState, nsLabels func(ns string) labels.Set, nodes []*corev1.Node, model *policy.Model, opts Options) (*Incremental, error) {
+	l := &Incremental{opts: opts, node: opts.Node, table: nft.NewTable(opts.Table),
 		recipe: &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}, classes: map[string][2]string{}},
 		pods:   make(map[string]*PodState, len(pods)), byAddr: newAddrIndex(len(pods)),
 		byNamespace: map[string]map[string]*PodState{}, nsLabels: map[string]labels.Set{}, local: map[string]int{},
@@ -65,4 +65,4 @@ func (n *Identities) Len() int {
 
 // ReusedChains is how many chains the last Rebase took from the compile
 // before it.
-func (l *IdentityLive) ReusedChains() int { return l.reused }
+func (l *IdentityIncremental) ReusedChains() int { return l.reused }

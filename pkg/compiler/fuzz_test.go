@@ -86,7 +86,7 @@ func tracedAgrees(t *testing.T, snap *cluster.Snapshot, ev *eval.Evaluator, seed
 		t.Fatalf("data plane: %v", err)
 	}
 	probes := []l4.Port{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 53}, {Protocol: "TCP", Port: 8080}, {Protocol: "SCTP", Port: 80}}
-	want := ev.Table(eval.TableOptions{Probes: probes})
+	want := ev.TruthTable(eval.TruthTableOptions{Probes: probes})
 	n := len(want.Results)
 	if n == 0 {
 		return

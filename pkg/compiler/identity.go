@@ -13,7 +13,7 @@ package compiler
 // the local pod's address to its class's next tier.
 //
 // Compile builds it with Options.Layout = LayoutIdentities;
-// IdentityLive keeps it up to date with pod events (identity_live.go).
+// IdentityIncremental keeps it up to date with pod events (identity_incremental.go).
 
 import (
 	"cmp"
@@ -130,7 +130,7 @@ func identityKey(podLabels labels.Set, ports []corev1.ContainerPort, relevant []
 // localPolicies are the policies whose subjects select one of the local
 // pods (the node's pod-network pods, given as namespace, namespace labels
 // and labels): only their peers' selectors shape the node's table (a
-// policy that applies to no pod here changes nothing in it, Live's
+// policy that applies to no pod here changes nothing in it, Incremental's
 // premise).
 func localPolicies(pols []*policy.Policy, local iter.Seq2[PodState, labels.Set]) []*policy.Policy {
 	// The node's pods by namespace: most policies are NetworkPolicies of
@@ -498,7 +498,7 @@ type idCompiler struct {
 	ruleDef    map[[3]int]string
 	// The chains whose rules name identity sets, with what built them:
 	// a namespace relabelled changes which identities a peer holds, and
-	// IdentityLive builds those chains again (IdentityLive.refresh).
+	// IdentityIncremental builds those chains again (IdentityIncremental.refresh).
 	policyRecipes map[string]policyRecipe
 	npRecipes     map[string]npRecipe
 	// uses are the identity and allow-list sets each such chain made or
@@ -521,7 +521,7 @@ type idCompiler struct {
 	// chainSig is what each class and Baseline tier chain jumps to: the
 	// next compile reuses a chain of the same name and jumps.
 	chainSig map[string]string
-	// from is set when r holds the node's pods alone (IdentityLive.Rebase).
+	// from is set when r holds the node's pods alone (IdentityIncremental.Rebase).
 	from *fromLast
 }
 
@@ -583,7 +583,7 @@ func compileIdentities(r *eval.Resolved, opts Options) (*nft.Table, error) {
 
 // buildIdentities compiles the node's table; each pod-network pod is
 // given to pod (when not nil) with its identity and, for a pod of the
-// node, its classes by direction (IdentityLive records them).
+// node, its classes by direction (IdentityIncremental records them).
 func buildIdentities(r *eval.Resolved, opts Options, pod podClasses) (*idCompiler, error) {
 	node := r.NodeIndex(opts.Node)
 	if node < 0 {
@@ -648,7 +648,7 @@ func buildIdentitiesFrom(r *eval.Resolved, opts Options, node int, relevant []st
 		}
 	}
 	for _, s := range t.Sets {
-		if c.from == nil || c.from.table.Sets[s.Name] != s { // a set taken keeps its order: IdentityLive indexes it
+		if c.from == nil || c.from.table.Sets[s.Name] != s { // a set taken keeps its order: IdentityIncremental indexes it
 			sortElements(s)
 		}
 	}
@@ -860,7 +860,7 @@ func (c *idCompiler) reuseJumps(name string, jumps []string, end *nft.Rule) bool
 // from rules of the policies pols) from the last compile when those
 // policies are unchanged (fromLast): the chain as it is, the sets it made
 // or named, the named ports they resolve, and its rules' pod peers (which
-// IdentityLive.refresh follows), under this compile's policy indexes.
+// IdentityIncremental.refresh follows), under this compile's policy indexes.
 // Nodes, which a chain's networks read, do not change between compiles
 // that keep a table (a Node's change is a full compile).
 func (c *idCompiler) reuse(name string, pols []int32, rules []eval.PlanRule, d policy.Direction) bool {

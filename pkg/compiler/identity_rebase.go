@@ -13,7 +13,7 @@ import (
 	"github.com/netpol/netpol/pkg/policy"
 )
 
-// This file is IdentityLive's answer to a policy change that applies to
+// This file is IdentityIncremental's answer to a policy change that applies to
 // pods of the node, which Update refuses. In the identity layout only the
 // node's classes and the chains they jump to depend on the policies; what
 // depends on the cluster's pods is the pod-ids maps, which identities each
@@ -32,7 +32,7 @@ import (
 // follow the change: the policies read other pod labels than the
 // identities are made of, or need what only the cluster's pods say. After
 // any error the state may hold ch: only a full compile may follow.
-func (l *IdentityLive) Rebase(ch Changes, model *policy.Model, nodes []*corev1.Node) (*nft.Table, error) {
+func (l *IdentityIncremental) Rebase(ch Changes, model *policy.Model, nodes []*corev1.Node) (*nft.Table, error) {
 	if !slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return n.Name == l.opts.Node }) {
 		return nil, &NeedsFullError{Reason: "node " + l.opts.Node + " is not among the nodes"}
 	}
@@ -112,7 +112,7 @@ func (l *IdentityLive) Rebase(ch Changes, model *policy.Model, nodes []*corev1.N
 // (local, in key order): those an earlier call found when the node's pods
 // are the same (the same *policy.Policy is the same policy), the others
 // matched against the pods.
-func (l *IdentityLive) policiesHere(pols []*policy.Policy, local []*PodState) []*policy.Policy {
+func (l *IdentityIncremental) policiesHere(pols []*policy.Policy, local []*PodState) []*policy.Policy {
 	sig := make([]string, len(local))
 	for i, p := range local {
 		sig[i] = localSignature(p.Namespace, p.Labels, nil, l.subjectKeys)
@@ -154,7 +154,7 @@ func (l *IdentityLive) policiesHere(pols []*policy.Policy, local []*PodState) []
 }
 
 // subjectKeysOf is subjectLabelKeys(pols), each policy's keys read once.
-func (l *IdentityLive) subjectKeysOf(pols []*policy.Policy) []string {
+func (l *IdentityIncremental) subjectKeysOf(pols []*policy.Policy) []string {
 	of := make(map[*policy.Policy][]string, len(pols))
 	keys := map[string]bool{}
 	for _, p := range pols {

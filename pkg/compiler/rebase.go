@@ -16,7 +16,7 @@ import (
 	"github.com/netpol/netpol/pkg/policy"
 )
 
-// This file is Live's answer to what Update refuses: a policy change
+// This file is Incremental's answer to what Update refuses: a policy change
 // that applies to pods of the node, the labels of a namespace with pods
 // here, a pod of the node unlike any compiled. Only the node's classes
 // depend on those, so Rebase compiles the node's own pods alone (a few
@@ -33,7 +33,7 @@ import (
 // Node (node peers and the node itself). On a NeedsFullError nothing is
 // changed; after another error (none is known) only a full compile may
 // follow.
-func (l *Live) Rebase(ch Changes, model *policy.Model, nodes []*corev1.Node) (*nft.Table, error) {
+func (l *Incremental) Rebase(ch Changes, model *policy.Model, nodes []*corev1.Node) (*nft.Table, error) {
 	if !slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return n.Name == l.node }) {
 		return nil, &NeedsFullError{Reason: "node " + l.node + " is not among the nodes"}
 	}
@@ -88,7 +88,7 @@ func (l *Live) Rebase(ch Changes, model *policy.Model, nodes []*corev1.Node) (*n
 			continue
 		}
 		// An old tier allowed the same: its allow-list's sets (of the
-		// same names), which Live kept current, replace the ones compiled
+		// same names), which Incremental kept current, replace the ones compiled
 		// from the node's pods.
 		maps.Copy(tier.profiles, from.profiles)
 		for _, name := range tierSetNames(from, "pods", "nets") {
@@ -126,7 +126,7 @@ func (l *Live) Rebase(ch Changes, model *policy.Model, nodes []*corev1.Node) (*n
 
 // takeFamilies takes a set prefix's sets of every family from the old
 // table, when it holds them all.
-func (l *Live) takeFamilies(prefix string, take func(string) bool) bool {
+func (l *Incremental) takeFamilies(prefix string, take func(string) bool) bool {
 	for _, f := range nft.Families {
 		if l.table.Sets[prefix+f.Suffix] == nil {
 			return false
@@ -153,7 +153,7 @@ func tierSetNames(tier *npTier, kinds ...string) []string {
 
 // localSnapshot is the node's pod-network pods, their namespaces and
 // nodes: all a compile of the node's classes reads besides the policies.
-func (l *Live) localSnapshot(nodes []*corev1.Node) *cluster.Snapshot {
+func (l *Incremental) localSnapshot(nodes []*corev1.Node) *cluster.Snapshot {
 	var pods []*PodState
 	for _, ns := range slices.Sorted(maps.Keys(l.local)) {
 		if l.local[ns] == 0 {
@@ -196,7 +196,7 @@ func podsSnapshot(nodes []*corev1.Node, pods []*PodState, nsLabels func(ns strin
 // theirs. Each set is filled from the pods its own selectors can match (a
 // namespace is skipped when no subject selects it), by the code Update
 // patches elements with.
-func (l *Live) fillSets(t *nft.Table, rec *recipe) {
+func (l *Incremental) fillSets(t *nft.Table, rec *recipe) {
 	present := map[string]map[string]bool{}
 	put := func(elems map[elementRef]bool) {
 		for e := range elems {
@@ -245,7 +245,7 @@ func (l *Live) fillSets(t *nft.Table, rec *recipe) {
 
 // selectedAddrs are the addresses of the pod-network pods subjects
 // select, and with withPorts of every pod that has container ports.
-func (l *Live) selectedAddrs(subjects []policy.Subject, withPorts bool) map[netip.Addr]bool {
+func (l *Incremental) selectedAddrs(subjects []policy.Subject, withPorts bool) map[netip.Addr]bool {
 	addrs := map[netip.Addr]bool{}
 	for ns, pods := range l.byNamespace {
 		nsLabels := l.nsLabels[ns]

@@ -48,15 +48,15 @@ spec:
 				}
 			}
 			ev := eval.New(snap, policy.Build(snap))
-			plain := ev.Table(eval.TableOptions{Probes: probes})
+			plain := ev.TruthTable(eval.TruthTableOptions{Probes: probes})
 			ev.GuardNodes(g.ap)
-			want := ev.Table(eval.TableOptions{Probes: probes})
+			want := ev.TruthTable(eval.TruthTableOptions{Probes: probes})
 			for _, layout := range []compiler.Layout{compiler.LayoutAddresses, compiler.LayoutIdentities} {
 				dp, err := dataplane.NewWith(snap, ev, dataplane.Options{AgentPorts: g.ap, Layout: layout})
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := dp.Table(eval.TableOptions{Probes: probes})
+				got, err := dp.TruthTable(eval.TruthTableOptions{Probes: probes})
 				if err != nil {
 					t.Fatal(err)
 				}

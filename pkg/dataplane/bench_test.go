@@ -25,7 +25,7 @@ func BenchmarkTableNft(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var got *eval.Table
+	var got *eval.TruthTable
 	var ev *eval.Evaluator
 	for b.Loop() {
 		ev = eval.New(snap, policy.Build(snap))
@@ -33,12 +33,12 @@ func BenchmarkTableNft(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if got, err = dp.Table(eval.TableOptions{Probes: probes}); err != nil {
+		if got, err = dp.TruthTable(eval.TruthTableOptions{Probes: probes}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.StopTimer()
-	want := ev.Table(eval.TableOptions{Probes: probes})
+	want := ev.TruthTable(eval.TruthTableOptions{Probes: probes})
 	allowed := 0
 	for i, w := range want.Results {
 		if got.Results[i] != w {
@@ -60,6 +60,6 @@ func BenchmarkTableEval(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		eval.New(snap, policy.Build(snap)).Table(eval.TableOptions{Probes: probes})
+		eval.New(snap, policy.Build(snap)).TruthTable(eval.TruthTableOptions{Probes: probes})
 	}
 }

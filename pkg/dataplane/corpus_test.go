@@ -63,9 +63,9 @@ func corpusTraced(t *testing.T, opts dataplane.Options) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					opts := eval.TableOptions{Probes: probes, Family: family}
-					want := ev.Table(opts)
-					got, err := dp.Table(opts)
+					opts := eval.TruthTableOptions{Probes: probes, Family: family}
+					want := ev.TruthTable(opts)
+					got, err := dp.TruthTable(opts)
 					if err != nil {
 						t.Fatalf("step %d: %v", i, err)
 					}

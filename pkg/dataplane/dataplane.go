@@ -134,10 +134,10 @@ func (c *Cluster) Err() error {
 	return c.firstErr
 }
 
-// Table is the truth table computed by tracing every cell through the
+// TruthTable is the truth table computed by tracing every cell through the
 // tables: the same rows, columns and JSON as the evaluator's.
-func (c *Cluster) Table(opts eval.TableOptions) (*eval.Table, error) {
-	t := c.ev.TableWith(opts, c.Allowed)
+func (c *Cluster) TruthTable(opts eval.TruthTableOptions) (*eval.TruthTable, error) {
+	t := c.ev.TruthTableWith(opts, c.Allowed)
 	return t, c.Err()
 }
 

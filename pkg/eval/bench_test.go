@@ -27,7 +27,7 @@ func benchTable(b *testing.B, spec synth.Spec) {
 		if len(model.Errors) > 0 {
 			b.Fatal(model.Errors)
 		}
-		t := eval.New(snap, model).Table(eval.TableOptions{Probes: probes})
+		t := eval.New(snap, model).TruthTable(eval.TruthTableOptions{Probes: probes})
 		allowed = 0
 		for _, r := range t.Results {
 			if r.Allowed {

@@ -67,7 +67,7 @@ func runCase(t *testing.T, c *corpus.Case) int {
 			if err != nil {
 				t.Fatal(err)
 			}
-			table := ev.Table(eval.TableOptions{Probes: probes, Family: family})
+			table := ev.TruthTable(eval.TruthTableOptions{Probes: probes, Family: family})
 			want, err := x.Expected(table.Pods)
 			if err != nil {
 				t.Fatalf("step %d: %v", i, err)

@@ -93,8 +93,8 @@ func FuzzEvaluate(f *testing.F) {
 		ev := eval.New(snap, model)
 		probe := l4.Port{Protocol: fuzzProtocols[int(protoFamily)%3], Port: int32(port)%65535 + 1}
 		family := fuzzFamilies[int(protoFamily/3)%3]
-		table := ev.Table(eval.TableOptions{Probes: []l4.Port{probe}, Family: family})
-		ev.Table(eval.TableOptions{}) // declared ports
+		table := ev.TruthTable(eval.TruthTableOptions{Probes: []l4.Port{probe}, Family: family})
+		ev.TruthTable(eval.TruthTableOptions{}) // declared ports
 		n := len(table.Pods)
 		if len(table.Results) != n*n {
 			t.Fatalf("%d results for %d pods", len(table.Results), n)

@@ -408,7 +408,7 @@ func (ix *index) selectIdents(s policy.Subject) bitset {
 func (ix *index) selectionLocked(s policy.Subject) *selection {
 	if s.Namespace != "" && len(ix.identsByNamespace[s.Namespace]) == 0 {
 		// A NetworkPolicy of a namespace without pods here: most of
-		// them when the snapshot is one node's pods (compiler.Live.Rebase).
+		// them when the snapshot is one node's pods (compiler.Incremental.Rebase).
 		if ix.none == nil {
 			ix.none = &selection{idents: newBitset(len(ix.idents))}
 		}

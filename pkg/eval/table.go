@@ -12,8 +12,8 @@ import (
 	"github.com/netpol/netpol/pkg/policy"
 )
 
-// TableOptions choose the rows, columns and ports of a truth table.
-type TableOptions struct {
+// TruthTableOptions choose the rows, columns and ports of a truth table.
+type TruthTableOptions struct {
 	// Probes are the ports; empty means the union of the declared
 	// container ports of the table's pods.
 	Probes []l4.Port
@@ -23,8 +23,8 @@ type TableOptions struct {
 	Family     ipfamily.Family
 }
 
-// Table is the truth table: every pod to every other pod on every probe.
-type Table struct {
+// TruthTable is the truth table: every pod to every other pod on every probe.
+type TruthTable struct {
 	Pods    []string `json:"pods"`
 	Ports   []string `json:"ports"`
 	Results []Result `json:"results"`
@@ -41,21 +41,21 @@ type Result struct {
 	Allowed  bool            `json:"allowed"`
 }
 
-// Table computes the truth table. Rows are filled in parallel; each cell is
+// TruthTable computes the truth table. Rows are filled in parallel; each cell is
 // the same decision Explain traces.
-func (e *Evaluator) Table(opts TableOptions) *Table {
-	return e.TableWith(opts, e.Allowed)
+func (e *Evaluator) TruthTable(opts TruthTableOptions) *TruthTable {
+	return e.TruthTableWith(opts, e.Allowed)
 }
 
 // Decider decides one cell of a truth table.
 type Decider func(src, dst Endpoint, probe l4.Port) bool
 
-// TableWith computes the truth table with another decider for the cells
+// TruthTableWith computes the truth table with another decider for the cells
 // (the data plane's, for `netpol table --engine nft`): same rows, columns,
 // ports and address choice as Table. allowed is called from several
 // goroutines.
-func (e *Evaluator) TableWith(opts TableOptions, allowed Decider) *Table {
-	t := &Table{}
+func (e *Evaluator) TruthTableWith(opts TruthTableOptions, allowed Decider) *TruthTable {
+	t := &TruthTable{}
 	inNS := map[string]bool{}
 	for _, ns := range opts.Namespaces {
 		inNS[ns] = true

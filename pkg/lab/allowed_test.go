@@ -14,7 +14,7 @@ func TestE2EAllAllowed(t *testing.T) {
 	l := upLab(t, snap, Options{})
 	for _, family := range []ipfamily.Family{ipfamily.IPv4, ipfamily.IPv6} {
 		t.Run(string(family), func(t *testing.T) {
-			opts := eval.TableOptions{Probes: mustProbes(t, "tcp/80", "udp/81"), Family: family}
+			opts := eval.TruthTableOptions{Probes: mustProbes(t, "tcp/80", "udp/81"), Family: family}
 			want := evalTable(snap, opts)
 			got, notes := probeLab(t, l, ProbeOptions{Probes: opts.Probes, Family: family})
 			sameTable(t, want, got)
@@ -27,7 +27,7 @@ func TestE2EAllAllowed(t *testing.T) {
 	// have none), 9 x 9 x 4.
 	t.Run("full", func(t *testing.T) {
 		got, notes := probeLab(t, l, ProbeOptions{SkipUnsupported: true})
-		opts := eval.TableOptions{}
+		opts := eval.TruthTableOptions{}
 		for _, s := range got.Ports {
 			opts.Probes = append(opts.Probes, mustProbes(t, s)...)
 		}
@@ -46,7 +46,7 @@ func TestDualStack(t *testing.T) {
 	l := upLab(t, snap, Options{})
 	for _, family := range []ipfamily.Family{ipfamily.Any, ipfamily.IPv4, ipfamily.IPv6} {
 		t.Run("family="+string(family), func(t *testing.T) {
-			opts := eval.TableOptions{Probes: mustProbes(t, "tcp/80", "udp/81"), Family: family}
+			opts := eval.TruthTableOptions{Probes: mustProbes(t, "tcp/80", "udp/81"), Family: family}
 			got, _ := probeLab(t, l, ProbeOptions{Probes: opts.Probes, Family: family})
 			sameTable(t, evalTable(snap, opts), got)
 		})
@@ -59,7 +59,7 @@ func TestHostNetwork(t *testing.T) {
 	snap := loadBase(t, "hostnet.yaml")
 	l := upLab(t, snap, Options{})
 	got, _ := probeLab(t, l, ProbeOptions{})
-	sameTable(t, evalTable(snap, eval.TableOptions{}), got)
+	sameTable(t, evalTable(snap, eval.TruthTableOptions{}), got)
 
 	h1 := l.Node("node-1")
 	for _, p := range l.Pods() {
@@ -81,12 +81,12 @@ func TestConformanceAndNamedPorts(t *testing.T) {
 		probes := mustProbes(t, "tcp/80", "tcp/8080", "udp/53", "udp/5353")
 		l := upLab(t, snap, Options{ExtraPorts: probes})
 		got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: ipfamily.IPv4})
-		sameTable(t, evalTable(snap, eval.TableOptions{Probes: probes, Family: ipfamily.IPv4}), got)
+		sameTable(t, evalTable(snap, eval.TruthTableOptions{Probes: probes, Family: ipfamily.IPv4}), got)
 	})
 	t.Run("namedports", func(t *testing.T) {
 		snap := loadBase(t, "namedports.yaml")
 		l := upLab(t, snap, Options{})
 		got, _ := probeLab(t, l, ProbeOptions{})
-		sameTable(t, evalTable(snap, eval.TableOptions{}), got)
+		sameTable(t, evalTable(snap, eval.TruthTableOptions{}), got)
 	})
 }

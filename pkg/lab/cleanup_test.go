@@ -63,7 +63,7 @@ func TestUpdateFailsThenRecovers(t *testing.T) {
 	}
 	probes := mustProbes(t, "tcp/80", "udp/81") // what x/late serves
 	got, _ := probeLab(t, l, ProbeOptions{Probes: probes})
-	sameTable(t, evalTable(next, eval.TableOptions{Probes: probes}), got)
+	sameTable(t, evalTable(next, eval.TruthTableOptions{Probes: probes}), got)
 	pods := len(l.Pods())
 	if left, _ := namespacesWithPrefix(l.Prefix() + "-"); len(left) != 1+2+5 || pods != 7 {
 		t.Errorf("namespaces %v for %d pods: the failed attempt left one behind", left, pods)
@@ -117,7 +117,7 @@ func TestSCTP(t *testing.T) {
 	probes := mustProbes(t, "sctp/80", "tcp/80")
 	if ok {
 		got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: ipfamily.IPv4})
-		sameTable(t, evalTable(snap, eval.TableOptions{Probes: probes, Family: ipfamily.IPv4}), got)
+		sameTable(t, evalTable(snap, eval.TruthTableOptions{Probes: probes, Family: ipfamily.IPv4}), got)
 		return
 	}
 	if !strings.Contains(why, "SCTP") {

@@ -51,7 +51,7 @@ func TestDenialObserved(t *testing.T) {
 	}
 
 	probes := mustProbes(t, "tcp/80", "udp/81")
-	want := evalTable(snap, eval.TableOptions{Probes: probes, Family: ipfamily.IPv4})
+	want := evalTable(snap, eval.TruthTableOptions{Probes: probes, Family: ipfamily.IPv4})
 	for i, r := range want.Results {
 		want.Results[i].Allowed = r.To != target || r.From == target
 	}

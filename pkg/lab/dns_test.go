@@ -392,7 +392,7 @@ func TestDNSServer(t *testing.T) {
 	// So a table reads the DNS pod's ports as the evaluator does (and
 	// nobody else serves 53; IPv6-only pods cannot reach its primary).
 	probes := mustProbes(t, "udp/53", "tcp/53")
-	want := evalTable(snap, eval.TableOptions{Probes: probes})
+	want := evalTable(snap, eval.TruthTableOptions{Probes: probes})
 	got, notes := probeLab(t, l, ProbeOptions{Probes: probes})
 	reached := 0
 	for i, r := range got.Results {

@@ -80,11 +80,11 @@ func upLab(t *testing.T, snap *cluster.Snapshot, opts Options) *Lab {
 }
 
 // evalTable is what the evaluator says for the snapshot and its policies.
-func evalTable(snap *cluster.Snapshot, opts eval.TableOptions) *eval.Table {
-	return eval.New(snap, policy.Build(snap)).Table(opts)
+func evalTable(snap *cluster.Snapshot, opts eval.TruthTableOptions) *eval.TruthTable {
+	return eval.New(snap, policy.Build(snap)).TruthTable(opts)
 }
 
-func probeLab(t *testing.T, l *Lab, opts ProbeOptions) (*eval.Table, []string) {
+func probeLab(t *testing.T, l *Lab, opts ProbeOptions) (*eval.TruthTable, []string) {
 	t.Helper()
 	start := time.Now()
 	got, notes, err := l.Probe(context.Background(), opts)
@@ -97,7 +97,7 @@ func probeLab(t *testing.T, l *Lab, opts ProbeOptions) (*eval.Table, []string) {
 }
 
 // sameTable compares two tables cell by cell.
-func sameTable(t *testing.T, want, got *eval.Table) {
+func sameTable(t *testing.T, want, got *eval.TruthTable) {
 	t.Helper()
 	if fmt.Sprint(want.Pods) != fmt.Sprint(got.Pods) {
 		t.Fatalf("pods differ:\n want %v\n got  %v", want.Pods, got.Pods)

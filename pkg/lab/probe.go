@@ -76,7 +76,7 @@ type Observation struct {
 // the destination's family, and returns the observed table: same pods,
 // ports and cell order as eval's, Allowed meaning a reply came. The notes
 // say what was left out or looked wrong (a reply from another pod).
-func (l *Lab) Probe(ctx context.Context, opts ProbeOptions) (*eval.Table, []string, error) {
+func (l *Lab) Probe(ctx context.Context, opts ProbeOptions) (*eval.TruthTable, []string, error) {
 	opts.defaults()
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -84,8 +84,8 @@ func (l *Lab) Probe(ctx context.Context, opts ProbeOptions) (*eval.Table, []stri
 		return nil, nil, fmt.Errorf("lab %s is down", l.prefix)
 	}
 	var notes []string
-	tableOpts := eval.TableOptions{Probes: opts.Probes, Namespaces: opts.Namespaces, Family: opts.Family}
-	t := l.eval.Table(tableOpts)
+	tableOpts := eval.TruthTableOptions{Probes: opts.Probes, Namespaces: opts.Namespaces, Family: opts.Family}
+	t := l.eval.TruthTable(tableOpts)
 	probes := make([]l4.Port, 0, len(t.Ports))
 	for _, s := range t.Ports {
 		p, err := l4.ParsePort(s)
@@ -102,7 +102,7 @@ func (l *Lab) Probe(ctx context.Context, opts ProbeOptions) (*eval.Table, []stri
 		probes = slices.DeleteFunc(probes, isSCTP)
 		notes = append(notes, "SCTP probes dropped: "+why)
 		tableOpts.Probes = probes
-		t = l.eval.Table(tableOpts)
+		t = l.eval.TruthTable(tableOpts)
 		if len(probes) == 0 { // an empty list would mean "declared ports" again
 			t.Ports, t.Results = nil, []eval.Result{}
 		}
@@ -163,7 +163,7 @@ func probeErrors(obs []Observation) error {
 }
 
 // observeCells probes the given cells of t, parallel at a time, into obs.
-func (l *Lab) observeCells(ctx context.Context, t *eval.Table, cells []int, obs []Observation, family ipfamily.Family, timeout time.Duration, parallel int) {
+func (l *Lab) observeCells(ctx context.Context, t *eval.TruthTable, cells []int, obs []Observation, family ipfamily.Family, timeout time.Duration, parallel int) {
 	work := make(chan int)
 	var wg sync.WaitGroup
 	for range min(parallel, len(cells)) {

@@ -79,7 +79,7 @@ func TestUpdate(t *testing.T) {
 
 	probes := mustProbes(t, "tcp/80", "udp/81")
 	for _, family := range []ipfamily.Family{ipfamily.IPv4, ipfamily.IPv6} {
-		opts := eval.TableOptions{Probes: probes, Family: family}
+		opts := eval.TruthTableOptions{Probes: probes, Family: family}
 		got, _ := probeLab(t, l, ProbeOptions{Probes: probes, Family: family})
 		sameTable(t, evalTable(next, opts), got)
 	}
@@ -113,7 +113,7 @@ func TestUpdate(t *testing.T) {
 		t.Fatalf("Update back: %v", err)
 	}
 	got, _ := probeLab(t, l, ProbeOptions{})
-	sameTable(t, evalTable(base, eval.TableOptions{}), got)
+	sameTable(t, evalTable(base, eval.TruthTableOptions{}), got)
 	var names []string
 	for _, n := range l.Nodes() {
 		names = append(names, n.Name)

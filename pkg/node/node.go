@@ -75,9 +75,9 @@ func (t Tables) String() string {
 	return "none"
 }
 
-// liveTable is the compiler's incremental table of either layout
-// (compiler.Live, compiler.IdentityLive).
-type liveTable interface {
+// incrementalTable is the compiler's incremental table of either layout
+// (compiler.Incremental, compiler.IdentityIncremental).
+type incrementalTable interface {
 	Table() *nft.Table
 	Snapshot() *nft.Table
 	Update(compiler.Changes) (*nft.Table, error)
@@ -98,7 +98,7 @@ type Programmer struct {
 	policy nft.Kernel
 	// live is the policy table of the last full compile, kept up to
 	// date by UpdatePolicy; applied says the kernel took its last change.
-	live    liveTable
+	live    incrementalTable
 	applied bool
 	// identities is the identity layout's numbering, kept from sync to
 	// sync so that an event changes the elements it is about.
@@ -176,9 +176,9 @@ type Input struct {
 	Snapshot *cluster.Snapshot
 	Model    *policy.Model
 	Resolved *eval.Resolved
-	// CheckLive compares the incremental table (UpdatePolicy's) with
-	// the full compile before replacing it (PolicyResult.LiveDiffers).
-	CheckLive bool
+	// CheckIncremental compares the incremental table (UpdatePolicy's) with
+	// the full compile before replacing it (PolicyResult.IncrementalDiffers).
+	CheckIncremental bool
 	// Pods, when set, are the pods the resolution reads instead of
 	// Snapshot.Pods: a sequence in (namespace, name) order whose pods
 	// may be made for their step alone (eval.NewFromPods; the agent's
@@ -230,9 +230,9 @@ type PolicyResult struct {
 	Counts nft.Counts
 	// Incremental: the table came from UpdatePolicy, not a full compile.
 	Incremental bool
-	// LiveDiffers: with Input.CheckLive, the incremental table differed
+	// IncrementalDiffers: with Input.CheckIncremental, the incremental table differed
 	// from the full compile (a bug; the full table is what was applied).
-	LiveDiffers bool
+	IncrementalDiffers bool
 	// Err means the kernel kept its previous table.
 	Err error
 }
@@ -290,7 +290,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		r := &res.Policy
 		r.Ran = true
 		opts := compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts, DNS: p.compilerDNS(in)}
-		var live liveTable
+		var live incrementalTable
 		var err error
 		if p.opts.Layout == compiler.LayoutIdentities && p.live == nil && p.identities.Empty() {
 			// The first sync (a restart): number as the table the kernel
@@ -306,14 +306,14 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 				in.Model = policy.Build(in.Snapshot)
 			}
 			opts.Identities = &p.identities
-			live, err = compiler.NewIdentityLiveFromPods(in.Snapshot, in.Model, in.Pods, in.PodCount, opts)
+			live, err = compiler.NewIdentityIncrementalFromPods(in.Snapshot, in.Model, in.Pods, in.PodCount, opts)
 		case p.opts.Layout == compiler.LayoutIdentities:
 			in.prepare()
 			opts.Identities = &p.identities
-			live, err = compiler.NewIdentityLive(in.Resolved, opts)
+			live, err = compiler.NewIdentityIncremental(in.Resolved, opts)
 		default:
 			in.prepare()
-			live, err = compiler.NewLive(in.Resolved, opts)
+			live, err = compiler.NewIncremental(in.Resolved, opts)
 		}
 		if built {
 			// A resolution made here serves this sync only; the apply
@@ -327,8 +327,8 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		syncServices()
 		if err == nil && live != nil {
 			r.Table = live.Table()
-			if in.CheckLive && p.live != nil {
-				r.LiveDiffers = !nft.Diff(p.live.Table(), r.Table).Empty()
+			if in.CheckIncremental && p.live != nil {
+				r.IncrementalDiffers = !nft.Diff(p.live.Table(), r.Table).Empty()
 			}
 			p.live = live
 		}
@@ -352,7 +352,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 }
 
 // UpdatePolicy programs the policy table from the last one and the
-// changes since (compiler.Live), without a snapshot. A
+// changes since (compiler.Incremental), without a snapshot. A
 // compiler.NeedsFullError (in PolicyResult.Err) means nothing was done:
 // the caller syncs in full.
 func (p *Programmer) UpdatePolicy(ch compiler.Changes) PolicyResult {
@@ -373,7 +373,7 @@ func (p *Programmer) UpdatePolicy(ch compiler.Changes) PolicyResult {
 
 // RebasePolicy programs the policy table for a new policy model and the
 // changes since the last sync, compiling only the node's own pods' classes
-// (compiler.Live.Rebase, compiler.IdentityLive.Rebase): for a change
+// (compiler.Incremental.Rebase, compiler.IdentityIncremental.Rebase): for a change
 // Update refuses. nodes are every
 // Node. A compiler.NeedsFullError means nothing was done.
 func (p *Programmer) RebasePolicy(ch compiler.Changes, model *policy.Model, nodes []*corev1.Node) PolicyResult {
@@ -384,7 +384,7 @@ func (p *Programmer) RebasePolicy(ch compiler.Changes, model *policy.Model, node
 	}
 	t, err := p.live.Rebase(ch, model, nodes)
 	if err != nil {
-		// The Live may hold the pod changes now: only a full compile
+		// The incremental table may hold the pod changes now: only a full compile
 		// starts again from a known state.
 		p.live = nil
 		r.Err = &compiler.NeedsFullError{Reason: err.Error()}

@@ -91,8 +91,8 @@ func TestVerify(t *testing.T) {
 
 // TestUpdatePolicy: UpdatePolicy programs a change to another node's pod
 // as a full compile would, without one; a change to a pod of the node asks
-// for a full compile; and CheckLive notices an incremental table that
-// differs from the full compile (here: Live told of a deletion the
+// for a full compile; and CheckIncremental notices an incremental table that
+// differs from the full compile (here: Incremental told of a deletion the
 // snapshot does not have).
 func TestUpdatePolicy(t *testing.T) {
 	snap, err := synth.Snapshot(synth.Spec{Namespaces: 6, Pods: 300, Nodes: 3, NetworkPolicies: 30, AdminPolicies: 6, Seed: 5})
@@ -148,9 +148,9 @@ func TestUpdatePolicy(t *testing.T) {
 		t.Fatalf("after the update the kernel differs from a full compile: %d operations", len(d.Ops))
 	}
 	in := Prepare(after)
-	in.CheckLive = true
-	if res := p.Sync(in, Policy); res.Err() != nil || res.Policy.LiveDiffers {
-		t.Fatalf("resync: err %v, live differs %v; want agreement", res.Err(), res.Policy.LiveDiffers)
+	in.CheckIncremental = true
+	if res := p.Sync(in, Policy); res.Err() != nil || res.Policy.IncrementalDiffers {
+		t.Fatalf("resync: err %v, live differs %v; want agreement", res.Err(), res.Policy.IncrementalDiffers)
 	}
 
 	// A pod of node-1 with labels no compiled pod has: its classes are
@@ -165,14 +165,14 @@ func TestUpdatePolicy(t *testing.T) {
 		t.Fatalf("relabelling node-1's pod %s: err %v, want a NeedsFullError", localKey, r.Err)
 	}
 
-	// Live is told the pod went while the snapshot brings it back.
+	// Incremental is told the pod went while the snapshot brings it back.
 	if r := p.UpdatePolicy(compiler.Changes{Pods: map[string]*compiler.PodState{key: compiler.PodStateOf(gone)}, NamespaceLabels: nsLabels}); r.Err != nil {
 		t.Fatal(r.Err)
 	}
 	in = Prepare(after)
-	in.CheckLive = true
-	if res := p.Sync(in, Policy); !res.Policy.LiveDiffers {
-		t.Fatal("CheckLive did not notice an incremental table that differs from the full compile")
+	in.CheckIncremental = true
+	if res := p.Sync(in, Policy); !res.Policy.IncrementalDiffers {
+		t.Fatal("CheckIncremental did not notice an incremental table that differs from the full compile")
 	}
 	if d := nft.Diff(pol.Kernel(), full(after)); !d.Empty() {
 		t.Fatalf("after the resync the kernel differs from the full compile: %d operations", len(d.Ops))

@@ -11,7 +11,7 @@ import (
 // object's share: a model of objects that differ from the last call's in
 // a few costs those few and a sort, not 11,000 conversions. An unchanged
 // object keeps its *Policy values, which the incremental compiler takes to
-// mean "unchanged" (compiler.Live.Rebase). Not safe for concurrent use.
+// mean "unchanged" (compiler.Incremental.Rebase). Not safe for concurrent use.
 type Cache struct {
 	shares map[any]*share
 	// sorted are the last model's policies in evaluation order: the next

@@ -30,11 +30,11 @@ type ServiceResult struct {
 	Why string `json:"why,omitempty"`
 }
 
-// TableJSON streams the table as JSON, one result per line, in the shape
-// encoding/json gives eval.Table. A 1,000-pod table has millions of cells:
+// TruthTableJSON streams the table as JSON, one result per line, in the shape
+// encoding/json gives eval.TruthTable. A 1,000-pod table has millions of cells:
 // streaming keeps memory at the size of the table itself. Service probes,
 // if any, follow the cells in the same results array.
-func TableJSON(w io.Writer, t *eval.Table, services ...ServiceResult) error {
+func TruthTableJSON(w io.Writer, t *eval.TruthTable, services ...ServiceResult) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	head := struct {
 		Pods    []string `json:"pods"`
@@ -95,9 +95,9 @@ func TableJSON(w io.Writer, t *eval.Table, services ...ServiceResult) error {
 	return bw.Flush()
 }
 
-// TableDocument is the table with its Service probes as one value, in
+// TruthTableDocument is the table with its Service probes as one value, in
 // TableJSON's shape, for other encoders (YAML).
-func TableDocument(t *eval.Table, services []ServiceResult) any {
+func TruthTableDocument(t *eval.TruthTable, services []ServiceResult) any {
 	results := make([]any, 0, len(t.Results)+len(services))
 	for _, r := range t.Results {
 		results = append(results, r)

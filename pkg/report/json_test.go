@@ -11,7 +11,7 @@ import (
 
 // The streamed JSON must decode to exactly what encoding/json would give.
 func TestTableJSONMatchesEncodingJSON(t *testing.T) {
-	for _, table := range []*eval.Table{
+	for _, table := range []*eval.TruthTable{
 		{},
 		{Pods: []string{"x/a", `we"ird/na\me`}, Ports: []string{"tcp/80"}, Skipped: []string{"y/b"}, Results: []eval.Result{
 			{From: "x/a", To: `we"ird/na\me`, Protocol: "TCP", Port: 80, Allowed: true},
@@ -19,10 +19,10 @@ func TestTableJSONMatchesEncodingJSON(t *testing.T) {
 		}},
 	} {
 		var buf bytes.Buffer
-		if err := TableJSON(&buf, table); err != nil {
+		if err := TruthTableJSON(&buf, table); err != nil {
 			t.Fatal(err)
 		}
-		var got, want eval.Table
+		var got, want eval.TruthTable
 		if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
 			t.Fatalf("invalid JSON %q: %v", buf.String(), err)
 		}
@@ -50,14 +50,14 @@ func TestTableJSONWithServices(t *testing.T) {
 		{From: "x/a", To: "service/y/web", Protocol: "TCP", Port: 80, Allowed: true, Endpoint: "y/b", Result: "ok", Address: "10.96.0.10"},
 		{From: "external", To: "nodeport/node-1/y/web", Protocol: "UDP", Port: 30053, Result: "timeout", Address: "172.18.0.2"},
 	}
-	for _, table := range []*eval.Table{
+	for _, table := range []*eval.TruthTable{
 		{},
 		{Pods: []string{"x/a"}, Ports: []string{"tcp/80"}, Results: []eval.Result{
 			{From: "x/a", To: "x/a", Protocol: "TCP", Port: 80, Allowed: true},
 		}},
 	} {
 		var buf bytes.Buffer
-		if err := TableJSON(&buf, table, services...); err != nil {
+		if err := TruthTableJSON(&buf, table, services...); err != nil {
 			t.Fatal(err)
 		}
 		var got map[string]any
@@ -74,7 +74,7 @@ func TestTableJSONWithServices(t *testing.T) {
 		if !reflect.DeepEqual(last, want) {
 			t.Errorf("last row %v, want %v", last, want)
 		}
-		doc, err := json.Marshal(TableDocument(table, services))
+		doc, err := json.Marshal(TruthTableDocument(table, services))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -164,8 +164,8 @@ func decision(dv *eval.DirectionVerdict, s Style) string {
 	return fmt.Sprintf("%s by the %s tier: %s %s, action %s", verb, dv.Tier, dv.Policy, dv.Rule, dv.Action)
 }
 
-// Table writes one matrix per port: rows are sources, columns destinations.
-func Table(w io.Writer, t *eval.Table, s Style) {
+// TruthTable writes one matrix per port: rows are sources, columns destinations.
+func TruthTable(w io.Writer, t *eval.TruthTable, s Style) {
 	if len(t.Pods) == 0 {
 		fmt.Fprintln(w, "no pods with an address to show")
 		return
@@ -204,7 +204,7 @@ func Table(w io.Writer, t *eval.Table, s Style) {
 }
 
 // cellList writes a table's cells one per line: "x/a -> y/b TCP/80: DENIED".
-func cellList(w io.Writer, t *eval.Table, s Style) {
+func cellList(w io.Writer, t *eval.TruthTable, s Style) {
 	denied := 0
 	for _, r := range t.Results {
 		if !r.Allowed {

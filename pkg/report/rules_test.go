@@ -73,11 +73,11 @@ func TestWanted(t *testing.T) {
 // A table that does not hold every cell (only the denied ones) is printed
 // as a list, not as a matrix that would show missing cells as denied.
 func TestTableFilteredIsAList(t *testing.T) {
-	table := &eval.Table{Pods: []string{"x/a", "y/b"}, Ports: []string{"tcp/80"}, Results: []eval.Result{
+	table := &eval.TruthTable{Pods: []string{"x/a", "y/b"}, Ports: []string{"tcp/80"}, Results: []eval.Result{
 		{From: "x/a", To: "y/b", Protocol: corev1.ProtocolTCP, Port: 80},
 	}}
 	var buf bytes.Buffer
-	Table(&buf, table, Style{})
+	TruthTable(&buf, table, Style{})
 	want := "x/a -> y/b TCP/80: DENIED\n\n1 cell(s) shown, 1 denied, of 2 pods x 2 pods x 1 ports\n"
 	if buf.String() != want {
 		t.Errorf("got %q, want %q", buf.String(), want)
@@ -85,7 +85,7 @@ func TestTableFilteredIsAList(t *testing.T) {
 	table.Results = append(table.Results, eval.Result{From: "x/a", To: "x/a", Protocol: corev1.ProtocolTCP, Port: 80, Allowed: true},
 		eval.Result{From: "y/b", To: "x/a", Protocol: corev1.ProtocolTCP, Port: 80}, eval.Result{From: "y/b", To: "y/b", Protocol: corev1.ProtocolTCP, Port: 80, Allowed: true})
 	buf.Reset()
-	Table(&buf, table, Style{})
+	TruthTable(&buf, table, Style{})
 	if !strings.HasPrefix(buf.String(), "tcp/80 x/a y/b") {
 		t.Errorf("a full table is a matrix:\n%s", buf.String())
 	}

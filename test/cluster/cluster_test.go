@@ -453,7 +453,7 @@ spec:
 // ClusterNetworkPolicy v1alpha2 and v1beta1), real probe pods of netpol's
 // image, every cell compared with the evaluator fed the live objects.
 func testConformanceRunner(t *testing.T) {
-	cfg, err := cluster.RESTConfig(cluster.LiveOptions{Kubeconfig: kubeconfig})
+	cfg, err := cluster.RESTConfig(cluster.APIOptions{Kubeconfig: kubeconfig})
 	if err != nil {
 		t.Fatal(err)
 	}

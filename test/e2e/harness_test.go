@@ -338,7 +338,7 @@ func (a *agentProc) metric(t testing.TB, sample string) float64 {
 // expected is the live cluster state and what every node must hold for
 // it, given what its kernel holds (expectation.holds).
 func (w *world) expected() (*cluster.Snapshot, *policy.Model, expectation) {
-	snap, _, err := cluster.LoadLive(w.ctx, cluster.LiveOptions{Kubeconfig: w.env.Kubeconfig})
+	snap, _, err := cluster.LoadFromAPI(w.ctx, cluster.APIOptions{Kubeconfig: w.env.Kubeconfig})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -491,7 +491,7 @@ func (w *world) matrixMatches(what string, snap *cluster.Snapshot, model *policy
 	if err := w.lab.FlushConntrack(); err != nil {
 		w.t.Fatal(err)
 	}
-	want := eval.New(snap, model).Table(eval.TableOptions{Probes: probes, Family: ipfamily.IPv4})
+	want := eval.New(snap, model).Table(eval.TruthTableOptions{Probes: probes, Family: ipfamily.IPv4})
 	got, _, err := w.lab.Probe(w.ctx, lab.ProbeOptions{Probes: probes, Family: ipfamily.IPv4, Timeout: 250 * time.Millisecond, RetryTimeout: time.Second})
 	if err != nil {
 		w.t.Fatal(err)

@@ -342,7 +342,7 @@ func trimBody(s string) string {
 
 // expectedResolved is the evaluator's resolution of the live cluster.
 func (w *world) expectedResolved() *eval.Resolved {
-	snap, _, err := cluster.LoadLive(w.ctx, cluster.LiveOptions{Kubeconfig: w.env.Kubeconfig})
+	snap, _, err := cluster.LoadFromAPI(w.ctx, cluster.APIOptions{Kubeconfig: w.env.Kubeconfig})
 	if err != nil {
 		w.t.Fatal(err)
 	}

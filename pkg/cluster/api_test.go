@@ -270,7 +270,7 @@ func TestLoadFromClientsErrors(t *testing.T) {
 	})
 }
 
-// fakeAPIServer serves the few paths LoadLive reads, as JSON.
+// fakeAPIServer serves the few paths LoadFromAPI reads, as JSON.
 type fakeAPIServer struct {
 	mu    sync.Mutex
 	paths []string
@@ -346,7 +346,7 @@ current-context: %s
 	return path
 }
 
-func TestLoadLive(t *testing.T) {
+func TestLoadFromAPI(t *testing.T) {
 	check := func(t *testing.T, f *fakeAPIServer, snap *Snapshot, report *Report) {
 		t.Helper()
 		if len(snap.Namespaces) != 1 || len(snap.Pods) != 1 || len(snap.ClusterPolicies) != 1 {
@@ -373,7 +373,7 @@ func TestLoadLive(t *testing.T) {
 		f, srv := newFakeAPIServer(t)
 		path := writeKubeconfig(t, srv.URL, "other")
 		t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent"))
-		snap, report, err := LoadLive(context.Background(), LiveOptions{Kubeconfig: path, Context: "test"})
+		snap, report, err := LoadFromAPI(context.Background(), APIOptions{Kubeconfig: path, Context: "test"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -382,21 +382,21 @@ func TestLoadLive(t *testing.T) {
 	t.Run("KUBECONFIG", func(t *testing.T) {
 		f, srv := newFakeAPIServer(t)
 		t.Setenv("KUBECONFIG", writeKubeconfig(t, srv.URL, "test"))
-		snap, report, err := LoadLive(context.Background(), LiveOptions{})
+		snap, report, err := LoadFromAPI(context.Background(), APIOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		check(t, f, snap, report)
 	})
 	t.Run("missing explicit kubeconfig", func(t *testing.T) {
-		_, _, err := LoadLive(context.Background(), LiveOptions{Kubeconfig: filepath.Join(t.TempDir(), "nope")})
+		_, _, err := LoadFromAPI(context.Background(), APIOptions{Kubeconfig: filepath.Join(t.TempDir(), "nope")})
 		if err == nil || !strings.Contains(err.Error(), "nope") {
 			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("unknown context", func(t *testing.T) {
 		_, srv := newFakeAPIServer(t)
-		_, _, err := LoadLive(context.Background(), LiveOptions{Kubeconfig: writeKubeconfig(t, srv.URL, "test"), Context: "absent"})
+		_, _, err := LoadFromAPI(context.Background(), APIOptions{Kubeconfig: writeKubeconfig(t, srv.URL, "test"), Context: "absent"})
 		if err == nil || !strings.Contains(err.Error(), "absent") {
 			t.Fatalf("err = %v", err)
 		}
@@ -404,7 +404,7 @@ func TestLoadLive(t *testing.T) {
 	t.Run("core list fails", func(t *testing.T) {
 		f, srv := newFakeAPIServer(t)
 		delete(f.body, "/api/v1/nodes")
-		_, _, err := LoadLive(context.Background(), LiveOptions{Kubeconfig: writeKubeconfig(t, srv.URL, "test")})
+		_, _, err := LoadFromAPI(context.Background(), APIOptions{Kubeconfig: writeKubeconfig(t, srv.URL, "test")})
 		if err == nil || !strings.Contains(err.Error(), "listing nodes") {
 			t.Fatalf("err = %v", err)
 		}

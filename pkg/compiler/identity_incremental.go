@@ -18,7 +18,7 @@ import (
 	"github.com/netpol/netpol/pkg/policy"
 )
 
-// IdentityLive is the identity layout's incremental table (what Live is to
+// IdentityIncremental is the identity layout's incremental table (what Incremental is to
 // the address layout). In this layout a pod of another node is nothing but
 // its pod-ids entries: a pod whose namespace and labels are an identity
 // the last compile numbered is added, moved or removed by writing those
@@ -34,7 +34,7 @@ import (
 // labels of a namespace with pods here, policies that apply here) needs a
 // full compile (NeedsFullError); the numbering kept across compiles
 // (Identities) makes that one send only what changed.
-type IdentityLive struct {
+type IdentityIncremental struct {
 	opts      Options
 	table     *nft.Table
 	numbering *Identities
@@ -91,7 +91,7 @@ type freshIdentity struct {
 	ports   []corev1.ContainerPort
 }
 
-// idPod is what IdentityLive keeps of a pod.
+// idPod is what IdentityIncremental keeps of a pod.
 type idPod struct {
 	id          uint32 // 0: host network, or no address yet
 	hostNetwork bool
@@ -99,9 +99,9 @@ type idPod struct {
 	local       *PodState // a pod-network pod of the node
 }
 
-// NewIdentityLive compiles the node's table in the identity layout (as
+// NewIdentityIncremental compiles the node's table in the identity layout (as
 // Compile) and keeps what it needs to update it.
-func NewIdentityLive(r *eval.Resolved, opts Options) (*IdentityLive, error) {
+func NewIdentityIncremental(r *eval.Resolved, opts Options) (*IdentityIncremental, error) {
 	opts = identityOptions(opts)
 	c, classes, err := buildWithClasses(r, opts)
 	if err != nil {
@@ -118,10 +118,10 @@ func NewIdentityLive(r *eval.Resolved, opts Options) (*IdentityLive, error) {
 		}
 		recs[i].key = v.Key
 	}
-	return newIdentityLive(c, opts, classes, recs, nsLabels), nil
+	return newIdentityIncremental(c, opts, classes, recs, nsLabels), nil
 }
 
-// NewIdentityLiveFromPods is NewIdentityLive for a sync that has the pods
+// NewIdentityIncrementalFromPods is NewIdentityIncremental for a sync that has the pods
 // as a sequence (in (namespace, name) order, which may be read more than
 // once; each pod may be made for its step alone) and the model: the
 // evaluator resolves one pod of each identity, every pod of the node and
@@ -130,7 +130,7 @@ func NewIdentityLive(r *eval.Resolved, opts Options) (*IdentityLive, error) {
 // identities, not its pods, in selector lookups. It falls back to every
 // pod when a pod address is in the networks of a NetworkPolicy rule with
 // named ports (such a pod is allowed by address).
-func NewIdentityLiveFromPods(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*corev1.Pod], podCount int, opts Options) (*IdentityLive, error) {
+func NewIdentityIncrementalFromPods(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*corev1.Pod], podCount int, opts Options) (*IdentityIncremental, error) {
 	opts = identityOptions(opts)
 	nsLabels := map[string]labels.Set{}
 	for _, ns := range snap.Namespaces {
@@ -207,15 +207,15 @@ func NewIdentityLiveFromPods(snap *cluster.Snapshot, model *policy.Model, pods i
 				if containsAddr(c.namedNets[nft.FamilyOf(a)], a) {
 					// Allowed by address: only a resolution of every pod
 					// says which of its identity's pods are.
-					return NewIdentityLive(eval.NewFromPods(snap, model, pods, podCount).Resolved(), opts)
+					return NewIdentityIncremental(eval.NewFromPods(snap, model, pods, podCount).Resolved(), opts)
 				}
 			}
 		}
 	}
-	return newIdentityLive(c, opts, classes, recs, nsLabels), nil
+	return newIdentityIncremental(c, opts, classes, recs, nsLabels), nil
 }
 
-// identityOptions are opts with the defaults an IdentityLive needs.
+// identityOptions are opts with the defaults an IdentityIncremental needs.
 func identityOptions(opts Options) Options {
 	if opts.Table == "" {
 		opts.Table = DefaultTable
@@ -287,17 +287,17 @@ func localSignature(ns string, podLabels labels.Set, ports []corev1.ContainerPor
 	return ns + "\x00" + identityKey(podLabels, ports, subjectKeys)
 }
 
-// idRec is a pod as NewIdentityLive reads it.
+// idRec is a pod as NewIdentityIncremental reads it.
 type idRec struct {
 	key, ns string
 	idPod
 }
 
-// newIdentityLive keeps c's table and what updates need: recs are every
+// newIdentityIncremental keeps c's table and what updates need: recs are every
 // pod, in (namespace, name) order, whose pod-ids entries the table gets
 // (the first of two pods with one address has it).
-func newIdentityLive(c *idCompiler, opts Options, classes nodeClasses, recs []idRec, nsLabels map[string]labels.Set) *IdentityLive {
-	l := &IdentityLive{opts: opts, table: c.t, numbering: opts.Identities, relevant: c.relevant, subjectKeys: classes.subjectKeys,
+func newIdentityIncremental(c *idCompiler, opts Options, classes nodeClasses, recs []idRec, nsLabels map[string]labels.Set) *IdentityIncremental {
+	l := &IdentityIncremental{opts: opts, table: c.t, numbering: opts.Identities, relevant: c.relevant, subjectKeys: classes.subjectKeys,
 		pods: make(map[string]idPod, len(recs)), claims: make(map[netip.Addr]int, len(recs)),
 		perID: map[uint32]int{}, users: map[string]int{}, local: map[string]*PodState{}, ns: map[string]labels.Set{}, classes: classes.byKey,
 		ingressNamed: c.ingressNamed, namedNets: c.namedNets, pos: map[string]map[string]int{}, resolved: c.r.NumPods(), c: c}
@@ -331,20 +331,20 @@ func newIdentityLive(c *idCompiler, opts Options, classes nodeClasses, recs []id
 }
 
 // ResolvedPods is how many pods the evaluator resolved for the compile
-// (NewIdentityLiveFromPods: one of each identity, the node's and the
+// (NewIdentityIncrementalFromPods: one of each identity, the node's and the
 // host-network ones).
-func (l *IdentityLive) ResolvedPods() int { return l.resolved }
+func (l *IdentityIncremental) ResolvedPods() int { return l.resolved }
 
 // Table is the current table, valid until the next Update.
-func (l *IdentityLive) Table() *nft.Table { return l.table }
+func (l *IdentityIncremental) Table() *nft.Table { return l.table }
 
 // Snapshot is a copy of the current table that later updates do not
 // change.
-func (l *IdentityLive) Snapshot() *nft.Table { return snapshot(l.table) }
+func (l *IdentityIncremental) Snapshot() *nft.Table { return snapshot(l.table) }
 
 // add counts p in (delta +1) or out (-1) of the claims, identities, class
 // users and the node's pods.
-func (l *IdentityLive) add(p idPod, delta int) {
+func (l *IdentityIncremental) add(p idPod, delta int) {
 	if p.id == 0 {
 		return
 	}
@@ -369,7 +369,7 @@ func (l *IdentityLive) add(p idPod, delta int) {
 	}
 }
 
-func (l *IdentityLive) localClasses(p *PodState) [2]idClass {
+func (l *IdentityIncremental) localClasses(p *PodState) [2]idClass {
 	return l.classes[localSignature(p.Namespace, p.Labels, p.Ports, l.subjectKeys)]
 }
 
@@ -377,7 +377,7 @@ func (l *IdentityLive) localClasses(p *PodState) [2]idClass {
 // or reads a pod label no subject of the last compile read: a policy for
 // which it is false (before and after a change) changes nothing in the
 // node's table, nor which labels identities and classes are made of.
-func (l *IdentityLive) SelectsLocal(s policy.Subject) bool {
+func (l *IdentityIncremental) SelectsLocal(s policy.Subject) bool {
 	reqs, _ := s.Pods.Requirements()
 	for _, req := range reqs {
 		if _, known := slices.BinarySearch(l.subjectKeys, req.Key()); !known {
@@ -396,7 +396,7 @@ func (l *IdentityLive) SelectsLocal(s policy.Subject) bool {
 
 // Update applies ch and returns the table, or a NeedsFullError (the state
 // is then unchanged).
-func (l *IdentityLive) Update(ch Changes) (*nft.Table, error) {
+func (l *IdentityIncremental) Update(ch Changes) (*nft.Table, error) {
 	var relabelled []string
 	for _, ns := range ch.Namespaces {
 		if cur, ok := l.ns[ns]; ok && !maps.Equal(cur, ch.NamespaceLabels(ns)) {
@@ -455,7 +455,7 @@ func (l *IdentityLive) Update(ch Changes) (*nft.Table, error) {
 // this node with a new identity may be a new class, and only a full
 // compile places an identity that a NetworkPolicy allow-list or a named-
 // port set empty so far would have to resolve egress named ports on.
-func (l *IdentityLive) freshID(key string, p *PodState, idKey string) (uint32, error) {
+func (l *IdentityIncremental) freshID(key string, p *PodState, idKey string) (uint32, error) {
 	k := [2]string{p.Namespace, idKey}
 	if f, ok := l.fresh[k]; ok {
 		return f.id, nil
@@ -502,7 +502,7 @@ func (l *IdentityLive) freshID(key string, p *PodState, idKey string) (uint32, e
 
 // number applies a fresh identity: the numbering keeps it, the peers that
 // select it hold it, and the egress named-port sets its ports.
-func (l *IdentityLive) number(f freshIdentity) {
+func (l *IdentityIncremental) number(f freshIdentity) {
 	l.numbering.class[f.ns][f.key] = f.id & (namespaceSpan - 1)
 	l.identityLabels()[f.id] = f.labels
 	ids := l.c.ids.namespaces[f.ns]
@@ -524,7 +524,7 @@ func (l *IdentityLive) number(f freshIdentity) {
 // it (which policies apply to them may change) or when a pod's identity
 // is not all that places it (egress named ports of NetworkPolicies allow
 // some pods by address).
-func (l *IdentityLive) canRelabel(ns string) error {
+func (l *IdentityIncremental) canRelabel(ns string) error {
 	if l.c == nil {
 		return &NeedsFullError{Reason: "namespace " + ns + " was relabelled"}
 	}
@@ -544,7 +544,7 @@ func (l *IdentityLive) canRelabel(ns string) error {
 // relabel follows new labels of namespace ns, which has no pod of this
 // node: a namespace's labels make no identity, they decide which of its
 // identities each pod peer selects (refresh).
-func (l *IdentityLive) relabel(ns string, next labels.Set) {
+func (l *IdentityIncremental) relabel(ns string, next labels.Set) {
 	prev := l.ns[ns]
 	l.ns[ns] = next
 	ids := l.c.ids.namespaces[ns]
@@ -557,7 +557,7 @@ func (l *IdentityLive) relabel(ns string, next labels.Set) {
 // chains whose rules look them up are built again (their names stay: they
 // are named by their policies and plans), and identity sets no chain
 // names any more are dropped.
-func (l *IdentityLive) refresh(ns string, prev, next labels.Set, before, after []uint32) {
+func (l *IdentityIncremental) refresh(ns string, prev, next labels.Set, before, after []uint32) {
 	c := l.c
 	span := c.ids.span(ns)
 	changed := map[string]bool{}
@@ -603,7 +603,7 @@ func (l *IdentityLive) refresh(ns string, prev, next labels.Set, before, after [
 
 // selectIDs is the identity ranges subjects select among every
 // identity (what identities.ranges makes of the pods they select).
-func (l *IdentityLive) selectIDs(subjects []policy.Subject) []addrRange {
+func (l *IdentityIncremental) selectIDs(subjects []policy.Subject) []addrRange {
 	var out []addrRange
 	for ns, ids := range l.c.ids.namespaces {
 		out = append(out, l.c.ids.portion(ns, l.selectedIn(subjects, ns, l.ns[ns], ids), ids)...)
@@ -613,7 +613,7 @@ func (l *IdentityLive) selectIDs(subjects []policy.Subject) []addrRange {
 
 // identityLabels are the pod labels of each identity (those of the
 // compile's pod that represents it, and of identities numbered since).
-func (l *IdentityLive) identityLabels() map[uint32]labels.Set {
+func (l *IdentityIncremental) identityLabels() map[uint32]labels.Set {
 	if l.idLabels == nil {
 		l.idLabels = map[uint32]labels.Set{}
 		for i := 0; i < l.c.r.NumPods(); i++ {
@@ -627,7 +627,7 @@ func (l *IdentityLive) identityLabels() map[uint32]labels.Set {
 
 // selectedIn is which of ids (namespace ns's identities, in order) the
 // subjects select when ns has the labels nsLabels.
-func (l *IdentityLive) selectedIn(subjects []policy.Subject, ns string, nsLabels labels.Set, ids []uint32) []uint32 {
+func (l *IdentityIncremental) selectedIn(subjects []policy.Subject, ns string, nsLabels labels.Set, ids []uint32) []uint32 {
 	var out []uint32
 	for _, s := range subjects {
 		if !s.SelectsNamespace(ns, nsLabels) {
@@ -647,7 +647,7 @@ func (l *IdentityLive) selectedIn(subjects []policy.Subject, ns string, nsLabels
 // rebuild builds chain name again with fill, in a new Chain (snapshots
 // share the old one), and drops the sets it made or named before that no
 // chain names now.
-func (l *IdentityLive) rebuild(name string, fill func(*nft.Chain)) {
+func (l *IdentityIncremental) rebuild(name string, fill func(*nft.Chain)) {
 	c := l.c
 	before := c.uses[name]
 	ch := &nft.Chain{Name: name}
@@ -682,7 +682,7 @@ func (l *IdentityLive) rebuild(name string, fill func(*nft.Chain)) {
 // podOf is what a changed pod (nil: deleted) will be, or why only a full
 // compile can place it (an address two pods held before the change is
 // the first one's, which only a full compile knows).
-func (l *IdentityLive) podOf(key string, p *PodState) (idPod, error) {
+func (l *IdentityIncremental) podOf(key string, p *PodState) (idPod, error) {
 	old := l.pods[key]
 	if old.hostNetwork || p != nil && p.HostNetwork {
 		return idPod{}, &NeedsFullError{Reason: "host-network pod " + key}
@@ -728,7 +728,7 @@ func (l *IdentityLive) podOf(key string, p *PodState) (idPod, error) {
 // checkCounts says whether the counts after a change (of the pods next)
 // are ones an update can follow: no address held twice, no identity or
 // class left without pods.
-func (l *IdentityLive) checkCounts(next map[string]idPod) error {
+func (l *IdentityIncremental) checkCounts(next map[string]idPod) error {
 	for key, np := range next {
 		old := l.pods[key]
 		for _, a := range slices.Concat(old.addrs, np.addrs) {
@@ -759,7 +759,7 @@ func (l *IdentityLive) checkCounts(next map[string]idPod) error {
 // namedLeft counts the elements of e's set after the change (of the pods
 // next): its elements now, less those of the changed pods, plus theirs
 // after.
-func (l *IdentityLive) namedLeft(e setElement, next map[string]idPod) int {
+func (l *IdentityIncremental) namedLeft(e setElement, next map[string]idPod) int {
 	n := len(l.table.Sets[e.set].Elements)
 	for key, np := range next {
 		for _, pe := range l.namedElements(l.pods[key].local) {
@@ -778,7 +778,7 @@ func (l *IdentityLive) namedLeft(e setElement, next map[string]idPod) int {
 
 // elements are what pod p puts in the table (podElements and its ingress
 // named ports).
-func (l *IdentityLive) elements(p idPod) []setElement {
+func (l *IdentityIncremental) elements(p idPod) []setElement {
 	if p.id == 0 {
 		return nil
 	}
@@ -791,7 +791,7 @@ func (l *IdentityLive) elements(p idPod) []setElement {
 
 // namedElements are the ingress named-port entries of a pod of the node
 // (nil: none).
-func (l *IdentityLive) namedElements(p *PodState) []setElement {
+func (l *IdentityIncremental) namedElements(p *PodState) []setElement {
 	if p == nil {
 		return nil
 	}
@@ -811,7 +811,7 @@ func (l *IdentityLive) namedElements(p *PodState) []setElement {
 // patch deletes del and adds add; an element in both (same set, key and
 // value) is left alone, so a pod whose elements do not change writes
 // nothing.
-func (l *IdentityLive) patch(del, add []setElement) {
+func (l *IdentityIncremental) patch(del, add []setElement) {
 	id := func(e setElement) string {
 		v := ""
 		if e.Verdict != nil {
@@ -854,7 +854,7 @@ func (l *IdentityLive) patch(del, add []setElement) {
 
 // SetDNSServers makes the dns-servers sets hold servers (in place, as an
 // Update does). It is an error when the table has no DNS objects.
-func (l *IdentityLive) SetDNSServers(servers []netip.AddrPort) (*nft.Table, error) {
+func (l *IdentityIncremental) SetDNSServers(servers []netip.AddrPort) (*nft.Table, error) {
 	if l.opts.DNS == nil {
 		return nil, fmt.Errorf("the table has no DNS objects")
 	}
@@ -873,4 +873,4 @@ func (l *IdentityLive) SetDNSServers(servers []netip.AddrPort) (*nft.Table, erro
 }
 
 // DNSServers are the servers the dns-servers sets hold.
-func (l *IdentityLive) DNSServers() []netip.AddrPort { return slices.Clone(l.dnsServers) }
+func (l *IdentityIncremental) DNSServers() []netip.AddrPort { return slices.Clone(l.dnsServers) }

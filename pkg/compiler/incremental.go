@@ -22,16 +22,16 @@ import (
 // the hash sets of Admin/Baseline pod peers, the named-port sets and the
 // NetworkPolicy allow-lists of the node's classes (class chains, dispatch
 // and self-pods depend on the node's own pods and the policies that
-// select them). Live keeps the table of the last full compile and, for
+// select them). Incremental keeps the table of the last full compile and, for
 // a change to pods of other nodes or to namespaces without pods here,
 // recomputes only the elements of the addresses involved: the cost of an
 // update follows the change, not the cluster. The node's own pods are
 // handled too when their classes are known (the namespace, labels and
 // ports of a pod the last full compile placed). Anything else needs a
-// full compile (NeedsFullError). Compile and Live agree exactly; the
+// full compile (NeedsFullError). Compile and Incremental agree exactly; the
 // tests and the agent's periodic resync check it.
 
-// recipe is what a full compile records for Live: how each pod-dependent
+// recipe is what a full compile records for Incremental: how each pod-dependent
 // set is defined.
 type recipe struct {
 	// podSets: the pods subjects of Admin/Baseline pod peer sets, by set
@@ -81,7 +81,7 @@ type npTier struct {
 	isolating []*policy.Policy
 }
 
-// allowRule is one NetworkPolicy rule of a class, as Live resolves it on
+// allowRule is one NetworkPolicy rule of a class, as Incremental resolves it on
 // one pod.
 type allowRule struct {
 	subjects []policy.Subject // the rule's pods peers
@@ -270,14 +270,14 @@ func NamespaceLabelsOf(name string, ns *corev1.Namespace) labels.Set {
 	return labels.Set(cluster.WithNamespaceNameLabel(ns).Labels)
 }
 
-// Live is one node's table, kept up to date with the pods of other
+// Incremental is one node's table, kept up to date with the pods of other
 // nodes and with namespace labels without a full compile. It updates its
 // table in place: Table is valid until the next Update (Snapshot is a
 // copy that stays). Unchanged sets keep their nft.Set Revision, changed
 // ones carry their Changes, so the Applier's cost follows the change too.
 // Elements added by updates are not in key order (the kernel keeps no
 // order either).
-type Live struct {
+type Incremental struct {
 	opts   Options
 	node   string
 	recipe *recipe
@@ -306,9 +306,9 @@ func (e *NeedsFullError) Error() string { return "needs a full compile: " + e.Re
 // full compile replaces the last one) give one revision to two lists.
 var revisions atomic.Uint64
 
-// NewLive compiles the node's table (as Compile) and keeps what it needs
+// NewIncremental compiles the node's table (as Compile) and keeps what it needs
 // to update it.
-func NewLive(r *eval.Resolved, opts Options) (*Live, error) {
+func NewIncremental(r *eval.Resolved, opts Options) (*Incremental, error) {
 	c, err := compile(r, opts)
 	if err != nil {
 		return nil, err
@@ -316,7 +316,7 @@ func NewLive(r *eval.Resolved, opts Options) (*Live, error) {
 	for _, s := range c.t.Sets {
 		s.Revision = revisions.Add(1)
 	}
-	l := &Live{opts: opts, node: opts.Node, recipe: c.live, table: c.t, pods: make(map[string]*PodState, r.NumPods()),
+	l := &Incremental{opts: opts, node: opts.Node, recipe: c.live, table: c.t, pods: make(map[string]*PodState, r.NumPods()),
 		byAddr: newAddrIndex(r.NumPods()), byNamespace: map[string]map[string]*PodState{},
 		nsLabels: map[string]labels.Set{}, local: map[string]int{}, pos: map[string]map[string]int{}, classUsers: map[string]int{}}
 	if opts.DNS != nil {
@@ -331,11 +331,11 @@ func NewLive(r *eval.Resolved, opts Options) (*Live, error) {
 }
 
 // Table is the current table, valid until the next Update.
-func (l *Live) Table() *nft.Table { return l.table }
+func (l *Incremental) Table() *nft.Table { return l.table }
 
-func (l *Live) isLocal(p *PodState) bool { return !p.HostNetwork && p.Node == l.node }
+func (l *Incremental) isLocal(p *PodState) bool { return !p.HostNetwork && p.Node == l.node }
 
-func (l *Live) add(p *PodState) {
+func (l *Incremental) add(p *PodState) {
 	l.pods[p.Key] = p
 	for _, a := range p.Addrs {
 		l.byAddr.add(a, p)
@@ -352,7 +352,7 @@ func (l *Live) add(p *PodState) {
 	}
 }
 
-func (l *Live) remove(p *PodState) {
+func (l *Incremental) remove(p *PodState) {
 	delete(l.pods, p.Key)
 	for _, a := range p.Addrs {
 		l.byAddr.remove(a, p)
@@ -372,7 +372,7 @@ func (l *Live) remove(p *PodState) {
 // SelectsLocal reports whether s selects a pod of this node: a policy
 // whose subject does not (before and after a change) changes nothing in
 // the node's table.
-func (l *Live) SelectsLocal(s policy.Subject) bool {
+func (l *Incremental) SelectsLocal(s policy.Subject) bool {
 	for ns, n := range l.local {
 		if n == 0 {
 			continue
@@ -402,7 +402,7 @@ type Changes struct {
 // touches what only a compile of the node's classes builds
 // (localChangesKnown, or the labels of a namespace with pods here; Rebase
 // does that); the state is then unchanged.
-func (l *Live) Update(ch Changes) (*nft.Table, error) {
+func (l *Incremental) Update(ch Changes) (*nft.Table, error) {
 	for _, ns := range ch.Namespaces {
 		if l.local[ns] > 0 {
 			return nil, &NeedsFullError{Reason: "namespace " + ns + " has pods on this node"}
@@ -419,7 +419,7 @@ func (l *Live) Update(ch Changes) (*nft.Table, error) {
 // newNamespaceLabels are the namespaces of ch whose labels changed, with
 // their new labels. The classes of their pods are forgotten: they were
 // compiled with the old labels.
-func (l *Live) newNamespaceLabels(ch Changes) map[string]labels.Set {
+func (l *Incremental) newNamespaceLabels(ch Changes) map[string]labels.Set {
 	out := map[string]labels.Set{}
 	for _, ns := range ch.Namespaces {
 		if cur := ch.NamespaceLabels(ns); !maps.Equal(cur, l.nsLabels[ns]) {
@@ -442,7 +442,7 @@ func (l *Live) newNamespaceLabels(ch Changes) map[string]labels.Set {
 // changed addresses as the recipe defines them. A pod of the node with a
 // signature the recipe lacks gets no dispatch entry: only Rebase, which
 // compiles the node's classes afterwards, may give it one.
-func (l *Live) applyPods(ch Changes, newLabels map[string]labels.Set) {
+func (l *Incremental) applyPods(ch Changes, newLabels map[string]labels.Set) {
 	addrs := map[netip.Addr]bool{}
 	for key, p := range ch.Pods {
 		if old := l.pods[key]; old != nil {
@@ -485,7 +485,7 @@ func (l *Live) applyPods(ch Changes, newLabels map[string]labels.Set) {
 // changes has the signature of a compiled one, and no address is claimed
 // by two pods of the node (which one a full compile dispatches depends on
 // their order).
-func (l *Live) localChangesKnown(ch Changes) error {
+func (l *Incremental) localChangesKnown(ch Changes) error {
 	local := map[netip.Addr]int{}
 	count := func(a netip.Addr, except map[string]bool) int {
 		n := 0
@@ -537,10 +537,10 @@ func (l *Live) localChangesKnown(ch Changes) error {
 
 // dispatched reports whether p is a pod of the node that the dispatch
 // maps may send to a class (one with an address).
-func (l *Live) dispatched(p *PodState) bool { return l.isLocal(p) && len(p.Addrs) > 0 }
+func (l *Incremental) dispatched(p *PodState) bool { return l.isLocal(p) && len(p.Addrs) > 0 }
 
 // countUsers adds delta to the user counts of p's class chains.
-func (l *Live) countUsers(users map[string]int, p *PodState, delta int) {
+func (l *Incremental) countUsers(users map[string]int, p *PodState, delta int) {
 	for _, chain := range l.recipe.classes[classSignature(p.Namespace, p.Labels, p.Ports)] {
 		if chain != "" {
 			users[chain] += delta
@@ -562,13 +562,13 @@ type elementRef struct {
 
 // elements computes the pod-dependent elements of addrs from the pods
 // that hold them now.
-func (l *Live) elements(addrs map[netip.Addr]bool) map[elementRef]bool {
+func (l *Incremental) elements(addrs map[netip.Addr]bool) map[elementRef]bool {
 	return l.recipeElements(l.recipe, addrs, true)
 }
 
 // recipeElements computes the elements of addrs in the sets rec
 // defines, and with dispatch the dispatch entries.
-func (l *Live) recipeElements(rec *recipe, addrs map[netip.Addr]bool, dispatch bool) map[elementRef]bool {
+func (l *Incremental) recipeElements(rec *recipe, addrs map[netip.Addr]bool, dispatch bool) map[elementRef]bool {
 	out := map[elementRef]bool{}
 	var buf [2]*PodState
 	for a := range addrs {
@@ -619,7 +619,7 @@ func (l *Live) recipeElements(rec *recipe, addrs map[netip.Addr]bool, dispatch b
 // dispatchElements are address a's entries in the dispatch maps and
 // self-pods when a pod of the node holds it (localChangesKnown made sure
 // that at most one does).
-func (l *Live) dispatchElements(a netip.Addr, f *nft.Family, pods []*PodState, out map[elementRef]bool) {
+func (l *Incremental) dispatchElements(a netip.Addr, f *nft.Family, pods []*PodState, out map[elementRef]bool) {
 	for _, p := range pods {
 		if !l.isLocal(p) {
 			continue
@@ -657,7 +657,7 @@ func (e elementRef) element() nft.Element {
 // sets get a new Revision and their Changes; chains whose allow-list
 // sets came or went are rebuilt (new Chain objects: chains are never
 // changed in place).
-func (l *Live) patch(before, after map[elementRef]bool) {
+func (l *Incremental) patch(before, after map[elementRef]bool) {
 	type change struct {
 		ref      elementRef
 		add, del []nft.Element
@@ -713,7 +713,7 @@ func (l *Live) patch(before, after map[elementRef]bool) {
 
 // positions is the index of a set's elements by key, made on the set's
 // first change.
-func (l *Live) positions(s *nft.Set) map[string]int { return elementPositions(l.pos, s) }
+func (l *Incremental) positions(s *nft.Set) map[string]int { return elementPositions(l.pos, s) }
 
 // elementPositions is the index of s's elements by key, kept in index
 // from the set's first change on.
@@ -764,7 +764,7 @@ func patchSet(s *nft.Set, pos map[string]int, add, del []nft.Element, created bo
 
 // Snapshot is a copy of the current table that later updates do not
 // change, its set elements in key order (as Compile gives them).
-func (l *Live) Snapshot() *nft.Table { return snapshot(l.table) }
+func (l *Incremental) Snapshot() *nft.Table { return snapshot(l.table) }
 
 // snapshot is a copy of t whose sets later patches do not change (chains
 // are never changed in place), elements in key order.
@@ -780,7 +780,7 @@ func snapshot(t *nft.Table) *nft.Table {
 }
 
 // dropUnusedPortSets deletes the profile port sets no class uses any more.
-func (l *Live) dropUnusedPortSets(t *nft.Table) {
+func (l *Incremental) dropUnusedPortSets(t *nft.Table) {
 	used := map[string]bool{}
 	for _, tier := range l.recipe.npTiers {
 		for id := range tier.profiles {

@@ -25,20 +25,20 @@ import (
 	"github.com/netpol/netpol/pkg/policy"
 )
 
-// TestIdentityLiveMatchesCompile is TestLiveMatchesCompile for the identity
+// TestIdentityIncrementalMatchesCompile is TestIncrementalMatchesCompile for the identity
 // layout: on every corpus world and a realistic synthetic cluster, random
-// pod and namespace changes go to an IdentityLive as Changes; each update
+// pod and namespace changes go to an IdentityIncremental as Changes; each update
 // it takes must leave a table that renders exactly as a full compile of
 // the changed snapshot with the same numbering, and each it refuses
-// (NeedsFullError) is followed, as in the agent, by a new IdentityLive.
+// (NeedsFullError) is followed, as in the agent, by a new IdentityIncremental.
 // Replicas of existing workloads (an identity that exists), the most
 // common event of a real cluster, are added often; each must be taken.
-func TestIdentityLiveMatchesCompile(t *testing.T) {
-	var stats identityLiveStats
+func TestIdentityIncrementalMatchesCompile(t *testing.T) {
+	var stats identityIncrementalStats
 	for wi, w := range identityWorlds(t) {
 		for _, n := range w.snap.Nodes {
 			t.Run(w.name+"/"+n.Name, func(t *testing.T) {
-				identityLiveAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 11)), &stats, worldDNS(wi, w.name))
+				identityIncrementalAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 11)), &stats, worldDNS(wi, w.name))
 			})
 		}
 	}
@@ -58,7 +58,7 @@ func identityWorlds(t *testing.T) []world {
 	return append(corpusWorlds(t), world{"realistic", realistic})
 }
 
-type identityLiveStats struct {
+type identityIncrementalStats struct {
 	updates, local, replicas, refused, dnsClients int
 	// relabels counts namespaces relabelled (with pods elsewhere) that an
 	// update followed; rebuilt those whose update rewrote chains, and
@@ -74,7 +74,7 @@ type identityLiveStats struct {
 	reusedChains int
 }
 
-func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *identityLiveStats, dns *compiler.DNS) {
+func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *identityIncrementalStats, dns *compiler.DNS) {
 	snap := *base
 	snap.Pods = slices.Clone(base.Pods)
 	snap.Namespaces = slices.Clone(base.Namespaces)
@@ -94,14 +94,14 @@ func identityLiveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *ra
 		}
 		return m
 	}
-	build := func() *compiler.IdentityLive {
-		l, err := compiler.NewIdentityLive(eval.New(&snap, model()).Resolved(), opts)
+	build := func() *compiler.IdentityIncremental {
+		l, err := compiler.NewIdentityIncremental(eval.New(&snap, model()).Resolved(), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return l
 	}
-	check := func(live *compiler.IdentityLive, what string) {
+	check := func(live *compiler.IdentityIncremental, what string) {
 		t.Helper()
 		o := opts
 		o.Identities = numbering.Clone() // a compile of the same pods keeps it
@@ -413,23 +413,23 @@ func addReplica(snap *cluster.Snapshot, node string, r *rand.Rand, step int, ch 
 	return "replica " + st.Key, st.Node == node, true
 }
 
-// TestIdentityLiveFromPods: the table compiled from one pod of each
-// identity (NewIdentityLiveFromPods, the agent's full path) is the table
+// TestIdentityIncrementalFromPods: the table compiled from one pod of each
+// identity (NewIdentityIncrementalFromPods, the agent's full path) is the table
 // compiled from every pod, on every node of every corpus world and of a
 // realistic cluster, with and without the DNS objects.
-func TestIdentityLiveFromPods(t *testing.T) {
+func TestIdentityIncrementalFromPods(t *testing.T) {
 	compared, fewer := 0, 0
 	for wi, w := range identityWorlds(t) {
 		model := policy.Build(w.snap)
 		for _, n := range w.snap.Nodes {
 			opts := compiler.Options{Node: n.Name, Layout: compiler.LayoutIdentities, DNS: worldDNS(wi, w.name)}
 			opts.Identities = &compiler.Identities{}
-			all, err := compiler.NewIdentityLive(eval.New(w.snap, model).Resolved(), opts)
+			all, err := compiler.NewIdentityIncremental(eval.New(w.snap, model).Resolved(), opts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			opts.Identities = &compiler.Identities{}
-			reps, err := compiler.NewIdentityLiveFromPods(w.snap, model, slices.Values(w.snap.Pods), len(w.snap.Pods), opts)
+			reps, err := compiler.NewIdentityIncrementalFromPods(w.snap, model, slices.Values(w.snap.Pods), len(w.snap.Pods), opts)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 )
 
-// LiveOptions choose the cluster LoadLive reads.
-type LiveOptions struct {
+// APIOptions choose the cluster LoadFromAPI reads.
+type APIOptions struct {
 	// Kubeconfig is an explicit kubeconfig file; empty follows the usual
 	// rules (KUBECONFIG, ~/.kube/config, in-cluster).
 	Kubeconfig string
@@ -47,9 +47,9 @@ var (
 	GVRBaselinePolicy        = schema.GroupVersionResource{Group: policyGroup, Version: "v1alpha1", Resource: resourceBANP}
 )
 
-// LoadLive reads a snapshot from the API server that opts (and the usual
+// LoadFromAPI reads a snapshot from the API server that opts (and the usual
 // kubeconfig rules) name.
-func LoadLive(ctx context.Context, opts LiveOptions) (*Snapshot, *Report, error) {
+func LoadFromAPI(ctx context.Context, opts APIOptions) (*Snapshot, *Report, error) {
 	cfg, err := RESTConfig(opts)
 	if err != nil {
 		return nil, nil, err
@@ -74,7 +74,7 @@ func LoadLive(ctx context.Context, opts LiveOptions) (*Snapshot, *Report, error)
 
 // RESTConfig is the client configuration opts (and the usual kubeconfig
 // rules) name.
-func RESTConfig(opts LiveOptions) (*rest.Config, error) {
+func RESTConfig(opts APIOptions) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = opts.Kubeconfig
 	overrides := &clientcmd.ConfigOverrides{CurrentContext: opts.Context}

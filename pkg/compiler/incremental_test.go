@@ -25,11 +25,11 @@ import (
 	"github.com/netpol/netpol/pkg/policy"
 )
 
-// TestLiveMatchesCompile: on every corpus case (each base cluster with the
+// TestIncrementalMatchesCompile: on every corpus case (each base cluster with the
 // case's objects) and on a synthetic cluster, random changes to pods of
 // other nodes (added, deleted, relabelled, moved to another address,
 // named ports changed, finished) and to namespace labels are applied both
-// to the snapshot and, as Changes, to a Live; after each, Live's table
+// to the snapshot and, as Changes, to a Incremental; after each, Incremental's table
 // must render exactly as a full compile of the changed snapshot. A change
 // to the node's own pods is either programmed the same way or refused
 // with a NeedsFullError (then a full compile starts again).
@@ -115,7 +115,7 @@ func TestResolvedFromPodSequence(t *testing.T) {
 	}
 }
 
-func TestLiveMatchesCompile(t *testing.T) {
+func TestIncrementalMatchesCompile(t *testing.T) {
 	worlds := corpusWorlds(t)
 	var stats liveStats
 	for wi, w := range worlds {
@@ -149,13 +149,13 @@ func worldDNS(wi int, name string) *compiler.DNS {
 type liveStats struct {
 	compared, localIncremental int
 	// rebased counts Rebase results compared, kept the sets they took
-	// over from the old table; fromPods the tables NewLiveFromPods built.
+	// over from the old table; fromPods the tables NewIncrementalFromPods built.
 	rebased, kept, fromPods int
 	// dnsClients counts the dns-clients elements of the tables compared.
 	dnsClients int
 }
 
-// liveAgrees runs 30 random changes against one node's Live and counts
+// liveAgrees runs 30 random changes against one node's Incremental and counts
 // the updates it compared with a full compile (and among them those to
 // the node's own pods: a pod of the node with the labels and ports of a
 // compiled one needs no full compile).
@@ -174,7 +174,7 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 		return m
 	}
 	opts := compiler.Options{Node: node, DNS: dns}
-	live, err := compiler.NewLive(eval.New(&snap, model()).Resolved(), opts)
+	live, err := compiler.NewIncremental(eval.New(&snap, model()).Resolved(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,14 +187,14 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 		}
 		return compiler.NamespaceLabelsOf(ns, nil)
 	}
-	fromPods := func(what string) *compiler.Live {
+	fromPods := func(what string) *compiler.Incremental {
 		var pods []*compiler.PodState
 		for _, p := range snap.Pods {
 			if st := compiler.PodStateOf(p); st != nil {
 				pods = append(pods, st)
 			}
 		}
-		l, err := compiler.NewLiveFromPods(pods, nsLabels, snap.Nodes, model(), opts)
+		l, err := compiler.NewIncrementalFromPods(pods, nsLabels, snap.Nodes, model(), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 			stats.localIncremental++
 		}
 		if got != live.Table() {
-			t.Fatalf("step %d (%s): the table returned is not Live's", step, what)
+			t.Fatalf("step %d (%s): the table returned is not Incremental's", step, what)
 		}
 		compare(t, live, &snap, opts, fmt.Sprintf("step %d (%s)", step, what), stats)
 		var again bytes.Buffer
@@ -271,15 +271,15 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 	fromPods("end")
 }
 
-// liveTable is Live or IdentityLive.
-type liveTable interface {
+// incrementalTable is Incremental or IdentityIncremental.
+type incrementalTable interface {
 	Snapshot() *nft.Table
 	Table() *nft.Table
 }
 
-// compare checks Live against a full compile: its snapshot must render
+// compare checks Incremental against a full compile: its snapshot must render
 // alike, and its table (elements in any order) must need no change.
-func compare(t *testing.T, live liveTable, snap *cluster.Snapshot, opts compiler.Options, what string, stats *liveStats) {
+func compare(t *testing.T, live incrementalTable, snap *cluster.Snapshot, opts compiler.Options, what string, stats *liveStats) {
 	t.Helper()
 	got := live.Snapshot()
 	want, err := compiler.Compile(eval.New(snap, policy.Build(snap)).Resolved(), opts)
