@@ -199,7 +199,8 @@ func (s *leanSlice) DeepCopyObject() k8sruntime.Object {
 
 // recordMeta is a pod's or EndpointSlice's record's metadata: what
 // identifies the object, its labels and whether it is being deleted, in
-// 64 bytes (an embedded ObjectMeta took 256: 17 MB at 100,000 pods). It
+// 64 bytes (an embedded ObjectMeta takes 256, once per pod of the
+// cluster). It
 // is a metav1.Object, as informer stores expect; the setters of what it
 // does not keep (the UID among them, as leanMeta) do nothing, and their
 // getters return zero values.
@@ -363,8 +364,7 @@ func leanObject(obj any, node string) any {
 // policy sets, per manager), annotations and status, which is what the
 // model is built from, and what the status writer reads. A decoded
 // unstructured object is a tree of maps and interfaces several times the
-// size of its JSON (12 MB for the scale harness's policies). The input is
-// not changed.
+// size of its JSON. The input is not changed.
 func leanPolicy(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {

@@ -25,8 +25,7 @@ func (b bitset) set(i int)      { b[i/64] |= 1 << (uint(i) % 64) }
 func (b bitset) has(i int) bool { return i >= 0 && b[i/64]&(1<<(uint(i)%64)) != 0 }
 
 // members yields the integers in the set, in order (no list is made: a
-// full compile walks every rule's peer pods, 22 MB of lists at 100,000
-// pods).
+// full compile walks every rule's peer pods).
 func (b bitset) members() iter.Seq[int] {
 	return func(yield func(int) bool) {
 		for w, word := range b {
@@ -118,8 +117,8 @@ type index struct {
 	policies          []*compiledPolicy // model order
 	// bySelecting[tier][dir][identity] lists the policies (indexes into
 	// policies, in evaluation order) that apply to the identity's pods
-	// (see selecting). Kept by identity, not by pod: 6 slice headers per
-	// pod were 14 MB at 100,000 pods.
+	// (see selecting). Kept by identity, not by pod: pods of one
+	// identity share their lists, and 6 slice headers per pod add up.
 	bySelecting [3][2][][]int32
 	// plans are the pods' plans, made on first use (planOf).
 	plans plans
@@ -248,8 +247,7 @@ func buildIndexFrom(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*
 // indexSelecting finds, once, the policies selecting each identity,
 // shared by its pods (read-only). The lists are counted first and cut
 // from one array, each with no spare room (a later append copies): grown
-// one policy at a time they were 8.5 MB of garbage per full sync at
-// 100,000 pods.
+// one policy at a time, they left a copy of garbage per growth.
 func (ix *index) indexSelecting() {
 	byIdent := &ix.bySelecting
 	var counts [len(byIdent)][len(byIdent[0])][]int32

@@ -421,8 +421,8 @@ var fingerprintSeed = maphash.MakeSeed()
 // elementsFingerprint hashes a set's elements in their given order (never
 // 0, which means unknown). The compiler emits elements in a stable order,
 // so an unchanged set has an unchanged fingerprint. It streams: a buffer
-// of the whole set's bytes (kept for reuse) held 14 MB at a 100,000-pod
-// first sync.
+// of the whole set's bytes, kept for reuse, would be as large as the
+// largest set.
 func elementsFingerprint(s *Set) uint64 {
 	var h maphash.Hash
 	h.SetSeed(fingerprintSeed)

@@ -18,9 +18,8 @@ import (
 // each element as
 // attribute structs and byte slices, marshals them, copies the result into
 // the message and netlink's SendMessages copies it again into the batch:
-// all garbage once sent. At 100,000 pods that garbage, allocated while the
-// collector marked the agent's largest heap, was 72 MB of its peak
-// (docs/history/benchmarks-journal.md). The bytes are the library's
+// all garbage once sent, allocated while the collector marks the agent's
+// largest heap, so it raises the peak. The bytes are the library's
 // (TestElementWireMatchesLibrary); only where they are built differs.
 
 // elementsOnly reports whether every operation of the plan is an element

@@ -317,7 +317,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		}
 		if built {
 			// A resolution made here serves this sync only; the apply
-			// does not need it (45 MB at 100,000 pods).
+			// does not need it, and it holds every pod.
 			in.Resolved = nil
 		}
 		// The NAT table is built and sent beside the policy table's

@@ -58,8 +58,8 @@ type builder struct {
 	m    *Model
 	node string
 	// Scratch for service, emptied and reused from one Service to the
-	// next: made per Service, these small maps were 18 MB of
-	// a NAT first sync's 117 at 20,000 Services.
+	// next: made per Service, these small maps were a large share of a
+	// NAT first sync's garbage.
 	byFamily   map[corev1.IPFamily]map[portKey][]Endpoint
 	localReady map[netip.Addr]bool
 	merged     map[familyPort]bool

@@ -129,9 +129,8 @@ const (
 // compilePort computes one ServicePort's fragment. It depends on nothing
 // but the port and the NodePort addresses, so a port that did not change
 // keeps its fragment. The fragment's contributions are appended to buf,
-// which is returned (the Syncer reuses one buffer for every Service: a
-// first sync made 25 MB of them at 100,000 pods, each list garbage once
-// the shared sets held its elements).
+// which is returned (the Syncer reuses one buffer for every Service: a list
+// per port is garbage once the shared sets hold its elements).
 func compilePort(p *ServicePort, nodePortAddresses []netip.Addr, buf []contribution) (*fragment, []contribution, error) {
 	proto, ok := policy.IPProtocol(p.Protocol)
 	if !ok {

@@ -9,9 +9,9 @@ const chunkLen = 512
 
 // elemStore is a shared set's elements. While the set is first built they
 // are kept in fixed chunks: a list grown by append copies itself each time
-// it outgrows its capacity (1.25x at a time once large), and at 20,000
-// Services those copies were 47.5 MB of garbage per first sync (for 15.6
-// MB of lists), made when the agent's memory peaks. The table then wants
+// it outgrows its capacity (1.25x at a time once large), and those copies
+// are garbage, several times the lists' size, made when the agent's memory
+// peaks. The table then wants
 // one list per set; list makes it once, at its final length (and a little
 // room, so the next Service added does not copy it at once), and later
 // changes, which are small, go to that list.
