@@ -30,11 +30,17 @@ import (
 // model again, and returns the table. nodes are every Node (node peers
 // and the node itself). A NeedsFullError means only a full compile can
 // follow the change: the policies read other pod labels than the
-// identities are made of, or need what only the cluster's pods say. After
+// identities are made of, or need what only the cluster's pods say (a
+// NetworkPolicy of the node with egress named ports, before or after). After
 // any error the state may hold ch: only a full compile may follow.
 func (l *IdentityIncremental) Rebase(ch Changes, model *policy.Model, nodes []*corev1.Node) (*nft.Table, error) {
 	if !slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return n.Name == l.opts.Node }) {
 		return nil, &NeedsFullError{Reason: "node " + l.opts.Node + " is not among the nodes"}
+	}
+	if l.c.egressNamedAllow {
+		// Such a rule allows some pods by address, which only the
+		// cluster's pods say (and a reused chain would not record).
+		return nil, &NeedsFullError{Reason: "a NetworkPolicy of this node resolves egress named ports on every destination"}
 	}
 	if len(ch.Pods) > 0 || len(ch.Namespaces) > 0 {
 		if _, err := l.Update(ch); err != nil {

@@ -294,7 +294,7 @@ func TestAPIServerDown(t *testing.T) {
 // rounds) until the returned stop is called; every round must equal the
 // evaluator's table for snap.
 func (w *world) probeContinuously(snap *cluster.Snapshot, model *policy.Model, rounds int) (stop func()) {
-	want := eval.New(snap, model).Table(eval.TruthTableOptions{Probes: probes, Family: ipfamily.IPv4})
+	want := eval.New(snap, model).TruthTable(eval.TruthTableOptions{Probes: probes, Family: ipfamily.IPv4})
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)

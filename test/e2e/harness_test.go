@@ -491,7 +491,7 @@ func (w *world) matrixMatches(what string, snap *cluster.Snapshot, model *policy
 	if err := w.lab.FlushConntrack(); err != nil {
 		w.t.Fatal(err)
 	}
-	want := eval.New(snap, model).Table(eval.TruthTableOptions{Probes: probes, Family: ipfamily.IPv4})
+	want := eval.New(snap, model).TruthTable(eval.TruthTableOptions{Probes: probes, Family: ipfamily.IPv4})
 	got, _, err := w.lab.Probe(w.ctx, lab.ProbeOptions{Probes: probes, Family: ipfamily.IPv4, Timeout: 250 * time.Millisecond, RetryTimeout: time.Second})
 	if err != nil {
 		w.t.Fatal(err)
