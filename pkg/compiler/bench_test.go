@@ -122,16 +122,7 @@ func BenchmarkNodeTable(b *testing.B) {
 // one pod of each identity resolved), the numbering kept as the agent
 // keeps it.
 func BenchmarkIdentityFullCompile(b *testing.B) {
-	spec := synth.RealisticScale
-	if n, err := benchstat.EnvInts("NETPOL_BENCH_PODS", []int{spec.Pods}); err != nil {
-		b.Fatal(err)
-	} else {
-		spec.Pods, spec.Namespaces, spec.Nodes, spec.NetworkPolicies, spec.AdminPolicies, spec.Services = n[0], n[0]/100, n[0]/100, n[0]/10, n[0]/100, 0
-	}
-	snap, err := synth.Snapshot(spec)
-	if err != nil {
-		b.Fatal(err)
-	}
+	snap := realisticSnapshot(b)
 	model := policy.Build(snap)
 	opts := compiler.Options{Node: "node-001", Layout: compiler.LayoutIdentities, Identities: &compiler.Identities{}}
 	b.Run("every-pod", func(b *testing.B) {
@@ -160,16 +151,7 @@ func BenchmarkIdentityFullCompile(b *testing.B) {
 // cluster (NETPOL_BENCH_PODS, default synth.RealisticScale) at node-001.
 // The model comes from a policy.Cache, as in the agent.
 func BenchmarkIdentityRebase(b *testing.B) {
-	spec := synth.RealisticScale
-	if n, err := benchstat.EnvInts("NETPOL_BENCH_PODS", []int{spec.Pods}); err != nil {
-		b.Fatal(err)
-	} else {
-		spec.Pods, spec.Namespaces, spec.Nodes, spec.NetworkPolicies, spec.AdminPolicies, spec.Services = n[0], n[0]/100, n[0]/100, n[0]/10, n[0]/100, 0
-	}
-	snap, err := synth.Snapshot(spec)
-	if err != nil {
-		b.Fatal(err)
-	}
+	snap := realisticSnapshot(b)
 	const node = "node-001"
 	team := ""
 	for _, p := range snap.Pods {
@@ -225,4 +207,21 @@ func BenchmarkIdentityRebase(b *testing.B) {
 		}
 		b.ReportMetric(float64(live.ReusedChains()), "chains-reused")
 	})
+}
+
+// realisticSnapshot is the realistic shape at NETPOL_BENCH_PODS pods
+// (default synth.RealisticScale's), its counts scaled with them, without
+// Services.
+func realisticSnapshot(b *testing.B) *cluster.Snapshot {
+	spec := synth.RealisticScale
+	n, err := benchstat.EnvInts("NETPOL_BENCH_PODS", []int{spec.Pods})
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec.Pods, spec.Namespaces, spec.Nodes, spec.NetworkPolicies, spec.AdminPolicies, spec.Services = n[0], n[0]/100, n[0]/100, n[0]/10, n[0]/100, 0
+	snap, err := synth.Snapshot(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return snap
 }
