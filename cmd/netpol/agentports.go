@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/l4"
 )
 
 // agentPortFlags are `netpol agent --protect-agent-ports`'s, for the
@@ -42,6 +43,32 @@ func (a *agentPortFlags) parse() (*compiler.AgentPorts, error) {
 		return nil, fmt.Errorf("--agent-ports-allow: %w", err)
 	}
 	return ap, nil
+}
+
+// connectionArgs checks the output format of a command about one
+// connection (text, json or yaml) and reads its --port.
+func connectionArgs(output, port string) (l4.Port, error) {
+	if err := checkFormat(output, "text", "json", "yaml"); err != nil {
+		return l4.Port{}, err
+	}
+	return l4.ParsePort(port)
+}
+
+// loadGuarded reads the cluster state (in) and makes its evaluator judge
+// node addresses as tables that protect the agent's ports (a) do; it
+// returns those ports too (nil: not protected). The flags are checked
+// before the state is read.
+func loadGuarded(cmd *cobra.Command, in *inputFlags, a *agentPortFlags) (*loaded, *compiler.AgentPorts, error) {
+	ap, err := a.parse()
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := in.load(cmd.Context(), cmd.InOrStdin(), cmd.ErrOrStderr())
+	if err != nil {
+		return nil, nil, err
+	}
+	l.guard(ap)
+	return l, ap, nil
 }
 
 // guard makes l's evaluator judge node addresses as tables with ap do.

@@ -4,7 +4,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/netpol/netpol/pkg/ipfamily"
-	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/report"
 )
 
@@ -54,10 +53,7 @@ an error or when some input object was invalid (reported on stderr); with
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: completeEndpoints(in),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(output, "text", "json", "yaml"); err != nil {
-				return err
-			}
-			probe, err := l4.ParsePort(port)
+			probe, err := connectionArgs(output, port)
 			if err != nil {
 				return err
 			}
@@ -68,15 +64,10 @@ an error or when some input object was invalid (reported on stderr); with
 			if _, _, err := parseServiceName(args[1]); err != nil {
 				return err // before reading the cluster
 			}
-			ap, err := agent.parse()
+			l, _, err := loadGuarded(cmd, in, &agent)
 			if err != nil {
 				return err
 			}
-			l, err := in.load(cmd.Context(), cmd.InOrStdin(), cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			l.guard(ap)
 			if err := learnDomains(cmd.Context(), l, learned); err != nil {
 				return err
 			}

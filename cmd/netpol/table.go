@@ -43,15 +43,10 @@ func newTableCommand(in *inputFlags) *cobra.Command {
 			if allNamespaces {
 				namespaces = nil
 			}
-			l, err := in.load(cmd.Context(), cmd.InOrStdin(), cmd.ErrOrStderr())
+			l, ap, err := loadGuarded(cmd, in, &agent)
 			if err != nil {
 				return err
 			}
-			ap, err := agent.parse()
-			if err != nil {
-				return err
-			}
-			l.guard(ap)
 			if domains {
 				rows, err := expectedDomains(l, probes, dnsTCP)
 				if err != nil {

@@ -56,10 +56,7 @@ real packet's path is printed as the kernel reports it, then it is disarmed.`,
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: completeEndpoints(in),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(output, "text", "json", "yaml"); err != nil {
-				return err
-			}
-			probe, err := l4.ParsePort(port)
+			probe, err := connectionArgs(output, port)
 			if err != nil {
 				return err
 			}
@@ -70,15 +67,10 @@ real packet's path is printed as the kernel reports it, then it is disarmed.`,
 			if err != nil {
 				return err
 			}
-			l, err := in.load(cmd.Context(), cmd.InOrStdin(), cmd.ErrOrStderr())
+			l, ap, err := loadGuarded(cmd, in, &agent)
 			if err != nil {
 				return err
 			}
-			ap, err := agent.parse()
-			if err != nil {
-				return err
-			}
-			l.guard(ap)
 			tr, err := traceConnection(l, args[0], args[1], probe, fam, dataplane.Options{AgentPorts: ap, Layout: layout.layout})
 			if err != nil {
 				return err

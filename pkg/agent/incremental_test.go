@@ -459,6 +459,13 @@ func TestIncrementalPathIdentities(t *testing.T) {
 		_, err = h.kube.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
 		return err
 	}
+	// createAdmin creates the AdminNetworkPolicy of YAML doc through the
+	// API and in h.snap.
+	createAdmin := func(doc string) error {
+		h.snap.AddDocuments([]byte(doc), "test", true)
+		_, err := h.dyn.Resource(cluster.GVRAdminPolicy).Create(ctx, policyObjects(t, doc)[0].(*unstructured.Unstructured), metav1.CreateOptions{})
+		return err
+	}
 	remote, local := pod(false, 2), pod(true, 0)
 	steps := []struct {
 		name     string
@@ -488,9 +495,7 @@ spec:
     action: Deny
     from:
     - namespaces: {}`
-			h.snap.AddDocuments([]byte(doc), "test", true)
-			_, err := h.dyn.Resource(cluster.GVRAdminPolicy).Create(ctx, policyObjects(t, doc)[0].(*unstructured.Unstructured), metav1.CreateOptions{})
-			return err
+			return createAdmin(doc)
 		}, "incremental", 0},
 		{"pod on another node relabelled with a label no selector here reads", func() error {
 			return update(pod(false, 5), func(p *corev1.Pod) { p.Labels["release"] = "canary" })
@@ -524,9 +529,7 @@ spec:
         matchLabels: {team: team-2}
     ports:
     - portNumber: {protocol: TCP, port: 6379}`
-			h.snap.AddDocuments([]byte(doc), "test", true)
-			_, err := h.dyn.Resource(cluster.GVRAdminPolicy).Create(ctx, policyObjects(t, doc)[0].(*unstructured.Unstructured), metav1.CreateOptions{})
-			return err
+			return createAdmin(doc)
 		}, "rebase", -1},
 		{"that AdminNetworkPolicy deleted", func() error {
 			h.snap.AdminPolicies = slices.DeleteFunc(h.snap.AdminPolicies, func(p *anpv1alpha1.AdminNetworkPolicy) bool { return p.Name == "aaa-everywhere" })

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
@@ -322,62 +324,53 @@ func deletePolicy(snap *cluster.Snapshot, r *rand.Rand) (*policy.Policy, string)
 // subject, same number of rules) whose first rule's peers are every
 // namespace, and returns its model policy and what it did (nil when it
 // picked a policy without rules): an update that keeps every chain's name.
+// The copy is made through the object's unstructured form, where the
+// three kinds differ only in the peer field's name.
 func widenPolicy(snap *cluster.Snapshot, r *rand.Rand) (*policy.Policy, string) {
 	objs := snap.PolicyObjects()
 	if len(objs) == 0 {
 		return nil, ""
 	}
-	every := &metav1.LabelSelector{}
-	var kind, ns, name string
-	switch o := objs[r.IntN(len(objs))].(type) {
-	case *networkingv1.NetworkPolicy:
-		o = o.DeepCopy()
-		switch {
-		case len(o.Spec.Ingress) > 0:
-			o.Spec.Ingress[0].From = []networkingv1.NetworkPolicyPeer{{NamespaceSelector: every}}
-		case len(o.Spec.Egress) > 0:
-			o.Spec.Egress[0].To = []networkingv1.NetworkPolicyPeer{{NamespaceSelector: every}}
-		default:
-			return nil, ""
+	i := r.IntN(len(objs))
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(objs[i])
+	if err != nil {
+		panic(err)
+	}
+	everyNamespace := "namespaces" // AdminNetworkPolicy, ClusterNetworkPolicy
+	if _, ok := objs[i].(*networkingv1.NetworkPolicy); ok {
+		everyNamespace = "namespaceSelector"
+	}
+	widened := false
+	for _, dir := range [][2]string{{"ingress", "from"}, {"egress", "to"}} {
+		if rules, _ := u["spec"].(map[string]any)[dir[0]].([]any); len(rules) > 0 && !widened {
+			rules[0].(map[string]any)[dir[1]] = []any{map[string]any{everyNamespace: map[string]any{}}}
+			widened = true
 		}
-		i := slices.IndexFunc(snap.NetworkPolicies, func(p *networkingv1.NetworkPolicy) bool { return p.Namespace == o.Namespace && p.Name == o.Name })
-		snap.NetworkPolicies[i] = o
-		kind, ns, name = cluster.KindNetworkPolicy, o.Namespace, o.Name
-	case *anpv1alpha1.AdminNetworkPolicy:
-		o = o.DeepCopy()
-		switch {
-		case len(o.Spec.Ingress) > 0:
-			o.Spec.Ingress[0].From = []anpv1alpha1.AdminNetworkPolicyIngressPeer{{Namespaces: every}}
-		case len(o.Spec.Egress) > 0:
-			o.Spec.Egress[0].To = []anpv1alpha1.AdminNetworkPolicyEgressPeer{{Namespaces: every}}
-		default:
-			return nil, ""
-		}
-		i := slices.IndexFunc(snap.AdminPolicies, func(p *anpv1alpha1.AdminNetworkPolicy) bool { return p.Name == o.Name })
-		snap.AdminPolicies[i] = o
-		kind, name = cluster.KindAdminPolicy, o.Name
-	case *cnpv1beta1.ClusterNetworkPolicy:
-		o = o.DeepCopy()
-		switch {
-		case len(o.Spec.Ingress) > 0:
-			o.Spec.Ingress[0].From = []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Namespaces: every}}
-		case len(o.Spec.Egress) > 0:
-			o.Spec.Egress[0].To = []cnpv1beta1.ClusterNetworkPolicyEgressPeer{{Namespaces: every}}
-		default:
-			return nil, ""
-		}
-		i := slices.IndexFunc(snap.ClusterPolicies, func(p *cnpv1beta1.ClusterNetworkPolicy) bool { return p.Name == o.Name })
-		snap.ClusterPolicies[i] = o
-		kind, name = cluster.KindClusterPolicy, o.Name
-	default:
+	}
+	if !widened {
 		return nil, ""
 	}
+	copied := reflect.New(reflect.TypeOf(objs[i]).Elem()).Interface()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u, copied); err != nil {
+		panic(err)
+	}
+	switch o := copied.(type) {
+	case *networkingv1.NetworkPolicy:
+		snap.NetworkPolicies[slices.Index(snap.NetworkPolicies, objs[i].(*networkingv1.NetworkPolicy))] = o
+	case *anpv1alpha1.AdminNetworkPolicy:
+		snap.AdminPolicies[slices.Index(snap.AdminPolicies, objs[i].(*anpv1alpha1.AdminNetworkPolicy))] = o
+	case *anpv1alpha1.BaselineAdminNetworkPolicy:
+		snap.BaselinePolicies[slices.Index(snap.BaselinePolicies, objs[i].(*anpv1alpha1.BaselineAdminNetworkPolicy))] = o
+	case *cnpv1beta1.ClusterNetworkPolicy:
+		snap.ClusterPolicies[slices.Index(snap.ClusterPolicies, objs[i].(*cnpv1beta1.ClusterNetworkPolicy))] = o
+	}
+	meta := copied.(metav1.Object)
 	for _, p := range policy.Build(snap).Policies {
-		if p.Kind == kind && p.Namespace == ns && p.Name == name {
+		if p.Namespace == meta.GetNamespace() && p.Name == meta.GetName() && reflect.TypeOf(objs[i]).Elem().Name() == p.Kind {
 			return p, "policy " + p.Ref() + " widened"
 		}
 	}
-	panic(kind + " " + name + " not in the model")
+	panic(meta.GetName() + " not in the model")
 }
 
 // addReplica adds a copy of a running pod-network pod under a new name and

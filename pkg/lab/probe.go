@@ -164,13 +164,21 @@ func probeErrors(obs []Observation) error {
 
 // observeCells probes the given cells of t, parallel at a time, into obs.
 func (l *Lab) observeCells(ctx context.Context, t *eval.TruthTable, cells []int, obs []Observation, family ipfamily.Family, timeout time.Duration, parallel int) {
+	inParallel(ctx, cells, parallel, func(i int) {
+		r := t.Results[i]
+		obs[i] = l.observe(ctx, r.From, r.To, l4.Port{Protocol: r.Protocol, Port: r.Port}, family, timeout)
+	})
+}
+
+// inParallel runs do for each of cells, workers at a time, and returns
+// when all have run; once ctx is done, no more are started.
+func inParallel(ctx context.Context, cells []int, workers int, do func(cell int)) {
 	work := make(chan int)
 	var wg sync.WaitGroup
-	for range min(parallel, len(cells)) {
+	for range min(workers, len(cells)) {
 		wg.Go(func() {
 			for i := range work {
-				r := t.Results[i]
-				obs[i] = l.observe(ctx, r.From, r.To, l4.Port{Protocol: r.Protocol, Port: r.Port}, family, timeout)
+				do(i)
 			}
 		})
 	}

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -161,24 +160,10 @@ func (l *Lab) ProbeServices(ctx context.Context, opts ServiceProbeOptions) ([]Se
 
 	obs := make([]Observation, len(out))
 	dialAll := func(cells []int, timeout time.Duration) {
-		work := make(chan int)
-		var wg sync.WaitGroup
-		for range min(po.Parallel, len(cells)) {
-			wg.Go(func() {
-				for i := range work {
-					c := out[i]
-					obs[i] = l.dial(ctx, c.From, netip.AddrPortFrom(c.ToAddr, uint16(c.Port)), c.Protocol, DialOptions{Timeout: timeout})
-				}
-			})
-		}
-		for _, i := range cells {
-			if ctx.Err() != nil {
-				break
-			}
-			work <- i
-		}
-		close(work)
-		wg.Wait()
+		inParallel(ctx, cells, po.Parallel, func(i int) {
+			c := out[i]
+			obs[i] = l.dial(ctx, c.From, netip.AddrPortFrom(c.ToAddr, uint16(c.Port)), c.Protocol, DialOptions{Timeout: timeout})
+		})
 	}
 	all := make([]int, len(out))
 	for i := range all {
