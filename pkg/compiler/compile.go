@@ -81,22 +81,24 @@ func Compile(r *eval.Resolved, opts Options) (*nft.Table, error) {
 		}
 		return compileIdentities(r, opts)
 	}
-	c, err := compile(r, opts)
+	// The sets of pod addresses are filled by the code that keeps them
+	// up to date pod by pod (Incremental): one answer to which elements
+	// go in which set, for a full compile, an update and a rebase.
+	l, err := NewIncremental(r, opts)
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range c.t.Sets {
+	for _, s := range l.table.Sets {
 		sortElements(s)
 	}
-	return c.t, nil
+	return l.table, nil
 }
 
-func compile(r *eval.Resolved, opts Options) (*compiler, error) { return compileWith(r, opts, false) }
-
-// compileWith is compile; with podsLater the sets of pod addresses
-// (peers, named ports, allow-lists) are left without elements: Rebase
-// takes them from the old table or fills them from every pod.
-func compileWith(r *eval.Resolved, opts Options, podsLater bool) (*compiler, error) {
+// compile builds the node's classes and chains, and the sets that do not
+// depend on the cluster's pods. The sets of pod addresses (peers, named
+// ports, allow-lists) are made without elements: Incremental fills them
+// (fillSets) from every pod, or a rebase takes them from the old table.
+func compile(r *eval.Resolved, opts Options) (*compiler, error) {
 	if opts.Table == "" {
 		opts.Table = DefaultTable
 	}
@@ -104,7 +106,7 @@ func compileWith(r *eval.Resolved, opts Options, podsLater bool) (*compiler, err
 	if node < 0 {
 		return nil, fmt.Errorf("node %q is not in the snapshot", opts.Node)
 	}
-	c := &compiler{r: r, pols: r.Policies(), node: node, t: nft.NewTable(opts.Table), podsLater: podsLater,
+	c := &compiler{r: r, pols: r.Policies(), node: node, t: nft.NewTable(opts.Table),
 		classes: map[string]string{}, lists: map[string]*npTier{}, peerCache: map[peerKey][]addrRange{}, ruleSets: map[peerKey]ruleSetNames{}, self: map[string]bool{},
 		live: &recipe{podSets: map[string][]policy.Subject{}, namedSets: map[string][]policy.Port{}, classes: map[string][2]string{}, domainClasses: map[string]bool{}}}
 	c.baseChains()
@@ -184,7 +186,6 @@ type compiler struct {
 	// family is not set): classes share policies.
 	peerCache map[peerKey][]addrRange
 	ruleSets  map[peerKey]ruleSetNames
-	podsLater bool // compileWith
 	// domains: the class being built looks up a domain set.
 	domains bool
 	// live is what Incremental needs to keep the table up to date pod by pod.
@@ -517,29 +518,17 @@ func (c *compiler) makeRuleSets(pi int, d policy.Direction, ri int) ruleSetNames
 	}
 	for _, f := range nft.Families {
 		if names.pods != "" {
-			c.addSharedSet(&nft.Set{Name: names.pods + f.Suffix, Fields: []nft.FieldType{f.Field}},
-				func() []nft.Element {
-					if c.podsLater {
-						return nil
-					}
-					return c.podElements(pi, d, ri, f)
-				})
+			c.addSharedSet(&nft.Set{Name: names.pods + f.Suffix, Fields: []nft.FieldType{f.Field}}, noElements)
 		}
 		if names.nets != "" {
 			c.addSharedSet(&nft.Set{Name: names.nets + f.Suffix, Fields: []nft.FieldType{f.Field}, Interval: true},
 				func() []nft.Element { return rangeElements(c.peerRanges(pi, d, ri, f), f) })
 		}
 		for _, prefix := range names.domains {
-			c.addSharedSet(DomainSet(prefix, f), func() []nft.Element { return nil })
+			c.addSharedSet(DomainSet(prefix, f), noElements)
 		}
 		if names.named != "" {
-			c.addSharedSet(&nft.Set{Name: names.named + f.Suffix, Fields: []nft.FieldType{f.Field, nft.FieldProto, nft.FieldPort}},
-				func() []nft.Element {
-					if c.podsLater {
-						return nil
-					}
-					return c.namedPortElements(named, f)
-				})
+			c.addSharedSet(&nft.Set{Name: names.named + f.Suffix, Fields: []nft.FieldType{f.Field, nft.FieldProto, nft.FieldPort}}, noElements)
 		}
 	}
 	return names
@@ -556,40 +545,9 @@ func podSubjects(peers []policy.Peer) []policy.Subject {
 	return out
 }
 
-// podElements is the set of the addresses in family f of the pods rule
-// ri matches as pod peers, each once (pods may share an address), in
-// key order. The addresses go through one list of netip.Addr (24 bytes
-// each), not ranges (48 bytes each: once the compile's largest
-// allocation in use at the peak of a 100,000-pod first sync).
-func (c *compiler) podElements(pi int, d policy.Direction, ri int, f *nft.Family) []nft.Element {
-	addrs := c.podAddrs(pi, d, ri, f) // the other family's set is often empty
-	if len(addrs) == 0 {
-		return nil
-	}
-	// Each address once (host-network pods on one node share theirs),
-	// found by sorting: a map of them all was more garbage than the list.
-	slices.SortFunc(addrs, netip.Addr.Compare)
-	addrs = slices.Compact(addrs)
-	out := make([]nft.Element, len(addrs))
-	for i, a := range addrs {
-		out[i] = nft.Element{Key: f.AddrBytes(a)}
-	}
-	return out
-}
-
-// peerAddrCount is the number of addresses in family f of the pods rule
-// ri matches as pod peers (an address two pods hold counted twice).
-func (c *compiler) peerAddrCount(pi int, d policy.Direction, ri int, f *nft.Family) int {
-	n := 0
-	for j := range c.r.EachPeerPod(pi, d, ri) {
-		for _, a := range c.r.Pod(j).Addrs {
-			if inFamily(a, f) {
-				n++
-			}
-		}
-	}
-	return n
-}
+// noElements fills a set that compile makes empty: the agent's (domain
+// sets) or Incremental's (the sets of pod addresses, fillSets).
+func noElements() []nft.Element { return nil }
 
 // addSharedSet adds s with the elements fill computes, unless a set of
 // that name is already there (same definition, same elements).
@@ -692,30 +650,6 @@ func namedMatches(named []policy.Port, ports []corev1.ContainerPort) []portBox {
 	return out
 }
 
-// namedPortElements resolves named ports on every pod (host-network pods
-// too: a destination is matched by its address).
-func (c *compiler) namedPortElements(named []policy.Port, f *nft.Family) []nft.Element {
-	seen := map[string]bool{}
-	var out []nft.Element
-	for j := 0; j < c.r.NumPods(); j++ {
-		pod := c.r.Pod(j)
-		boxes := namedMatches(named, pod.Ports)
-		for _, a := range pod.Addrs {
-			if !inFamily(a, f) {
-				continue
-			}
-			for _, b := range boxes {
-				k := nft.Key(f.AddrBytes(a), nft.ProtoBytes(b.protoLo), nft.PortBytes(b.portLo))
-				if !seen[string(k)] {
-					seen[string(k)] = true
-					out = append(out, nft.Element{Key: k})
-				}
-			}
-		}
-	}
-	return out
-}
-
 // networkPolicyRules is the NetworkPolicy tier of a class: allowed iff
 // some rule of some isolating policy matches, or, for ingress, the peer is
 // the pod's own node. Every rule of those policies is merged into one
@@ -752,33 +686,10 @@ func (c *compiler) networkPolicyRules(plan *eval.Plan, pod int, named string) *n
 	}
 	c.lists[tier.list] = tier
 	tier.profiles = map[string][]portBox{}
+	// The networks here; the pod addresses are Incremental's (fillSets,
+	// podPorts), as they change pod by pod.
 	for _, f := range nft.Families {
-		al := buildAllowList(c.allowItems(plan, pod, f), f)
-		// Per profile: its set, found once. Profiles with the same
-		// ports share one, so a set is grown once for the addresses of
-		// all of its profiles (grown per profile, the appends of the
-		// others still copied it).
-		counts := make([]int, len(al.profiles))
-		for _, k := range al.pods {
-			counts[k]++
-		}
-		sets, room := make([]*nft.Set, len(al.profiles)), map[*nft.Set]int{}
-		for k, ports := range al.profiles {
-			id := tier.profile(ports)
-			s := c.t.Sets[allowSetName(tier.list, "pods", id, f)]
-			if s == nil {
-				s = c.t.AddSet(tier.podSet(id, f))
-			}
-			sets[k] = s
-			room[s] += counts[k]
-		}
-		for s, n := range room {
-			s.Elements = slices.Grow(s.Elements, n)
-		}
-		for a, k := range al.pods {
-			sets[k].Elements = append(sets[k].Elements, nft.Element{Key: f.AddrBytes(a)})
-		}
-		for _, p := range al.nets {
+		for _, p := range flatten(c.allowItems(plan, pod, f), f) {
 			name := allowSetName(tier.list, "nets", tier.profile(p.ports), f)
 			s := c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{f.Field}, Interval: true})
 			s.Elements = append(s.Elements, intervalElement(f.AddrBytes(p.lo), f.AddrBytes(p.hi)))
@@ -788,8 +699,9 @@ func (c *compiler) networkPolicyRules(plan *eval.Plan, pod int, named string) *n
 	return tier
 }
 
-// allowItems lists what the plan's NetworkPolicy rules allow for pod in
-// family f, as peer addresses x ports.
+// allowItems lists the networks the plan's NetworkPolicy rules allow for
+// pod in family f (ipBlocks, nodes, or every address for a rule without
+// peers), with their ports.
 func (c *compiler) allowItems(plan *eval.Plan, pod int, f *nft.Family) []allowItem {
 	d := plan.Direction
 	var items []allowItem
@@ -798,26 +710,15 @@ func (c *compiler) allowItems(plan *eval.Plan, pod int, f *nft.Family) []allowIt
 		if pr.Match == eval.MatchNothing {
 			continue // an Accept that cannot be understood allows nothing
 		}
-		// Peers: pod addresses, and networks (ipBlocks, nodes, or
-		// every address for a rule without peers).
-		var pods []netip.Addr
-		var nets []addrRange
-		if r.AllPeers {
-			nets = []addrRange{fullRange(f)}
-		} else {
-			if !c.podsLater {
-				pods = c.podAddrs(pi, d, ri, f)
-			}
+		nets := []addrRange{fullRange(f)}
+		if !r.AllPeers {
 			nets = c.peerRanges(pi, d, ri, f)
 		}
+		if len(nets) == 0 {
+			continue
+		}
 		add := func(ports []portBox) {
-			if len(ports) == 0 {
-				return
-			}
-			if len(pods) > 0 {
-				items = append(items, allowItem{pods: pods, ports: ports})
-			}
-			if len(nets) > 0 {
+			if len(ports) > 0 {
 				items = append(items, allowItem{addrs: nets, ports: ports})
 			}
 		}
@@ -827,48 +728,13 @@ func (c *compiler) allowItems(plan *eval.Plan, pod int, f *nft.Family) []allowIt
 		}
 		numbered, named := splitPorts(r.Ports)
 		add(portBoxes(numbered))
-		if len(named) == 0 {
-			continue
-		}
-		if d == policy.Ingress {
-			// The destination is the pod itself.
+		if len(named) > 0 && d == policy.Ingress {
+			// The destination is the pod itself. Egress named ports
+			// resolve on each destination pod: pod entries (podPorts).
 			add(namedMatches(named, c.r.Pod(pod).Ports))
-			continue
-		}
-		// Egress: each destination pod the peers match resolves the
-		// names on its own ports.
-		for j := 0; j < c.r.NumPods() && !c.podsLater; j++ {
-			dst := c.r.Pod(j)
-			boxes := namedMatches(named, dst.Ports)
-			if len(boxes) == 0 {
-				continue
-			}
-			for _, a := range dst.Addrs {
-				if inFamily(a, f) && (c.r.PeerPods(pi, d, ri, j) || containsAddr(nets, a)) {
-					items = append(items, allowItem{pods: []netip.Addr{a}, ports: boxes})
-				}
-			}
 		}
 	}
 	return items
-}
-
-// podAddrs is the addresses in family f of the pods rule ri matches as
-// pod peers.
-func (c *compiler) podAddrs(pi int, d policy.Direction, ri int, f *nft.Family) []netip.Addr {
-	n := c.peerAddrCount(pi, d, ri, f) // a list grown by append leaves garbage
-	if n == 0 {
-		return nil
-	}
-	out := make([]netip.Addr, 0, n)
-	for j := range c.r.EachPeerPod(pi, d, ri) {
-		for _, a := range c.r.Pod(j).Addrs {
-			if inFamily(a, f) {
-				out = append(out, a)
-			}
-		}
-	}
-	return out
 }
 
 func sortElements(s *nft.Set) {

@@ -79,6 +79,10 @@ type npTier struct {
 	// reused by another policy while the tier lives.
 	allowKey  string
 	isolating []*policy.Policy
+	// seen maps the ports an address was allowed, as found (podSetFor),
+	// to the names of their profile's pod sets by family: most addresses
+	// of a list repeat a few combinations.
+	seen map[string]map[*nft.Family]string
 }
 
 // allowRule is one NetworkPolicy rule of a class, as Incremental resolves it on
@@ -157,6 +161,28 @@ func selectsAny(subjects []policy.Subject, p *PodState, nsLabels labels.Set) boo
 		}
 	}
 	return false
+}
+
+// podSetFor returns the name of the pod set, in family f, of the
+// profile of boxes (in any order, with repeats), registered.
+func (t *npTier) podSetFor(boxes []portBox, f *nft.Family) string {
+	key := make([]byte, 0, 6*len(boxes))
+	for _, b := range boxes {
+		key = append(key, b.protoLo, b.protoHi, byte(b.portLo>>8), byte(b.portLo), byte(b.portHi>>8), byte(b.portHi))
+	}
+	names, ok := t.seen[string(key)]
+	if !ok {
+		id := t.profile(canonicalPorts(boxes))
+		names = map[*nft.Family]string{}
+		for _, f := range nft.Families {
+			names[f] = allowSetName(t.list, "pods", id, f)
+		}
+		if t.seen == nil {
+			t.seen = map[string]map[*nft.Family]string{}
+		}
+		t.seen[string(key)] = names
+	}
+	return names[f]
 }
 
 // profile returns the id of a (canonical) port profile.
@@ -313,9 +339,6 @@ func NewIncremental(r *eval.Resolved, opts Options) (*Incremental, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range c.t.Sets {
-		s.Revision = revisions.Add(1)
-	}
 	l := &Incremental{opts: opts, node: opts.Node, recipe: c.live, table: c.t, pods: make(map[string]*PodState, r.NumPods()),
 		byAddr: newAddrIndex(r.NumPods()), byNamespace: map[string]map[string]*PodState{},
 		nsLabels: map[string]labels.Set{}, local: map[string]int{}, pos: map[string]map[string]int{}, classUsers: map[string]int{}}
@@ -326,6 +349,14 @@ func NewIncremental(r *eval.Resolved, opts Options) (*Incremental, error) {
 		v := r.Pod(i)
 		l.nsLabels[v.Namespace] = v.NamespaceLabels
 		l.add(resolvedPodState(r, v))
+	}
+	l.fillSets(c.t, c.live)
+	for _, tier := range c.live.npTiers {
+		tier.rebuildChain(c.t)
+	}
+	l.dropUnusedPortSets(c.t)
+	for _, s := range c.t.Sets {
+		s.Revision = revisions.Add(1)
 	}
 	return l, nil
 }
@@ -570,56 +601,103 @@ func (l *Incremental) elements(addrs map[netip.Addr]bool) map[elementRef]bool {
 // defines, and with dispatch the dispatch entries.
 func (l *Incremental) recipeElements(rec *recipe, addrs map[netip.Addr]bool, dispatch bool) map[elementRef]bool {
 	out := map[elementRef]bool{}
-	var buf [2]*PodState
+	sets := rec.sets()
 	for a := range addrs {
-		pods := l.byAddr.at(a, buf[:0])
-		if len(pods) == 0 {
-			continue
-		}
-		f := nft.FamilyOf(a)
-		key := string(f.AddrBytes(a))
-		for prefix, subjects := range rec.podSets {
-			for _, p := range pods {
-				if !p.HostNetwork && selectsAny(subjects, p, l.nsLabels[p.Namespace]) {
-					out[elementRef{set: prefix + f.Suffix, key: key, f: f}] = true
-					break
-				}
-			}
-		}
-		for prefix, named := range rec.namedSets {
-			for _, p := range pods {
-				for _, b := range namedMatches(named, p.Ports) {
-					k := nft.Key([]byte(key), nft.ProtoBytes(b.protoLo), nft.PortBytes(b.portLo))
-					out[elementRef{set: prefix + f.Suffix, key: string(k), f: f}] = true
-				}
-			}
-		}
-		if dispatch {
-			l.dispatchElements(a, f, pods, out)
-		}
-		lists := map[string]bool{}
-		for _, t := range rec.npTiers {
-			if lists[t.list] {
-				continue // shared with an earlier tier
-			}
-			lists[t.list] = true
-			var boxes []portBox
-			for _, p := range pods {
-				boxes = append(boxes, t.podPorts(p, l.nsLabels[p.Namespace], a, f)...)
-			}
-			if len(boxes) > 0 {
-				id := t.profile(canonicalPorts(boxes))
-				out[elementRef{set: allowSetName(t.list, "pods", id, f), key: key, f: f, tier: t}] = true
-			}
+		l.addrElements(sets, a, dispatch, func(e elementRef) { out[e] = true })
+	}
+	return out
+}
+
+// recipeSets are the sets of a recipe as addrElements reads them: each
+// with its name in every family, and one tier of each allow-list.
+type recipeSets struct {
+	pods  []recipeSet
+	named []recipeSet
+	tiers []*npTier
+}
+
+type recipeSet struct {
+	names    map[*nft.Family]string
+	subjects []policy.Subject
+	ports    []policy.Port
+}
+
+func familyNames(prefix string) map[*nft.Family]string {
+	out := make(map[*nft.Family]string, len(nft.Families))
+	for _, f := range nft.Families {
+		out[f] = prefix + f.Suffix
+	}
+	return out
+}
+
+func (r *recipe) sets() recipeSets {
+	var out recipeSets
+	for prefix, subjects := range r.podSets {
+		out.pods = append(out.pods, recipeSet{names: familyNames(prefix), subjects: subjects})
+	}
+	for prefix, named := range r.namedSets {
+		out.named = append(out.named, recipeSet{names: familyNames(prefix), ports: named})
+	}
+	// Tiers that share an allow-list share its sets: the first of each.
+	for _, t := range r.npTiers {
+		if !slices.ContainsFunc(out.tiers, func(u *npTier) bool { return u.list == t.list }) {
+			out.tiers = append(out.tiers, t)
 		}
 	}
 	return out
 }
 
+// addrElements yields address a's elements in sets, from the pods that
+// hold it now, and with dispatch its dispatch entries. It is the one
+// answer to which pod address goes in which set: a full compile fills
+// the sets with it (fillSets), an update patches what it says before and
+// after a change, a rebase fills the sets it made anew.
+func (l *Incremental) addrElements(sets recipeSets, a netip.Addr, dispatch bool, yield func(elementRef)) {
+	var buf [2]*PodState
+	pods := l.byAddr.at(a, buf[:0])
+	if len(pods) == 0 {
+		return
+	}
+	f := nft.FamilyOf(a)
+	key := string(f.AddrBytes(a))
+	for _, s := range sets.pods {
+		for _, p := range pods {
+			if !p.HostNetwork && selectsAny(s.subjects, p, l.nsLabels[p.Namespace]) {
+				yield(elementRef{set: s.names[f], key: key, f: f})
+				break
+			}
+		}
+	}
+	for _, s := range sets.named {
+		var keys []string // pods that share an address may name one port
+		for _, p := range pods {
+			for _, b := range namedMatches(s.ports, p.Ports) {
+				k := string(nft.Key([]byte(key), nft.ProtoBytes(b.protoLo), nft.PortBytes(b.portLo)))
+				if !slices.Contains(keys, k) {
+					keys = append(keys, k)
+					yield(elementRef{set: s.names[f], key: k, f: f})
+				}
+			}
+		}
+	}
+	if dispatch {
+		l.dispatchElements(a, f, pods, yield)
+	}
+	for _, t := range sets.tiers {
+		var boxes []portBox
+		for _, p := range pods {
+			boxes = append(boxes, t.podPorts(p, l.nsLabels[p.Namespace], a, f)...)
+		}
+		if len(boxes) > 0 {
+			yield(elementRef{set: t.podSetFor(boxes, f), key: key, f: f, tier: t})
+		}
+	}
+}
+
 // dispatchElements are address a's entries in the dispatch maps and
 // self-pods when a pod of the node holds it (localChangesKnown made sure
 // that at most one does).
-func (l *Incremental) dispatchElements(a netip.Addr, f *nft.Family, pods []*PodState, out map[elementRef]bool) {
+func (l *Incremental) dispatchElements(a netip.Addr, f *nft.Family, pods []*PodState, yield func(elementRef)) {
 	for _, p := range pods {
 		if !l.isLocal(p) {
 			continue
@@ -628,14 +706,14 @@ func (l *Incremental) dispatchElements(a netip.Addr, f *nft.Family, pods []*PodS
 		key := string(f.AddrBytes(a))
 		for _, d := range policy.Directions {
 			if classes[d] != "" {
-				out[elementRef{set: dispatchMap(d) + f.Suffix, key: key, verdict: classes[d], f: f}] = true
+				yield(elementRef{set: dispatchMap(d) + f.Suffix, key: key, verdict: classes[d], f: f})
 			}
 		}
 		if l.recipe.isDNSClient(classes[policy.Egress]) {
-			out[elementRef{set: setDNSClients + f.Suffix, key: key, f: f}] = true
+			yield(elementRef{set: setDNSClients + f.Suffix, key: key, f: f})
 		}
 		if classes[policy.Egress] != "" || classes[policy.Ingress] != "" {
-			out[elementRef{set: setSelf + f.Suffix, key: string(nft.Key([]byte(key), []byte(key))), f: f}] = true
+			yield(elementRef{set: setSelf + f.Suffix, key: string(nft.Key([]byte(key), []byte(key))), f: f})
 		}
 		return
 	}

@@ -3,7 +3,6 @@ package compiler
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -169,11 +168,9 @@ func portElements(boxes []portBox) []nft.Element {
 	return out
 }
 
-// allowItem allows connections to or from pods (pod addresses: single
-// addresses that come and go with pods) or addrs (networks: ipBlocks, node
-// addresses, "every peer") on ports; an item has one or the other.
+// allowItem allows connections to or from addrs (networks: ipBlocks,
+// node addresses, "every peer", or identity ranges) on ports.
 type allowItem struct {
-	pods  []netip.Addr
 	addrs []addrRange
 	ports []portBox
 }
@@ -182,92 +179,6 @@ type allowItem struct {
 type piece struct {
 	lo, hi netip.Addr
 	ports  []portBox // canonical
-}
-
-// allowList is a NetworkPolicy allow-list for one family, split the way
-// the kernel holds it: pod addresses (single addresses that come and go
-// with pods, kept in hash sets) and networks (disjoint ranges, in interval
-// sets), each with the ports allowed. An address is allowed a port if its
-// pod entry or its network piece allows it.
-type allowList struct {
-	// pods maps each pod address to its ports: an index into profiles,
-	// which holds each distinct combination of items once (a class
-	// allowed from 100,000 pods by a few rules has a few combinations).
-	pods     map[netip.Addr]int32
-	profiles [][]portBox // canonical
-	nets     []piece
-}
-
-// podPorts are the ports allowed to or from pod address a (nil: none).
-func (al allowList) podPorts(a netip.Addr) []portBox {
-	if k, ok := al.pods[a]; ok {
-		return al.profiles[k]
-	}
-	return nil
-}
-
-func buildAllowList(items []allowItem, f *nft.Family) allowList {
-	var netItems []allowItem
-	// Each address is at a combination of the pod items that name it;
-	// a combination and one more item lead to another, made once.
-	type step struct{ from, item int32 }
-	// Sized for the largest item: each address is in at least one, and
-	// a map grown from empty leaves its earlier tables as garbage (at
-	// 100,000 pods, in the middle of the first sync).
-	largest := 0
-	for _, it := range items {
-		largest = max(largest, len(it.pods))
-	}
-	at := make(map[netip.Addr]int32, largest)
-	var combos [][]portBox // the items' ports, concatenated
-	next := map[step]int32{}
-	for i, it := range items {
-		if len(it.pods) == 0 {
-			if len(it.addrs) > 0 {
-				netItems = append(netItems, it)
-			}
-			continue
-		}
-		for _, a := range it.pods {
-			from, ok := at[a]
-			if !ok {
-				from = -1
-			}
-			to, ok := next[step{from, int32(i)}]
-			if !ok {
-				ports := it.ports
-				if from >= 0 {
-					ports = append(slices.Clip(combos[from]), it.ports...)
-				}
-				to = int32(len(combos))
-				combos = append(combos, ports)
-				next[step{from, int32(i)}] = to
-			}
-			at[a] = to
-		}
-	}
-	// Only the combinations addresses end at, renumbered, canonical.
-	al := allowList{pods: at, nets: flatten(netItems, f)}
-	final := map[int32]int32{}
-	for a, k := range at {
-		n, ok := final[k]
-		if !ok {
-			n = int32(len(al.profiles))
-			final[k] = n
-			al.profiles = append(al.profiles, canonicalPorts(combos[k]))
-		}
-		at[a] = n
-	}
-	return al
-}
-
-// netPiece returns the network piece containing a, if any.
-func (al allowList) netPiece(a netip.Addr) *piece {
-	i := sort.Search(len(al.nets), func(i int) bool { return !al.nets[i].hi.Less(a) })
-	if i < len(al.nets) && !a.Less(al.nets[i].lo) {
-		return &al.nets[i]
-	}
-	return nil
 }
 
 // flatten turns overlapping allow items into disjoint pieces: the address

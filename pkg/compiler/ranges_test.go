@@ -62,10 +62,9 @@ func TestUnionMergesAdjacentAndOverlapping(t *testing.T) {
 	}
 }
 
-// TestAllowListEquivalent checks on random allow-lists that the split
-// lookup (pod entries or disjoint network pieces) allows exactly what the
-// overlapping items allow.
-func TestAllowListEquivalent(t *testing.T) {
+// TestFlattenEquivalent checks on random allow-lists that the disjoint
+// network pieces allow exactly what the overlapping items allow.
+func TestFlattenEquivalent(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	addr := func(n int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(n)}) }
 	protos := []uint8{6, 17, 132}
@@ -73,11 +72,10 @@ func TestAllowListEquivalent(t *testing.T) {
 		var items []allowItem
 		for i := rng.Intn(6) + 1; i > 0; i-- {
 			var it allowItem
-			pods := rng.Intn(2) == 0
 			for j := rng.Intn(3) + 1; j > 0; j-- {
 				lo := rng.Intn(60)
-				if pods {
-					it.pods = append(it.pods, addr(lo))
+				if rng.Intn(2) == 0 {
+					it.addrs = append(it.addrs, singleAddr(addr(lo)))
 					continue
 				}
 				it.addrs = append(it.addrs, addrRange{addr(lo), addr(lo + rng.Intn(8))})
@@ -93,9 +91,9 @@ func TestAllowListEquivalent(t *testing.T) {
 			}
 			items = append(items, it)
 		}
-		al := buildAllowList(items, nft.IPv4)
-		for i := 1; i < len(al.nets); i++ {
-			if !al.nets[i-1].hi.Less(al.nets[i].lo) {
+		pieces := flatten(items, nft.IPv4)
+		for i := 1; i < len(pieces); i++ {
+			if !pieces[i-1].hi.Less(pieces[i].lo) {
 				t.Fatalf("round %d: network pieces %d and %d overlap or are out of order", round, i-1, i)
 			}
 		}
@@ -113,11 +111,11 @@ func TestAllowListEquivalent(t *testing.T) {
 			}
 			want := false
 			for _, it := range items {
-				want = want || ((containsAddr(it.addrs, a) || slices.Contains(it.pods, a)) && in(it.ports))
+				want = want || (containsAddr(it.addrs, a) && in(it.ports))
 			}
-			got := in(al.podPorts(a))
-			if p := al.netPiece(a); p != nil {
-				got = got || in(p.ports)
+			got := false
+			if i := slices.IndexFunc(pieces, func(p piece) bool { return !a.Less(p.lo) && !p.hi.Less(a) }); i >= 0 {
+				got = in(pieces[i].ports)
 			}
 			if got != want {
 				t.Fatalf("round %d: %s proto %d port %d: allow-list says %v, items say %v", round, a, proto, port, got, want)

@@ -44,7 +44,7 @@ func (l *Incremental) Rebase(ch Changes, model *policy.Model, nodes []*corev1.No
 		dns.Servers = l.dnsServers // SetDNSServers may have changed them
 		opts.DNS = &dns
 	}
-	c, err := compileWith(eval.New(l.localSnapshot(nodes), model).Resolved(), opts, true)
+	c, err := compile(eval.New(l.localSnapshot(nodes), model).Resolved(), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -191,39 +191,58 @@ func podsSnapshot(nodes []*corev1.Node, pods []*PodState, nsLabels func(ns strin
 	return snap
 }
 
-// fillSets adds to t the elements every pod gives the sets of rec,
-// which the compile of the node's pods made (or left out, empty) with
-// theirs. Each set is filled from the pods its own selectors can match (a
-// namespace is skipped when no subject selects it), by the code Update
-// patches elements with.
+// fillSets adds to t the elements every pod gives the sets of rec, which
+// compile made without them (a full compile: every such set; a rebase:
+// those it could not take from the old table). Each set is filled from
+// the pods of the namespaces its selectors select, by addrElements, the
+// code Update patches elements with.
 func (l *Incremental) fillSets(t *nft.Table, rec *recipe) {
-	present := map[string]map[string]bool{}
-	put := func(elems map[elementRef]bool) {
-		for e := range elems {
-			s := t.Sets[e.set]
-			if s == nil {
-				s = t.AddSet(&nft.Set{Name: e.set, Fields: []nft.FieldType{e.f.Field}})
-			}
-			keys := present[e.set]
-			if keys == nil {
-				keys = make(map[string]bool, len(s.Elements))
-				for _, el := range s.Elements {
-					keys[string(el.Key)] = true
+	// The keys of each set that held elements before. addrElements
+	// yields an element once per address, and each fill below fills other
+	// sets than the others: a set empty at first needs no check.
+	type target struct {
+		set  *nft.Set
+		keys map[string]bool
+	}
+	targets := map[string]*target{}
+	var last *target // elements mostly come set after set
+	put := func(e elementRef) {
+		if last == nil || last.set.Name != e.set {
+			last = targets[e.set]
+			if last == nil {
+				s := t.Sets[e.set]
+				if s == nil {
+					s = t.AddSet(&nft.Set{Name: e.set, Fields: []nft.FieldType{e.f.Field}})
 				}
-				present[e.set] = keys
+				last = &target{set: s}
+				if len(s.Elements) > 0 {
+					last.keys = make(map[string]bool, len(s.Elements))
+					for _, el := range s.Elements {
+						last.keys[string(el.Key)] = true
+					}
+				}
+				targets[e.set] = last
 			}
-			if !keys[e.key] {
-				keys[e.key] = true
-				s.Elements = append(s.Elements, e.element())
+		}
+		if last.keys != nil {
+			if last.keys[e.key] {
+				return
 			}
+			last.keys[e.key] = true
+		}
+		last.set.Elements = append(last.set.Elements, e.element())
+	}
+	fill := func(rec *recipe, addrs map[netip.Addr]bool) {
+		sets := rec.sets()
+		for a := range addrs {
+			l.addrElements(sets, a, false, put)
 		}
 	}
 	for prefix, subjects := range rec.podSets {
-		one := &recipe{podSets: map[string][]policy.Subject{prefix: subjects}}
-		put(l.recipeElements(one, l.selectedAddrs(subjects, false), false))
+		fill(&recipe{podSets: map[string][]policy.Subject{prefix: subjects}}, l.candidateAddrs(subjects, false))
 	}
 	if len(rec.namedSets) > 0 {
-		put(l.recipeElements(&recipe{namedSets: rec.namedSets}, l.selectedAddrs(nil, true), false))
+		fill(&recipe{namedSets: rec.namedSets}, l.candidateAddrs(nil, true))
 	}
 	lists := map[string]bool{}
 	for _, tier := range rec.npTiers {
@@ -239,27 +258,24 @@ func (l *Incremental) fillSets(t *nft.Table, rec *recipe) {
 			// networks hold.
 			named = named || len(r.named) > 0
 		}
-		put(l.recipeElements(&recipe{npTiers: []*npTier{tier}}, l.selectedAddrs(subjects, named), false))
+		fill(&recipe{npTiers: []*npTier{tier}}, l.candidateAddrs(subjects, named))
 	}
 }
 
-// selectedAddrs are the addresses of the pod-network pods subjects
-// select, and with withPorts of every pod that has container ports.
-func (l *Incremental) selectedAddrs(subjects []policy.Subject, withPorts bool) map[netip.Addr]bool {
+// candidateAddrs are the addresses of the pods in the namespaces that
+// subjects select, and with withPorts of every pod that has container
+// ports: those whose elements in the sets of subjects fillSets asks
+// addrElements for (which matches the pods' labels, once).
+func (l *Incremental) candidateAddrs(subjects []policy.Subject, withPorts bool) map[netip.Addr]bool {
 	addrs := map[netip.Addr]bool{}
 	for ns, pods := range l.byNamespace {
 		nsLabels := l.nsLabels[ns]
-		var here []policy.Subject
-		for _, s := range subjects {
-			if s.SelectsNamespace(ns, nsLabels) {
-				here = append(here, s)
-			}
-		}
-		if len(here) == 0 && !withPorts {
+		selected := slices.ContainsFunc(subjects, func(s policy.Subject) bool { return s.SelectsNamespace(ns, nsLabels) })
+		if !selected && !withPorts {
 			continue
 		}
 		for _, p := range pods {
-			if (withPorts && len(p.Ports) > 0) || (!p.HostNetwork && selectsAny(here, p, nsLabels)) {
+			if (withPorts && len(p.Ports) > 0) || (selected && !p.HostNetwork) {
 				for _, a := range p.Addrs {
 					addrs[a] = true
 				}
