@@ -3,7 +3,6 @@ package nft
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -611,8 +610,7 @@ func snapshotChain(ch *Chain) *Chain {
 
 // snapshotSet copies the spec and indexes the elements in canonical form.
 func snapshotSet(s *Set, idx *setIndex) *Set {
-	cs := &Set{Name: s.Name, Fields: slices.Clone(s.Fields), Interval: s.Interval, Verdict: s.Verdict,
-		Data: slices.Clone(s.Data), Timeout: s.Timeout, Dynamic: s.Dynamic, Size: s.Size}
+	cs := heldSpec(s)
 	if idx == nil {
 		idx = newSetIndex(s)
 	}

@@ -2,7 +2,6 @@ package nft
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 
@@ -193,7 +192,7 @@ func (m *memKernel) execOp(op Op, undo *[]func()) error {
 		}
 	case OpAddSet:
 		if t.Sets[op.Set.Name] == nil {
-			s := copySetSpec(op.Set)
+			s := heldSpec(op.Set)
 			t.Sets[s.Name] = s
 			do(func() { delete(t.Sets, s.Name); delete(m.index, s.Name) })
 		}
@@ -267,7 +266,7 @@ func copyTable(t *Table) *Table {
 		c.Chains[name] = cc
 	}
 	for name, s := range t.Sets {
-		cs := copySetSpec(s)
+		cs := heldSpec(s)
 		if !s.Dynamic {
 			for _, e := range s.Elements {
 				cs.Elements = append(cs.Elements, copyElement(normalElement(s, e)))
@@ -276,11 +275,6 @@ func copyTable(t *Table) *Table {
 		c.Sets[name] = cs
 	}
 	return c
-}
-
-func copySetSpec(s *Set) *Set {
-	return &Set{Name: s.Name, Fields: slices.Clone(s.Fields), Interval: s.Interval, Verdict: s.Verdict,
-		Data: slices.Clone(s.Data), Timeout: s.Timeout, Dynamic: s.Dynamic, Size: s.Size}
 }
 
 func copyHook(h *Hook) *Hook {

@@ -83,6 +83,14 @@ func kernelSet(t *nftables.Table, s *Set) *nftables.Set {
 	return ks
 }
 
+// heldSpec is s as the kernel holds it, without elements: Typeof is
+// Render's alone (the library writes no typeof userdata).
+func heldSpec(s *Set) *Set {
+	h := s.WithElements(nil)
+	h.Typeof = ""
+	return h
+}
+
 // KernelSize is the most elements the kernel takes in s (0: no limit):
 // Size, or for a Dynamic set without one nft's default for sets that
 // rules fill, so that nft lists them alike.

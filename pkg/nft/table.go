@@ -228,6 +228,14 @@ type SetChanges struct {
 	Add, Delete []Element
 }
 
+// WithElements returns a set with s's header (name, key and data types,
+// flags, timeout, size, Typeof) and the elements els. Revision and
+// Changes are left zero: they name s's element list, not els.
+func (s *Set) WithElements(els []Element) *Set {
+	return &Set{Name: s.Name, Fields: slices.Clone(s.Fields), Interval: s.Interval, Verdict: s.Verdict,
+		Data: slices.Clone(s.Data), Timeout: s.Timeout, Size: s.Size, Dynamic: s.Dynamic, Typeof: s.Typeof, Elements: els}
+}
+
 // IsMap reports whether the set is a verdict or data map.
 func (s *Set) IsMap() bool { return s.Verdict || s.Data != nil }
 
