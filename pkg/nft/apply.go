@@ -54,7 +54,7 @@ type Applier struct {
 	closed bool
 	// cache is what the last successful Apply left in the kernel; nil means
 	// unknown, and the next Apply reads the kernel first.
-	cache *Table
+	cache *state
 	// gen is the namespace's nftables generation when the cache was last
 	// known to be the kernel's table; genKnown is false when some other
 	// commit may have come in between (Verify then reads back).
@@ -182,16 +182,24 @@ func (a *Applier) generation() (uint32, error) {
 	return gen, err
 }
 
-// readKernel reads the table back, nil if absent; indexed: as the cache
-// (see readTable).
-func (a *Applier) readKernel(indexed bool) (*Table, error) {
+// readKernel reads the table back as the cache, nil if absent: each set's
+// elements in its index only (see readTable).
+func (a *Applier) readKernel() (*state, error) {
 	if a.mem != nil {
-		return a.mem.read(), nil
+		st := stateOf(a.mem.read())
+		if st == nil {
+			return nil, nil
+		}
+		for _, cs := range st.sets {
+			cs.index = newSetIndex(cs.set)
+			cs.set.Elements = nil // the index holds them
+		}
+		return st, nil
 	}
 	if err := a.ensureConn(); err != nil {
 		return nil, err
 	}
-	return readTable(a.conn, a.nsFd, a.table, indexed)
+	return readTable(a.conn, a.nsFd, a.table, true)
 }
 
 // transact sends the plan, staged if it is a large one for a table no
@@ -244,7 +252,7 @@ func (a *Applier) plan(desired *Table) (*Plan, error) {
 		// The read is the kernel's table as of the generation before it
 		// if the generation did not move meanwhile.
 		before, berr := a.generation()
-		cur, err := a.readKernel(true)
+		cur, err := a.readKernel()
 		if err != nil {
 			return nil, err
 		}
@@ -253,19 +261,13 @@ func (a *Applier) plan(desired *Table) (*Plan, error) {
 		// The kernel state is the cache from now on; a nil (absent)
 		// table makes the plan add it.
 		if cur != nil {
-			for _, s := range cur.Sets {
-				if s.index == nil { // a Fake's read
-					s.index = newSetIndex(s)
-					s.Elements = nil // the index holds them
-				}
-			}
 			a.cache = cur
 		}
 		current = cur
 	}
 	named := *desired
 	named.Name = a.table
-	p := Diff(current, &named)
+	p := diff(current, &named)
 	if err := validate(desired, p); err != nil {
 		return nil, fmt.Errorf("table %s: %w", a.table, err)
 	}
@@ -281,7 +283,14 @@ func (a *Applier) Read() (*Table, error) {
 	if a.closed {
 		return nil, ErrClosed
 	}
-	return a.readKernel(false)
+	if a.mem != nil {
+		return a.mem.read(), nil
+	}
+	if err := a.ensureConn(); err != nil {
+		return nil, err
+	}
+	st, err := readTable(a.conn, a.nsFd, a.table, false)
+	return st.table(), err
 }
 
 // Delete removes the table if it is there.
@@ -534,8 +543,8 @@ func queue(conn *nftables.Conn, table string, p *Plan) error {
 func (a *Applier) commit(p *Plan, desired *Table) {
 	if a.cache == nil {
 		a.cache = snapshot(desired, a.table, p.indexes)
-		for name, s := range a.cache.Sets {
-			s.fingerprint, s.revision = p.fingerprints[name], p.revisions[name]
+		for name, cs := range a.cache.sets {
+			cs.fingerprint, cs.revision = p.fingerprints[name], p.revisions[name]
 		}
 		return
 	}
@@ -553,7 +562,7 @@ func (a *Applier) commit(p *Plan, desired *Table) {
 		if op.Kind != OpAddElements && op.Kind != OpDeleteElements || fresh["set "+op.Set.Name] {
 			continue
 		}
-		cs := a.cache.Sets[op.Set.Name]
+		cs := a.cache.sets[op.Set.Name]
 		for _, e := range op.Elements {
 			if op.Kind == OpAddElements {
 				buf = cs.index.insert(e, buf)
@@ -562,35 +571,36 @@ func (a *Applier) commit(p *Plan, desired *Table) {
 			}
 		}
 	}
-	next := NewTable(a.table)
+	next := &state{name: a.table, chains: make(map[string]*Chain, len(desired.Chains)),
+		sets: make(map[string]*cachedSet, len(desired.Sets))}
 	for name, ds := range desired.Sets {
-		if cs := a.cache.Sets[name]; cs != nil && cs.index != nil && !fresh["set "+name] {
-			next.Sets[name] = cs
-		} else {
-			next.Sets[name] = snapshotSet(ds, p.indexes[name])
+		cs := a.cache.sets[name]
+		if cs == nil || cs.index == nil || fresh["set "+name] {
+			cs = snapshotSet(ds, p.indexes[name])
 		}
-		next.Sets[name].fingerprint, next.Sets[name].revision = p.fingerprints[name], p.revisions[name]
+		cs.fingerprint, cs.revision = p.fingerprints[name], p.revisions[name]
+		next.sets[name] = cs
 	}
 	for name, dc := range desired.Chains {
-		if cc := a.cache.Chains[name]; cc != nil && !fresh["chain "+name] {
-			next.Chains[name] = cc
+		if cc := a.cache.chains[name]; cc != nil && !fresh["chain "+name] {
+			next.chains[name] = cc
 		} else {
-			next.Chains[name] = snapshotChain(dc)
+			next.chains[name] = snapshotChain(dc)
 		}
 	}
 	a.cache = next
 }
 
 // snapshot copies the desired table as the cache: its own chains and sets,
-// each set's elements in its index only (Elements is nil).
+// each set's elements in its index only.
 // indexes are those the plan made of its added sets.
-func snapshot(t *Table, name string, indexes map[string]*setIndex) *Table {
-	c := NewTable(name)
+func snapshot(t *Table, name string, indexes map[string]*setIndex) *state {
+	c := &state{name: name, chains: make(map[string]*Chain, len(t.Chains)), sets: make(map[string]*cachedSet, len(t.Sets))}
 	for n, ch := range t.Chains {
-		c.Chains[n] = snapshotChain(ch)
+		c.chains[n] = snapshotChain(ch)
 	}
 	for n, s := range t.Sets {
-		c.Sets[n] = snapshotSet(s, indexes[n])
+		c.sets[n] = snapshotSet(s, indexes[n])
 	}
 	return c
 }
@@ -609,13 +619,11 @@ func snapshotChain(ch *Chain) *Chain {
 }
 
 // snapshotSet copies the spec and indexes the elements in canonical form.
-func snapshotSet(s *Set, idx *setIndex) *Set {
-	cs := heldSpec(s)
+func snapshotSet(s *Set, idx *setIndex) *cachedSet {
 	if idx == nil {
 		idx = newSetIndex(s)
 	}
-	cs.index = idx
-	return cs
+	return &cachedSet{set: heldSpec(s), index: idx}
 }
 
 // newConn opens a library connection in the namespace fd (< 0: current)

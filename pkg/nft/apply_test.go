@@ -27,22 +27,26 @@ func mustApply(t *testing.T, a *Applier, fd int, desired *Table) Stats {
 // checkKernel reads the table back and requires an empty diff to desired.
 func checkKernel(t *testing.T, fd int, desired *Table) *Table {
 	t.Helper()
-	got, err := Read(fd, "netpol")
+	conn, err := newConn(fd, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := readTable(conn, fd, "netpol", false)
 	if err != nil {
 		t.Fatalf("read back: %v", err)
 	}
-	if got == nil {
+	if st == nil {
 		t.Fatal("read back: no table")
 	}
-	for name, s := range got.Sets {
-		if s.mismatch != "" {
-			t.Errorf("read back set %s: %s", name, s.mismatch)
+	for name, cs := range st.sets {
+		if cs.mismatch != "" {
+			t.Errorf("read back set %s: %s", name, cs.mismatch)
 		}
 	}
-	if p := Diff(got, desired); !p.Empty() {
+	if p := diff(st, desired); !p.Empty() {
 		t.Fatalf("kernel differs from desired; plan:\n%s", p)
 	}
-	return got
+	return st.table()
 }
 
 func TestApplyEveryKindAndReadBack(t *testing.T) {

@@ -58,7 +58,7 @@ func TestRandomUpdatesKeepCacheExact(t *testing.T) {
 		if _, err := a.Apply(desired); err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
-		if p := Diff(a.cache, desired); !p.Empty() {
+		if p := diff(a.cache, desired); !p.Empty() {
 			t.Fatalf("step %d: cache differs from desired:\n%s", step, p)
 		}
 		got := checkKernel(t, fd, desired)
@@ -68,15 +68,13 @@ func TestRandomUpdatesKeepCacheExact(t *testing.T) {
 	}
 }
 
-// withElements is a copy of a cache table whose sets list their elements
+// withElements is the cache as a table whose sets list their elements
 // (a cache set keeps them in its index only).
-func withElements(cache *Table) *Table {
-	t := NewTable(cache.Name)
-	maps.Copy(t.Chains, cache.Chains)
-	for name, s := range cache.Sets {
-		c := *s
-		c.index, c.Elements = nil, s.index.elements()
-		t.Sets[name] = &c
+func withElements(cache *state) *Table {
+	t := NewTable(cache.name)
+	maps.Copy(t.Chains, cache.chains)
+	for name, cs := range cache.sets {
+		t.Sets[name] = cs.set.WithElements(cs.index.elements())
 	}
 	return t
 }

@@ -26,21 +26,24 @@ import (
 //  7. add new and changed-spec sets, then their elements
 //  8. add elements to kept sets
 //  9. add the rules of new, rewritten and recreated chains
-func Diff(current, desired *Table) *Plan {
+func Diff(current, desired *Table) *Plan { return diff(stateOf(current), desired) }
+
+// diff is Diff from a state (nil: the table is absent).
+func diff(current *state, desired *Table) *Plan {
 	if desired == nil {
 		desired = &Table{}
 	}
 	name := desired.Name
 	if name == "" && current != nil {
-		name = current.Name
+		name = current.name
 	}
 	p := &Plan{Table: name}
 	cur := current
 	if cur == nil {
-		cur = &Table{Name: name}
+		cur = &state{name: name}
 	}
-	p.unhooked = !hasBaseChain(cur)
-	if current == nil || (isEmpty(current) && !isEmpty(desired)) {
+	p.unhooked = !hasBaseChain(cur.chains)
+	if current == nil || (current.empty() && !isEmpty(desired)) {
 		p.add(Op{Kind: OpAddTable})
 	}
 
@@ -87,10 +90,8 @@ func Diff(current, desired *Table) *Plan {
 		p.Stats.SetsAdded++
 	}
 	for _, s := range sets.added {
-		idx := indexOf(s)
-		if s.index == nil { // made here: the cache may keep it
-			p.indexes[s.Name] = idx
-		}
+		idx := newSetIndex(s) // made here: the cache may keep it
+		p.indexes[s.Name] = idx
 		p.addElements(OpAddElements, s, idx.normal(s))
 	}
 	// 8
@@ -109,8 +110,8 @@ func Diff(current, desired *Table) *Plan {
 
 func isEmpty(t *Table) bool { return len(t.Chains) == 0 && len(t.Sets) == 0 }
 
-func hasBaseChain(t *Table) bool {
-	for _, c := range t.Chains {
+func hasBaseChain(chains map[string]*Chain) bool {
+	for _, c := range chains {
 		if c.Base != nil {
 			return true
 		}
@@ -139,16 +140,16 @@ type setDiff struct {
 	fingerprints map[string]uint64 // of desired sets (0: not computed)
 	revisions    map[string]uint64 // of desired sets
 	added        []*Set            // new and changed-spec (desired)
-	deleted      []*Set            // removed and changed-spec (current)
+	deleted      []*Set            // removed and changed-spec (current's spec)
 	respec       map[string]bool
 	kept         []keptSet
 }
 
-func diffSets(cur, desired *Table) setDiff {
+func diffSets(cur *state, desired *Table) setDiff {
 	d := setDiff{respec: map[string]bool{}, fingerprints: make(map[string]uint64, len(desired.Sets)),
 		revisions: make(map[string]uint64, len(desired.Sets))}
 	for _, name := range desired.SetNames() {
-		ds, cs := desired.Sets[name], cur.Sets[name]
+		ds, cs := desired.Sets[name], cur.sets[name]
 		d.revisions[name] = ds.Revision
 		switch {
 		case cs == nil:
@@ -158,7 +159,7 @@ func diffSets(cur, desired *Table) setDiff {
 		case !sameSpec(cs, ds):
 			d.fingerprints[name] = elementsFingerprint(ds)
 			d.respec[name] = true
-			d.deleted = append(d.deleted, cs)
+			d.deleted = append(d.deleted, cs.set)
 			d.added = append(d.added, ds)
 			continue
 		case ds.Dynamic:
@@ -186,7 +187,7 @@ func diffSets(cur, desired *Table) setDiff {
 			del, add := elementDiff(cs, ds)
 			if ds.Interval && ds.Concat() && recreateCheaper(len(del), len(ds.Elements)) {
 				d.respec[name] = true
-				d.deleted = append(d.deleted, cs)
+				d.deleted = append(d.deleted, cs.set)
 				d.added = append(d.added, ds)
 				continue
 			}
@@ -195,9 +196,9 @@ func diffSets(cur, desired *Table) setDiff {
 			}
 		}
 	}
-	for _, name := range cur.SetNames() {
+	for _, name := range cur.setNames() {
 		if desired.Sets[name] == nil {
-			d.deleted = append(d.deleted, cur.Sets[name])
+			d.deleted = append(d.deleted, cur.sets[name].set)
 		}
 	}
 	return d
@@ -206,7 +207,7 @@ func diffSets(cur, desired *Table) setDiff {
 // changesAgainst turns a desired set's Changes into the deletes and adds
 // the kernel needs, checked against the cached elements (a delete of an
 // absent element or an add of a present one would fail the transaction).
-func changesAgainst(cur, desired *Set) (del, add []Element) {
+func changesAgainst(cur *cachedSet, desired *Set) (del, add []Element) {
 	buf := make([]byte, 0, 256)
 	for _, e := range desired.Changes.Delete {
 		e = normalElement(desired, e)
@@ -235,10 +236,11 @@ func recreateCheaper(del, desired int) bool {
 }
 
 // sameSpec reports whether the kernel set can be updated in place.
-func sameSpec(cur, desired *Set) bool {
-	if cur.mismatch != "" || desired.mismatch != "" {
+func sameSpec(cs *cachedSet, desired *Set) bool {
+	if cs.mismatch != "" {
 		return false
 	}
+	cur := cs.set
 	return cur.Interval == desired.Interval && cur.Verdict == desired.Verdict &&
 		cur.Dynamic == desired.Dynamic && cur.Timeout == desired.Timeout && cur.KernelSize() == desired.KernelSize() &&
 		slices.Equal(cur.Fields, desired.Fields) && slices.Equal(cur.Data, desired.Data) &&
@@ -248,8 +250,8 @@ func sameSpec(cur, desired *Set) bool {
 // elementDiff returns the current elements that are not desired and the
 // desired ones that are not current; a vmap key whose verdict changed is
 // in both.
-func elementDiff(cur, desired *Set) (del, add []Element) {
-	idx := indexOf(cur)
+func elementDiff(cur *cachedSet, desired *Set) (del, add []Element) {
+	idx := cur.indexed()
 	seen := make([]bool, idx.len())
 	buf := make([]byte, 0, 256)
 	var adding map[string]bool // desired duplicates
@@ -280,11 +282,11 @@ func elementDiff(cur, desired *Set) (del, add []Element) {
 // Element), without duplicates, in their original order: s.Elements
 // itself when it is that already (the compiler's and the proxy's sets
 // are), else made from an index.
-func normalElements(s *Set) []Element { return indexOf(s).normal(s) }
+func normalElements(s *Set) []Element { return newSetIndex(s).normal(s) }
 
 // normal is normalElements(s) where idx indexes s.
 func (idx *setIndex) normal(s *Set) []Element {
-	if s.index == nil && idx.len() == len(s.Elements) && !slices.ContainsFunc(s.Elements, func(e Element) bool {
+	if idx.len() == len(s.Elements) && !slices.ContainsFunc(s.Elements, func(e Element) bool {
 		return s.Interval && e.KeyEnd != nil && bytes.Equal(e.Key, e.KeyEnd)
 	}) {
 		return s.Elements
@@ -309,10 +311,10 @@ type chainDiff struct {
 	rewritten int
 }
 
-func diffChains(cur, desired *Table, respec map[string]bool) chainDiff {
+func diffChains(cur *state, desired *Table, respec map[string]bool) chainDiff {
 	var d chainDiff
 	for _, name := range desired.ChainNames() {
-		dc, cc := desired.Chains[name], cur.Chains[name]
+		dc, cc := desired.Chains[name], cur.chains[name]
 		switch {
 		case cc == nil:
 			d.added = append(d.added, dc)
@@ -341,8 +343,8 @@ func diffChains(cur, desired *Table, respec map[string]bool) chainDiff {
 			}
 		}
 	}
-	for _, name := range cur.ChainNames() {
-		if cc := cur.Chains[name]; desired.Chains[name] == nil {
+	for _, name := range cur.chainNames() {
+		if cc := cur.chains[name]; desired.Chains[name] == nil {
 			if len(cc.Rules) > 0 {
 				d.flush = append(d.flush, cc)
 			}

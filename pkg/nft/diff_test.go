@@ -394,7 +394,7 @@ func TestKernelElementsRoundTrip(t *testing.T) {
 	}
 	got := &Set{Name: "v4", Fields: v4.Fields, Interval: true, Elements: back}
 	want := &Set{Name: "v4", Fields: v4.Fields, Interval: true, Elements: elems}
-	if del, add := elementDiff(got, want); len(del)+len(add) != 0 {
+	if del, add := elementDiff(&cachedSet{set: got}, want); len(del)+len(add) != 0 {
 		t.Errorf("round trip differs: extra %v, missing %v", del, add)
 	}
 

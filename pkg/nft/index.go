@@ -59,14 +59,6 @@ func newSetIndex(s *Set) *setIndex {
 	return idx
 }
 
-// indexOf returns the set's persistent index (cache sets) or a temporary one.
-func indexOf(s *Set) *setIndex {
-	if s.index != nil {
-		return s.index
-	}
-	return newSetIndex(s)
-}
-
 // len is the number of elements.
 func (idx *setIndex) len() int { return len(idx.at) }
 

@@ -26,7 +26,8 @@ func Read(netnsFd int, table string) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	return readTable(conn, fd, table, false)
+	st, err := readTable(conn, fd, table, false)
+	return st.table(), err
 }
 
 // readTable reads chains, rules, sets and elements of the table, nil if the
@@ -35,7 +36,7 @@ func Read(netnsFd int, table string) (*Table, error) {
 // keeps each set's elements in its index only (the Applier's cache), made
 // as each set is read, so that a 100,000-pod table's elements are never
 // all held as Element values.
-func readTable(conn *nftables.Conn, netnsFd int, name string, indexed bool) (*Table, error) {
+func readTable(conn *nftables.Conn, netnsFd int, name string, indexed bool) (*state, error) {
 	if _, err := conn.ListTableOfFamily(name, nftables.TableFamilyINet); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil, nil
@@ -43,7 +44,7 @@ func readTable(conn *nftables.Conn, netnsFd int, name string, indexed bool) (*Ta
 		return nil, fmt.Errorf("read table %s: %w", name, err)
 	}
 	kt := &nftables.Table{Name: name, Family: nftables.TableFamilyINet}
-	t := NewTable(name)
+	t := &state{name: name, chains: map[string]*Chain{}, sets: map[string]*cachedSet{}}
 
 	kchains, err := conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
 	if err != nil {
@@ -61,7 +62,7 @@ func readTable(conn *nftables.Conn, netnsFd int, name string, indexed bool) (*Ta
 		for _, kr := range krules {
 			c.Rules = append(c.Rules, &Rule{Exprs: kr.Exprs, id: kernelRuleID(kr)})
 		}
-		t.Chains[c.Name] = c
+		t.chains[c.Name] = c
 	}
 
 	infos, err := dumpSets(netnsFd, name)
@@ -72,7 +73,8 @@ func readTable(conn *nftables.Conn, netnsFd int, name string, indexed bool) (*Ta
 		if info.flags&unix.NFT_SET_ANONYMOUS != 0 {
 			continue // belongs to a (foreign) rule, goes with it
 		}
-		s := info.set()
+		s, mismatch := info.set()
+		cs := &cachedSet{set: s, mismatch: mismatch}
 		if s.Fields != nil && !s.Dynamic {
 			kes, err := conn.GetSetElements(&nftables.Set{Table: kt, Name: s.Name})
 			if err != nil {
@@ -80,15 +82,15 @@ func readTable(conn *nftables.Conn, netnsFd int, name string, indexed bool) (*Ta
 			}
 			elems, mismatch := fromKernelElements(s, kes)
 			s.Elements = elems
-			if mismatch != "" && s.mismatch == "" {
-				s.mismatch = mismatch
+			if mismatch != "" && cs.mismatch == "" {
+				cs.mismatch = mismatch
 			}
 		}
 		if indexed {
-			s.index = newSetIndex(s)
+			cs.index = newSetIndex(s)
 			s.Elements = nil
 		}
-		t.Sets[s.Name] = s
+		t.sets[s.Name] = cs
 	}
 	return t, nil
 }
@@ -159,15 +161,14 @@ type setInfo struct {
 	size                                      uint32 // NFTA_SET_DESC_SIZE
 }
 
-// set is the read-back Set (without elements), with mismatch filled in
-// when the kernel set is not one this package would have created.
-func (i setInfo) set() *Set {
-	s := &Set{Name: i.name, Interval: i.flags&unix.NFT_SET_INTERVAL != 0,
+// set is the read-back Set (without elements), and why the kernel set is
+// not one this package would have created ("" when it is).
+func (i setInfo) set() (s *Set, mismatch string) {
+	s = &Set{Name: i.name, Interval: i.flags&unix.NFT_SET_INTERVAL != 0,
 		Dynamic: i.flags&unix.NFT_SET_EVAL != 0, Timeout: i.timeout, Size: i.size}
 	fields, ok := fieldsFromKeyType(i.keyType)
 	if !ok {
-		s.mismatch = fmt.Sprintf("unsupported key type %#x", i.keyType)
-		return s
+		return s, fmt.Sprintf("unsupported key type %#x", i.keyType)
 	}
 	if i.flags&unix.NFT_SET_MAP != 0 {
 		if i.dataType == unix.NFT_DATA_VERDICT {
@@ -175,20 +176,19 @@ func (i setInfo) set() *Set {
 		} else if data, ok := fieldsFromKeyType(i.dataType); ok && uint32(valueLen(data)) == i.dataLen {
 			s.Data = data
 		} else {
-			s.mismatch = fmt.Sprintf("unsupported map data type %#x (%d bytes)", i.dataType, i.dataLen)
+			mismatch = fmt.Sprintf("unsupported map data type %#x (%d bytes)", i.dataType, i.dataLen)
 			s.Verdict = true // keeps IsMap for deleting it
 		}
 	}
 	s.Fields = fields
 	if uint32(s.keyLen()) != i.keyLen {
-		s.mismatch = fmt.Sprintf("key length %d for type %#x", i.keyLen, i.keyType)
 		s.Fields = nil
-		return s
+		return s, fmt.Sprintf("key length %d for type %#x", i.keyLen, i.keyType)
 	}
 	if i.flags != setFlags(s) {
-		s.mismatch = fmt.Sprintf("set flags %#x, want %#x", i.flags, setFlags(s))
+		mismatch = fmt.Sprintf("set flags %#x, want %#x", i.flags, setFlags(s))
 	}
-	return s
+	return s, mismatch
 }
 
 // fieldsFromKeyType decodes nft's key type: one 6-bit type per field, the

@@ -158,7 +158,7 @@ func TestFakeStagedApply(t *testing.T) {
 		t.Fatalf("apply with a failing third stage: %v", err)
 	}
 	k := g.Kernel()
-	if k == nil || len(k.Sets) == 0 || hasBaseChain(k) {
+	if k == nil || len(k.Sets) == 0 || hasBaseChain(k.Chains) {
 		t.Fatalf("after the failed stage: want a table with sets and no base chain, have %+v", k)
 	}
 	g.FailWith(nil)
@@ -213,7 +213,7 @@ func TestStagedApplyKernel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if k == nil || len(k.Sets) == 0 || hasBaseChain(k) {
+		if k == nil || len(k.Sets) == 0 || hasBaseChain(k.Chains) {
 			t.Fatalf("after the rejected stage: want a table with sets and no base chain, have %+v", k)
 		}
 		st := mustApply(t, a, fd, good)

@@ -207,18 +207,6 @@ type Set struct {
 	// applied by the same Applier), the Applier sends these changes
 	// without comparing the whole list; otherwise it compares as usual.
 	Changes *SetChanges
-
-	// mismatch, on a read-back set, says why the kernel set cannot be
-	// updated in place (foreign flags or types, malformed intervals);
-	// Diff then deletes and re-adds it.
-	mismatch string
-	// index is kept on the Applier's cached sets only (see setIndex).
-	index *setIndex
-	// fingerprint, on a cached set, is that of the desired elements last
-	// applied (0: unknown); see elementsFingerprint.
-	fingerprint uint64
-	// revision, on a cached set, is the Revision last applied (0: none).
-	revision uint64
 }
 
 // SetChanges are the elements added and deleted between two revisions of
