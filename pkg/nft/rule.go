@@ -158,7 +158,7 @@ func (b *Builder) Vmap(f *Family, side Side, vmap string) *Rule {
 
 // Verdict ends the rule with a verdict.
 func (b *Builder) Verdict(v Verdict) *Rule {
-	b.exprs = append(b.exprs, v.expr())
+	b.exprs = append(b.exprs, v.Expr())
 	b.words = append(b.words, v.String())
 	return b.rule()
 }
