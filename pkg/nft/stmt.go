@@ -200,25 +200,24 @@ func (b *Builder) L4ProtoIs(proto uint8) *Builder {
 
 // CtStateNew matches the first packet of a connection.
 func (b *Builder) CtStateNew() *Builder {
-	b.exprs = append(b.exprs,
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW),
-			Xor:  binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}})
-	b.words = append(b.words, "ct state new")
-	return b
+	return b.ctAny(expr.CtKeySTATE, expr.CtStateBitNEW, "ct state new")
 }
 
 // CtStatusDNAT matches connections whose destination was translated.
 func (b *Builder) CtStatusDNAT() *Builder {
+	return b.ctAny(expr.CtKeySTATUS, IPSDstNAT, "ct status dnat")
+}
+
+// ctAny matches packets whose conntrack state or status (key) has any of
+// bits; text is the match in nft syntax.
+func (b *Builder) ctAny(key expr.CtKey, bits uint32, text string) *Builder {
 	b.exprs = append(b.exprs,
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Ct{Register: 1, Key: key},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(IPSDstNAT),
+			Mask: binaryutil.NativeEndian.PutUint32(bits),
 			Xor:  binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}})
-	b.words = append(b.words, "ct status dnat")
+	b.words = append(b.words, text)
 	return b
 }
 

@@ -184,15 +184,9 @@ func fromKernelElements(s *nft.Set, kes []nftables.SetElement) (elems []nft.Elem
 		if !s.Interval && len(ke.KeyEnd) > 0 {
 			return nil, "key end in a set without intervals"
 		}
-		if s.Verdict {
-			v, err := parseVerdict(ke.Val)
-			if err != nil {
-				return nil, err.Error()
-			}
-			e.Verdict = v
-		}
-		if s.Data != nil {
-			e.Data = ke.Val
+		e, mismatch := withValue(s, e, ke.Val)
+		if mismatch != "" {
+			return nil, mismatch
 		}
 		elems = append(elems, e)
 	}
@@ -217,16 +211,9 @@ func pairIntervals(s *nft.Set, kes []nftables.SetElement) ([]nft.Element, string
 		if start.IntervalEnd {
 			return nil, fmt.Sprintf("interval end %x without a start", start.Key)
 		}
-		e := nft.Element{Key: start.Key}
-		if s.Verdict {
-			v, err := parseVerdict(start.Val)
-			if err != nil {
-				return nil, err.Error()
-			}
-			e.Verdict = v
-		}
-		if s.Data != nil {
-			e.Data = start.Val
+		e, mismatch := withValue(s, nft.Element{Key: start.Key}, start.Val)
+		if mismatch != "" {
+			return nil, mismatch
 		}
 		if i+1 < len(sorted) {
 			end := sorted[i+1]
@@ -247,6 +234,22 @@ func pairIntervals(s *nft.Set, kes []nftables.SetElement) ([]nft.Element, string
 		elems = append(elems, e)
 	}
 	return elems, ""
+}
+
+// withValue is e with the verdict or data a map's read-back element
+// carries in val; a non-empty mismatch says val is no verdict.
+func withValue(s *nft.Set, e nft.Element, val []byte) (nft.Element, string) {
+	if s.Verdict {
+		v, err := parseVerdict(val)
+		if err != nil {
+			return e, err.Error()
+		}
+		e.Verdict = v
+	}
+	if s.Data != nil {
+		e.Data = val
+	}
+	return e, ""
 }
 
 // parseVerdict decodes a vmap element's data, which the library leaves
