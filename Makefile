@@ -57,11 +57,11 @@ e2e: e2e-deps build
 	$(GO) test -count=1 -tags e2e -timeout 30m $(addprefix ./,$(addsuffix /...,$(E2E_DIRS)))
 
 # Benchmarks and scale harnesses; results go to docs/history/benchmarks-journal.md by hand (the current figures to docs/benchmarks.md).
-# The kernel ones (pkg/nft, conformance) need root.
+# The kernel ones (pkg/nft/kernel, conformance) need root.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 ./pkg/eval ./pkg/compiler
 	$(GO) test -run '^$$' -bench . -benchtime 2x -count 1 ./pkg/dataplane
-	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./pkg/nft
+	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./pkg/nft/kernel
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./pkg/proxy
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./pkg/dnssnoop
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./conformance

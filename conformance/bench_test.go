@@ -22,6 +22,7 @@ import (
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -79,10 +80,10 @@ func nodeOnlyLabOf(b testing.TB, snap *cluster.Snapshot, node string, pods ...st
 	return l
 }
 
-func nodeApplier(b testing.TB, l *lab.Lab) *nft.Applier { return nodeApplierOf(b, l, benchNode) }
+func nodeApplier(b testing.TB, l *lab.Lab) *kernel.Applier { return nodeApplierOf(b, l, benchNode) }
 
-func nodeApplierOf(b testing.TB, l *lab.Lab, node string) *nft.Applier {
-	a, err := nft.NewApplier(int(l.Node(node).Handle), compiler.DefaultTable)
+func nodeApplierOf(b testing.TB, l *lab.Lab, node string) *kernel.Applier {
+	a, err := kernel.NewApplier(int(l.Node(node).Handle), compiler.DefaultTable)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func BenchmarkPodAddRemove(b *testing.B) {
 			snap.Pods = append(snap.Pods, extra)
 			withPod := compileNode(b, snap)
 			var txTime time.Duration
-			var stats nft.Stats
+			var stats kernel.Stats
 			for b.Loop() {
 				start := time.Now()
 				s, err := a.Apply(withPod)

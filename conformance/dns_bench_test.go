@@ -15,7 +15,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
-	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/node"
 )
 
@@ -73,7 +73,7 @@ func (d *dnsBench) program(dns *node.DNSOptions, sync bool) {
 	// Check the kernel has the queue rules (the dns-* chains) exactly
 	// when DNS is on, so the two modes differ in that alone.
 	for _, n := range d.lab.Nodes() {
-		t, err := nft.Read(int(n.Handle), compiler.DefaultTable)
+		t, err := kernel.Read(int(n.Handle), compiler.DefaultTable)
 		if err != nil {
 			d.b.Fatal(err)
 		}

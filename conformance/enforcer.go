@@ -12,6 +12,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
@@ -55,10 +56,10 @@ type SyncReport struct {
 
 // NodeSync is one node's share of a sync.
 type NodeSync struct {
-	Stats  nft.Stats
+	Stats  kernel.Stats
 	Counts nft.Counts
 	// ProxyStats and ProxyCounts are the service NAT table's.
-	ProxyStats  nft.Stats
+	ProxyStats  kernel.Stats
 	ProxyCounts nft.Counts
 }
 

@@ -19,12 +19,12 @@ import (
 	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
-	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/nftrace"
 )
 
 // The kernel's own trace against the Tracer.
 //
-// For each cell, nftrace is armed on every lab node (nft.ArmTrace: a
+// For each cell, nftrace is armed on every lab node (nftrace.Arm: a
 // netpol-trace table whose prerouting and output chains, at priority
 // -350, set `meta nftrace set 1` on the cell's tuple and on every tuple
 // the Tracer says the packet takes after NAT), the probe's first packet
@@ -215,14 +215,14 @@ func sampleCells(rs []eval.Result, n int) []eval.Result {
 // labTracer holds a trace listener in every node's namespace.
 type labTracer struct {
 	l         *lab.Lab
-	listeners map[string]*nft.TraceListener
+	listeners map[string]*nftrace.Listener
 }
 
 func newLabTracer(t *testing.T, l *lab.Lab) *labTracer {
-	lt := &labTracer{l: l, listeners: map[string]*nft.TraceListener{}}
+	lt := &labTracer{l: l, listeners: map[string]*nftrace.Listener{}}
 	for _, n := range l.Nodes() {
-		lst, err := nft.ListenTrace(int(n.Handle))
-		if errors.Is(err, nft.ErrNoTraceSupport) {
+		lst, err := nftrace.Listen(int(n.Handle))
+		if errors.Is(err, nftrace.ErrUnsupported) {
 			t.Skipf("the kernel cannot trace nf_tables (nftrace): %v", err)
 		}
 		if err != nil {
@@ -247,16 +247,16 @@ func (lt *labTracer) cell(t *testing.T, name string, st *traceTally, dp *datapla
 	}
 	proto := map[corev1.Protocol]uint8{corev1.ProtocolTCP: 6, corev1.ProtocolUDP: 17, corev1.ProtocolSCTP: 132}[probe.Protocol]
 	// Arm the tuple as sent and as NAT leaves it at each hop.
-	matches := []nft.TraceMatch{{Src: srcEp.Addr, Dst: dst.Addr(), L4Proto: proto, DstPort: dst.Port()}}
+	matches := []nftrace.Match{{Src: srcEp.Addr, Dst: dst.Addr(), L4Proto: proto, DstPort: dst.Port()}}
 	for _, p := range paths {
 		for _, h := range p.Hops {
-			m := nft.TraceMatch{Src: h.Result.Packet.Src, Dst: h.Result.Packet.Dst, L4Proto: proto, DstPort: h.Result.Packet.DstPort}
+			m := nftrace.Match{Src: h.Result.Packet.Src, Dst: h.Result.Packet.Dst, L4Proto: proto, DstPort: h.Result.Packet.DstPort}
 			if !slices.Contains(matches, m) {
 				matches = append(matches, m)
 			}
 		}
 	}
-	var armed []*nft.ArmedTrace
+	var armed []*nftrace.Armed
 	disarm := func() {
 		for _, a := range armed {
 			if err := a.Disarm(); err != nil {
@@ -267,7 +267,7 @@ func (lt *labTracer) cell(t *testing.T, name string, st *traceTally, dp *datapla
 	}
 	defer disarm()
 	for _, n := range lt.l.Nodes() {
-		a, err := nft.ArmTrace(int(n.Handle), matches...)
+		a, err := nftrace.Arm(int(n.Handle), matches...)
 		if err != nil {
 			t.Fatalf("%s: arm on %s: %v", name, n.Name, err)
 		}
@@ -282,7 +282,7 @@ func (lt *labTracer) cell(t *testing.T, name string, st *traceTally, dp *datapla
 	if strings.HasPrefix(o.Result, "error") {
 		t.Fatalf("%s: dial: %s", name, o.Result)
 	}
-	kernel := map[string][]nft.TracePathStep{}
+	kernel := map[string][]nftrace.PathStep{}
 	var packets []string // what the kernel traced, for failure messages
 	for node, lst := range lt.listeners {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -295,13 +295,13 @@ func (lt *labTracer) cell(t *testing.T, name string, st *traceTally, dp *datapla
 			t.Fatalf("%s: %s's trace lost events (socket buffer full)", name, node)
 		}
 		st.events += len(evs)
-		for _, p := range nft.GroupTraces(evs) {
+		for _, p := range nftrace.Packets(evs) {
 			packets = append(packets, fmt.Sprintf("%s id %08x %s:%d -> %s:%d proto %d flags %#x, %d events, opens %v",
 				node, p.ID, p.Src, p.SrcPort, p.Dst, p.DstPort, p.L4Proto, p.TCPFlags, len(p.Events), p.Opens()))
 			if !p.Opens() || !armedTuple(matches, p) {
 				continue
 			}
-			kernel[node] = append(kernel[node], p.Path(nft.TraceTableName)...)
+			kernel[node] = append(kernel[node], p.Path(nftrace.TableName)...)
 		}
 	}
 	disarm()
@@ -356,7 +356,7 @@ func (lt *labTracer) drain() {
 	}
 }
 
-func armedTuple(ms []nft.TraceMatch, p *nft.PacketTrace) bool {
+func armedTuple(ms []nftrace.Match, p *nftrace.Packet) bool {
 	for _, m := range ms {
 		if m.Src == p.Src && m.Dst == p.Dst && m.L4Proto == p.L4Proto && m.DstPort == p.DstPort {
 			return true
@@ -365,15 +365,15 @@ func armedTuple(ms []nft.TraceMatch, p *nft.PacketTrace) bool {
 	return false
 }
 
-func tracerByNode(p dataplane.Path) map[string][]nft.TracePathStep {
-	out := map[string][]nft.TracePathStep{}
+func tracerByNode(p dataplane.Path) map[string][]nftrace.PathStep {
+	out := map[string][]nftrace.PathStep{}
 	for _, h := range p.Hops {
-		out[h.Node] = append(out[h.Node], nft.TracerPath(h.Hook, h.Result)...)
+		out[h.Node] = append(out[h.Node], nftrace.TracerPath(h.Hook, h.Result)...)
 	}
 	return out
 }
 
-func sameByNode(a, b map[string][]nft.TracePathStep) bool {
+func sameByNode(a, b map[string][]nftrace.PathStep) bool {
 	for n, s := range a {
 		if !slices.Equal(s, b[n]) {
 			return false
@@ -387,7 +387,7 @@ func sameByNode(a, b map[string][]nft.TracePathStep) bool {
 	return true
 }
 
-func byNodeText(m map[string][]nft.TracePathStep) string {
+func byNodeText(m map[string][]nftrace.PathStep) string {
 	var nodes []string
 	for n := range m {
 		nodes = append(nodes, n)

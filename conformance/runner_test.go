@@ -13,6 +13,7 @@ import (
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 )
 
 // The suite must catch a broken data plane: an extra nftables table in the
@@ -50,7 +51,7 @@ spec:
 			return fmt.Errorf("no pod %s in the lab", victim)
 		}
 		n := l.Node(target.Node)
-		a, err := nft.NewApplier(int(n.Handle), "fault")
+		a, err := kernel.NewApplier(int(n.Handle), "fault")
 		if err != nil {
 			return err
 		}
@@ -162,7 +163,7 @@ spec:
 			if n == nil {
 				return fmt.Errorf("no node %s in the lab", f.node)
 			}
-			a, err := nft.NewApplier(int(n.Handle), "fault")
+			a, err := kernel.NewApplier(int(n.Handle), "fault")
 			if err != nil {
 				return err
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/proxy"
 )
 
@@ -89,7 +90,7 @@ func BenchmarkServicesFullSync(b *testing.B) {
 		b.Run(fmt.Sprintf("%dx%d", sc.services, sc.endpoints), func(b *testing.B) {
 			snap := serviceSnapshot(sc.services, sc.endpoints)
 			l := nodeOnlyLab(b, serviceSnapshot(0, 0))
-			a, err := nft.NewApplier(int(l.Node(benchNode).Handle), proxy.DefaultTable)
+			a, err := kernel.NewApplier(int(l.Node(benchNode).Handle), proxy.DefaultTable)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -143,7 +144,7 @@ func BenchmarkServiceAdd(b *testing.B) {
 			more.Services = append(slices.Clone(base.Services), grown.Services...)
 			more.EndpointSlices = append(slices.Clone(base.EndpointSlices), grown.EndpointSlices...)
 			l := nodeOnlyLab(b, serviceSnapshot(0, 0))
-			a, err := nft.NewApplier(int(l.Node(benchNode).Handle), proxy.DefaultTable)
+			a, err := kernel.NewApplier(int(l.Node(benchNode).Handle), proxy.DefaultTable)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -225,7 +226,7 @@ func BenchmarkServiceConnRate(b *testing.B) {
 			b.Errorf("lab down: %v", err)
 		}
 	})
-	a, err := nft.NewApplier(int(l.Node(benchNode).Handle), proxy.DefaultTable)
+	a, err := kernel.NewApplier(int(l.Node(benchNode).Handle), proxy.DefaultTable)
 	if err != nil {
 		b.Fatal(err)
 	}

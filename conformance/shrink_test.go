@@ -12,6 +12,7 @@ import (
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 )
 
 // A failing case is shrunk for real, each candidate run on one lab: with a
@@ -29,7 +30,7 @@ func TestShrinkOnLab(t *testing.T) {
 		if src == nil || dst == nil {
 			return fmt.Errorf("no x/a or y/b in the lab")
 		}
-		a, err := nft.NewApplier(int(l.Node(src.Node).Handle), "fault")
+		a, err := kernel.NewApplier(int(l.Node(src.Node).Handle), "fault")
 		if err != nil {
 			return err
 		}

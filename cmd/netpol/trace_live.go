@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netpol/netpol/pkg/l4"
-	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/nftrace"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -93,12 +93,12 @@ func liveTrace(ctx context.Context, out io.Writer, src, dst string, probe l4.Por
 	}
 
 	// Listen first: the kernel sends events only while someone listens.
-	lst, err := nft.ListenTrace(fd)
+	lst, err := nftrace.Listen(fd)
 	if err != nil {
 		return fmt.Errorf("trace --live (needs root and nf_tables): %w", err)
 	}
 	defer lst.Close()
-	armed, err := nft.ArmTrace(fd, m)
+	armed, err := nftrace.Arm(fd, m)
 	if err != nil {
 		return fmt.Errorf("trace --live: %w", err)
 	}
@@ -109,7 +109,7 @@ func liveTrace(ctx context.Context, out io.Writer, src, dst string, probe l4.Por
 		}
 		disarmed = true
 		if err := armed.Disarm(); err != nil {
-			return fmt.Errorf("trace --live: removing table inet %s: %w (remove it with `nft delete table inet %s`)", nft.TraceTableName, err, nft.TraceTableName)
+			return fmt.Errorf("trace --live: removing table inet %s: %w (remove it with `nft delete table inet %s`)", nftrace.TableName, err, nftrace.TableName)
 		}
 		return nil
 	}
@@ -120,7 +120,7 @@ func liveTrace(ctx context.Context, out io.Writer, src, dst string, probe l4.Por
 
 	w := &liveWriter{out: out, format: format, node: node}
 	if format == "text" {
-		fmt.Fprintf(out, "tracing %s in %s for %v (table inet %s armed); Ctrl-C stops\n", m, node, opts.duration, nft.TraceTableName)
+		fmt.Fprintf(out, "tracing %s in %s for %v (table inet %s armed); Ctrl-C stops\n", m, node, opts.duration, nftrace.TableName)
 	}
 	pending := map[uint32]*pendingPacket{}
 	var order []uint32
@@ -134,7 +134,7 @@ func liveTrace(ctx context.Context, out io.Writer, src, dst string, probe l4.Por
 				continue
 			}
 			delete(pending, id)
-			for _, pt := range nft.GroupTraces(p.events) {
+			for _, pt := range nftrace.Packets(p.events) {
 				if err := w.packet(pt); err != nil {
 					return err
 				}
@@ -174,7 +174,7 @@ func liveTrace(ctx context.Context, out io.Writer, src, dst string, probe l4.Por
 		recvErr = err
 	}
 	if format == "text" {
-		fmt.Fprintf(out, "%d packet(s) traced; table inet %s removed\n", w.packets, nft.TraceTableName)
+		fmt.Fprintf(out, "%d packet(s) traced; table inet %s removed\n", w.packets, nftrace.TableName)
 	}
 	if lst.Lost > 0 && recvErr == nil {
 		recvErr = fmt.Errorf("trace --live: the kernel dropped trace events %d time(s) (socket buffer full); the paths above may be incomplete", lst.Lost)
@@ -183,30 +183,30 @@ func liveTrace(ctx context.Context, out io.Writer, src, dst string, probe l4.Por
 }
 
 type pendingPacket struct {
-	events []nft.TraceEvent
+	events []nftrace.Event
 	last   time.Time
 }
 
 // liveMatch is the tuple: SRC and DST must be IP addresses here (the
 // kernel traces packets, not pods).
-func liveMatch(src, dst string, probe l4.Port) (nft.TraceMatch, error) {
+func liveMatch(src, dst string, probe l4.Port) (nftrace.Match, error) {
 	s, err := netip.ParseAddr(src)
 	if err != nil {
-		return nft.TraceMatch{}, fmt.Errorf("with --live, SRC must be an IP address (the kernel traces packets): %q", src)
+		return nftrace.Match{}, fmt.Errorf("with --live, SRC must be an IP address (the kernel traces packets): %q", src)
 	}
 	d, err := netip.ParseAddr(dst)
 	if err != nil {
-		return nft.TraceMatch{}, fmt.Errorf("with --live, DST must be an IP address (for a Service, its ClusterIP): %q", dst)
+		return nftrace.Match{}, fmt.Errorf("with --live, DST must be an IP address (for a Service, its ClusterIP): %q", dst)
 	}
 	s, d = s.Unmap(), d.Unmap()
 	if s.Is4() != d.Is4() {
-		return nft.TraceMatch{}, fmt.Errorf("%s and %s are of different address families", s, d)
+		return nftrace.Match{}, fmt.Errorf("%s and %s are of different address families", s, d)
 	}
 	proto, ok := policy.IPProtocol(probe.Protocol)
 	if !ok {
-		return nft.TraceMatch{}, fmt.Errorf("protocol %q", probe.Protocol)
+		return nftrace.Match{}, fmt.Errorf("protocol %q", probe.Protocol)
 	}
-	return nft.TraceMatch{Src: s, Dst: d, L4Proto: proto, DstPort: uint16(probe.Port)}, nil
+	return nftrace.Match{Src: s, Dst: d, L4Proto: proto, DstPort: uint16(probe.Port)}, nil
 }
 
 // openNetNS opens the namespace to trace in: a name under /run/netns or a
@@ -240,7 +240,7 @@ type liveWriter struct {
 // packet prints one packet: its tuple, then one line per event. The
 // trace table's own rule and the ends of regular chains (no decision) are
 // left out.
-func (w *liveWriter) packet(p *nft.PacketTrace) error {
+func (w *liveWriter) packet(p *nftrace.Packet) error {
 	lp := livePacket{ID: fmt.Sprintf("%08x", p.ID), Protocol: protocolName(p.L4Proto), SrcPort: p.SrcPort, DstPort: p.DstPort, Path: []liveStep{}}
 	if p.Src.IsValid() {
 		lp.Src, lp.Dst = p.Src.String(), p.Dst.String()
@@ -249,12 +249,12 @@ func (w *liveWriter) packet(p *nft.PacketTrace) error {
 		lp.TCPFlags = tcpFlags(p.TCPFlags)
 	}
 	for _, e := range p.Events {
-		if e.Table == nft.TraceTableName || e.Type == nft.TraceReturn {
+		if e.Table == nftrace.TableName || e.Type == nftrace.EventReturn {
 			continue
 		}
 		st := liveStep{Node: w.node, Hook: e.Hook, Table: e.Table, Chain: e.Chain, RuleID: e.RuleID, Handle: e.Handle, Verdict: e.Verdict}
 		switch {
-		case e.Type == nft.TracePolicy:
+		case e.Type == nftrace.EventPolicy:
 			st.Rule = "policy " + e.Verdict
 		case e.RuleText != "":
 			st.Rule = e.RuleText

@@ -17,7 +17,8 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
-	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
+	"github.com/netpol/netpol/pkg/nft/nftrace"
 )
 
 // Arguments --live refuses before touching the kernel.
@@ -109,8 +110,8 @@ func TestLiveTraceInLab(t *testing.T) {
 		case err := <-done:
 			t.Fatalf("live trace ended before arming: %v", err)
 		}
-		if tb, err := nft.Read(int(node.Handle), nft.TraceTableName); err != nil || tb == nil {
-			t.Fatalf("while tracing, table inet %s is %v (%v)", nft.TraceTableName, tb, err)
+		if tb, err := kernel.Read(int(node.Handle), nftrace.TableName); err != nil || tb == nil {
+			t.Fatalf("while tracing, table inet %s is %v (%v)", nftrace.TableName, tb, err)
 		}
 		dial()
 		if stopEarly {
@@ -120,8 +121,8 @@ func TestLiveTraceInLab(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("live trace: %v\n%s", err, out)
 		}
-		if tb, err := nft.Read(int(node.Handle), nft.TraceTableName); err != nil || tb != nil {
-			t.Errorf("after the trace, table inet %s is still there (%v)", nft.TraceTableName, err)
+		if tb, err := kernel.Read(int(node.Handle), nftrace.TableName); err != nil || tb != nil {
+			t.Errorf("after the trace, table inet %s is still there (%v)", nftrace.TableName, err)
 		}
 		return out.String()
 	}
@@ -149,7 +150,7 @@ func TestLiveTraceInLab(t *testing.T) {
 				t.Errorf("output lacks %q", want)
 			}
 		}
-		if strings.Contains(out, nft.TraceTableName+"/") {
+		if strings.Contains(out, nftrace.TableName+"/") {
 			t.Error("the trace table's own rule is printed")
 		}
 	})

@@ -3,7 +3,7 @@
 // node's ruleset and applies the difference to the kernel in one
 // transaction. Between syncs, and whenever the API server is unreachable or
 // the agent is down, the kernel keeps enforcing the last programmed state;
-// a restarted agent adopts that state (pkg/nft reads it back) instead of
+// a restarted agent adopts that state (pkg/nft/kernel reads it back) instead of
 // flushing it.
 package agent
 
@@ -34,6 +34,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dnssnoop"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
@@ -273,7 +274,7 @@ func (o *Options) dnsOptions() *node.DNSOptions {
 }
 
 // newAgent wires an agent from its parts: tests pass fake clients and a
-// programmer over nft.Fake tables. The agent owns prog from now on.
+// programmer over kernel.Fake tables. The agent owns prog from now on.
 func newAgent(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, prog *node.Programmer) *Agent {
 	opts.defaults()
 	a := &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), kube: kube, prog: prog, metrics: newMetrics(prog, opts.dnsLatency),
@@ -298,9 +299,9 @@ func newAgent(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, pr
 
 // openApplier opens the applier for the network namespace named by netns
 // ("" = the agent's own).
-func openApplier(netns, table string) (*nft.Applier, error) {
+func openApplier(netns, table string) (*kernel.Applier, error) {
 	if netns == "" {
-		return nft.NewApplier(-1, table)
+		return kernel.NewApplier(-1, table)
 	}
 	path := netnsPath(netns)
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -308,7 +309,7 @@ func openApplier(netns, table string) (*nft.Applier, error) {
 		return nil, fmt.Errorf("network namespace %s: %w", path, err)
 	}
 	defer unix.Close(fd)
-	return nft.NewApplier(fd, table)
+	return kernel.NewApplier(fd, table)
 }
 
 // Cleanup removes everything the agent programmed (both tables) and returns.

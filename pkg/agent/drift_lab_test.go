@@ -23,6 +23,7 @@ import (
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/proxy"
 )
@@ -68,7 +69,7 @@ func labAgent(t *testing.T, snap *cluster.Snapshot, n *lab.Node, period time.Dur
 
 func readTable(t *testing.T, n *lab.Node, table string) *nft.Table {
 	t.Helper()
-	got, err := nft.Read(int(n.Handle), table)
+	got, err := kernel.Read(int(n.Handle), table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ spec:
 	n1 := l.Node("node-1")
 	// The agents learn domainNames from DNS (the default): their tables
 	// have the queue chains, with the statement this kernel takes.
-	queue, err := nft.DetectQueue(int(n1.Handle))
+	queue, err := kernel.DetectQueue(int(n1.Handle))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ spec:
 	}
 	policyOK := func() bool {
 		got := readTable(t, n1, compiler.DefaultTable)
-		return got != nil && nft.Diff(got, want).Empty()
+		return got != nil && kernel.Diff(got, want).Empty()
 	}
 	waitFor := func(what string, timeout time.Duration, cond func() bool) time.Duration {
 		t.Helper()
@@ -145,7 +146,7 @@ spec:
 	})
 	natOK := func() bool {
 		got := readTable(t, n1, proxy.DefaultTable)
-		return got != nil && nft.Diff(got, natWant).Empty()
+		return got != nil && kernel.Diff(got, natWant).Empty()
 	}
 	probes := []l4.Port{{Protocol: "TCP", Port: 80}}
 	agree := func(when string) {
@@ -258,7 +259,7 @@ func TestDebugDNS(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
 		t.Fatal(err)
 	}
-	queue, err := nft.DetectQueue(int(l.Node("node-1").Handle))
+	queue, err := kernel.DetectQueue(int(l.Node("node-1").Handle))
 	if err != nil {
 		t.Fatal(err)
 	}

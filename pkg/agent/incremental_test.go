@@ -24,6 +24,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/node"
 )
 
@@ -556,7 +557,7 @@ spec:
 				t.Fatalf("%s: took %v syncs by path (before: %v), want the %s path only", st.name, after, before, st.wantPath)
 			}
 		}
-		d := nft.Diff(kernelBefore, h.pol.Kernel())
+		d := kernel.Diff(kernelBefore, h.pol.Kernel())
 		writes := d.Stats.ElementsAdded + d.Stats.ElementsDeleted
 		t.Logf("%s: %s path, %d element writes, %d chains added, %d rewritten", st.name, st.wantPath, writes, d.Stats.ChainsAdded, d.Stats.ChainsRewritten)
 		if st.writes >= 0 && writes != st.writes {

@@ -28,6 +28,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/node"
 )
 
@@ -38,7 +39,7 @@ type harness struct {
 	snap     *cluster.Snapshot
 	kube     *kubefake.Clientset
 	dyn      *dynamicfake.FakeDynamicClient
-	pol, nat *nft.Fake
+	pol, nat *kernel.Fake
 	agent    *Agent
 	logs     *logBuffer
 	cancel   context.CancelFunc
@@ -109,8 +110,8 @@ func newHarness(t testing.TB, snap *cluster.Snapshot, opts Options, anps ...runt
 	for _, o := range snap.NetworkPolicies {
 		objs = append(objs, o)
 	}
-	h := &harness{t: t, snap: snap, kube: kubefake.NewClientset(objs...), pol: nft.NewFake(compiler.DefaultTable),
-		nat: nft.NewFake("netpol-proxy"), logs: &logBuffer{}, done: make(chan error, 1)}
+	h := &harness{t: t, snap: snap, kube: kubefake.NewClientset(objs...), pol: kernel.NewFake(compiler.DefaultTable),
+		nat: kernel.NewFake("netpol-proxy"), logs: &logBuffer{}, done: make(chan error, 1)}
 	h.kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
 		GroupVersion: cluster.GVRAdminPolicy.GroupVersion().String(),
 		APIResources: []metav1.APIResource{{Name: cluster.GVRAdminPolicy.Resource}},
@@ -190,9 +191,9 @@ func desired(t testing.TB, snap *cluster.Snapshot) *nft.Table {
 }
 
 // holds reports whether the fake kernel holds exactly want.
-func holds(f *nft.Fake, want *nft.Table) bool {
+func holds(f *kernel.Fake, want *nft.Table) bool {
 	got := f.Kernel()
-	return got != nil && nft.Diff(got, want).Empty()
+	return got != nil && kernel.Diff(got, want).Empty()
 }
 
 func gauge(g interface{ Write(*dto.Metric) error }) float64 {
@@ -294,7 +295,7 @@ func resyncRepairsDrift(t *testing.T, layout compiler.Layout) {
 	nat := h.nat.Kernel()
 	tamper := []struct {
 		name  string
-		kern  *nft.Fake
+		kern  *kernel.Fake
 		fn    func(*nft.Table) *nft.Table
 		check func() bool
 	}{
@@ -340,7 +341,7 @@ func TestFailingNATDoesNotSlowPolicy(t *testing.T) {
 	h := newHarness(t, loadSnapshot(t, "e2e.yaml"), Options{NoStatus: true, ResyncPeriod: time.Hour})
 	var mu sync.Mutex
 	var attempts []time.Time
-	h.nat.FailWith(func(*nft.Plan) error {
+	h.nat.FailWith(func(*kernel.Plan) error {
 		mu.Lock()
 		defer mu.Unlock()
 		attempts = append(attempts, time.Now())

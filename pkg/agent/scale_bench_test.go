@@ -28,7 +28,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
-	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -180,7 +180,7 @@ func newScaleBench(b *testing.B, pods int, shape string, layout compiler.Layout)
 		served[i].APIResources = append(served[i].APIResources, metav1.APIResource{Name: gvr.resource})
 	}
 	sb.h.kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = served
-	count := func(p *nft.Plan) error { sb.messages.Add(int64(p.Stats.Messages)); return nil }
+	count := func(p *kernel.Plan) error { sb.messages.Add(int64(p.Stats.Messages)); return nil }
 	sb.h.pol.FailWith(count)
 	sb.h.nat.FailWith(count)
 	sb.baseHeap = liveHeap()
@@ -448,7 +448,7 @@ func (sb *scaleBench) checkKernel(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if d := nft.Diff(sb.h.pol.Kernel(), want); !d.Empty() {
+	if d := kernel.Diff(sb.h.pol.Kernel(), want); !d.Empty() {
 		plan := d.String()
 		b.Fatalf("after the events the kernel's policy table differs from a full compile: %d operations:\n%s", len(d.Ops), plan[:min(len(plan), 3000)])
 	}

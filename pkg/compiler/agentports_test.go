@@ -9,6 +9,8 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
+	"github.com/netpol/netpol/pkg/nft/trace"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -50,7 +52,7 @@ func TestAgentPorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := nft.Diff(plain, table); d.Empty() {
+	if d := kernel.Diff(plain, table); d.Empty() {
 		t.Fatal("the protection added nothing to the table")
 	}
 	if _, err := compiler.Compile(r, compiler.Options{Node: node, AgentPorts: &compiler.AgentPorts{}}); err != nil {
@@ -71,7 +73,7 @@ func TestAgentPorts(t *testing.T) {
 			t.Errorf("the rendered table lacks %q:\n%s", want, text)
 		}
 	}
-	tr, err := nft.NewTracer(table)
+	tr, err := trace.NewTracer(table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +96,7 @@ func TestAgentPorts(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			res, err := tr.Trace(nft.HookInput, nft.Packet{Family: nft.IPv4, Src: c.src, Dst: nodeAddr, L4Proto: c.proto,
+			res, err := tr.Trace(nft.HookInput, trace.Packet{Family: nft.IPv4, Src: c.src, Dst: nodeAddr, L4Proto: c.proto,
 				SrcPort: 40000, DstPort: c.port, SrcLocal: c.local})
 			if err != nil {
 				t.Fatal(err)
@@ -102,7 +104,7 @@ func TestAgentPorts(t *testing.T) {
 			if len(res) != 1 {
 				t.Fatalf("%d results", len(res))
 			}
-			got := res[0].Verdict == nft.TraceAccept
+			got := res[0].Verdict == trace.Accept
 			if got != c.accepted {
 				t.Errorf("traced %s, want accepted=%v; steps:\n%v", res[0].Verdict, c.accepted, res[0].Steps)
 			}

@@ -25,7 +25,7 @@ import (
 // set). The reader's accept goes on with the hook's next chain, where the
 // policy table's `ct state established` accepts it.
 type DNS struct {
-	// Queue is the kernel's queue statement (nft.DetectQueue) and
+	// Queue is the kernel's queue statement (kernel.DetectQueue) and
 	// QueueNum the queue the agent reads.
 	Queue    nft.QueueKind
 	QueueNum uint16

@@ -10,6 +10,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/trace"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -28,17 +29,17 @@ func TestDNSAnswersQueued(t *testing.T) {
 	cases := []struct {
 		name   string
 		hook   string
-		pkt    nft.Packet
+		pkt    trace.Packet
 		queued bool
 	}{
-		{"udp answer", nft.HookForward, nft.Packet{Src: netip.MustParseAddr(server), Dst: netip.MustParseAddr(client), L4Proto: 17, SrcPort: 53, DstPort: 40000, CtState: established}, true},
-		{"tcp answer", nft.HookForward, nft.Packet{Src: netip.MustParseAddr(server), Dst: netip.MustParseAddr(client), L4Proto: 6, SrcPort: 53, DstPort: 40000, CtState: established}, true},
-		{"answer from the node (output)", nft.HookOutput, nft.Packet{Src: netip.MustParseAddr(server), Dst: netip.MustParseAddr(client), L4Proto: 17, SrcPort: 53, DstPort: 40000, CtState: established}, true},
-		{"ipv6 answer", nft.HookForward, nft.Packet{Src: netip.MustParseAddr("fd00:10:244:1::53"), Dst: netip.MustParseAddr("fd00:10:244:2::10"), L4Proto: 17, SrcPort: 53, DstPort: 40000, CtState: established}, true},
-		{"a new packet (not an answer)", nft.HookForward, nft.Packet{Src: netip.MustParseAddr(server), Dst: netip.MustParseAddr(client), L4Proto: 17, SrcPort: 53, DstPort: 40000}, false},
-		{"another source port", nft.HookForward, nft.Packet{Src: netip.MustParseAddr(server), Dst: netip.MustParseAddr(client), L4Proto: 17, SrcPort: 5353, DstPort: 40000, CtState: established}, false},
-		{"not a DNS server", nft.HookForward, nft.Packet{Src: netip.MustParseAddr("10.244.1.54"), Dst: netip.MustParseAddr(client), L4Proto: 17, SrcPort: 53, DstPort: 40000, CtState: established}, false},
-		{"a pod without domainNames", nft.HookForward, nft.Packet{Src: netip.MustParseAddr(server), Dst: netip.MustParseAddr(other), L4Proto: 17, SrcPort: 53, DstPort: 40000, CtState: established}, false},
+		{"udp answer", nft.HookForward, trace.Packet{Src: netip.MustParseAddr(server), Dst: netip.MustParseAddr(client), L4Proto: 17, SrcPort: 53, DstPort: 40000, CtState: established}, true},
+		{"tcp answer", nft.HookForward, trace.Packet{Src: netip.MustParseAddr(server), Dst: netip.MustParseAddr(client), L4Proto: 6, SrcPort: 53, DstPort: 40000, CtState: established}, true},
+		{"answer from the node (output)", nft.HookOutput, trace.Packet{Src: netip.MustParseAddr(server), Dst: netip.MustParseAddr(client), L4Proto: 17, SrcPort: 53, DstPort: 40000, CtState: established}, true},
+		{"ipv6 answer", nft.HookForward, trace.Packet{Src: netip.MustParseAddr("fd00:10:244:1::53"), Dst: netip.MustParseAddr("fd00:10:244:2::10"), L4Proto: 17, SrcPort: 53, DstPort: 40000, CtState: established}, true},
+		{"a new packet (not an answer)", nft.HookForward, trace.Packet{Src: netip.MustParseAddr(server), Dst: netip.MustParseAddr(client), L4Proto: 17, SrcPort: 53, DstPort: 40000}, false},
+		{"another source port", nft.HookForward, trace.Packet{Src: netip.MustParseAddr(server), Dst: netip.MustParseAddr(client), L4Proto: 17, SrcPort: 5353, DstPort: 40000, CtState: established}, false},
+		{"not a DNS server", nft.HookForward, trace.Packet{Src: netip.MustParseAddr("10.244.1.54"), Dst: netip.MustParseAddr(client), L4Proto: 17, SrcPort: 53, DstPort: 40000, CtState: established}, false},
+		{"a pod without domainNames", nft.HookForward, trace.Packet{Src: netip.MustParseAddr(server), Dst: netip.MustParseAddr(other), L4Proto: 17, SrcPort: 53, DstPort: 40000, CtState: established}, false},
 	}
 	for _, kind := range []nft.QueueKind{nft.QueueNative, nft.QueueXtables} {
 		dns := &compiler.DNS{Queue: kind, QueueNum: 7, Servers: []netip.AddrPort{
@@ -47,7 +48,7 @@ func TestDNSAnswersQueued(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr, err := nft.NewTracer(table)
+		tr, err := trace.NewTracer(table)
 		if err != nil {
 			t.Fatalf("%s: %v", kind, err)
 		}
@@ -57,7 +58,7 @@ func TestDNSAnswersQueued(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s, %s: %v", kind, c.name, err)
 			}
-			if len(res) != 1 || res[0].Verdict != nft.TraceAccept {
+			if len(res) != 1 || res[0].Verdict != trace.Accept {
 				t.Fatalf("%s, %s: %+v, want one accept", kind, c.name, res)
 			}
 			queued, policyChain := false, false

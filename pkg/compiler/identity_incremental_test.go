@@ -23,7 +23,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
-	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -202,7 +202,7 @@ func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string
 				// allowed by address: only a full compile places it.)
 				t.Fatalf("step %d (%s): a replica of an existing workload was refused: %v", step, what, err)
 			}
-			if d := nft.Diff(prev, live.Table()); !d.Empty() {
+			if d := kernel.Diff(prev, live.Table()); !d.Empty() {
 				t.Fatalf("step %d (%s): a refused update changed the table", step, what)
 			}
 			stats.refused++
@@ -219,7 +219,7 @@ func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string
 			}
 			if strings.HasPrefix(what, "namespace ") {
 				stats.relabels++
-				if d := nft.Diff(prev, live.Table()); d.Stats.ChainsRewritten > 0 {
+				if d := kernel.Diff(prev, live.Table()); d.Stats.ChainsRewritten > 0 {
 					stats.rebuilt++
 					if d.Stats.SetsAdded > 0 && d.Stats.SetsDeleted > 0 {
 						stats.setsSwapped++
@@ -235,7 +235,7 @@ func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string
 				if local {
 					most = 12
 				}
-				d := nft.Diff(prev, live.Table())
+				d := kernel.Diff(prev, live.Table())
 				if w := d.Stats.ElementsAdded + d.Stats.ElementsDeleted; w > most || d.Stats.ChainsRewritten > 0 {
 					t.Errorf("step %d (%s): %d element writes and %d chains for a replica, want at most %d and none", step, what, w, d.Stats.ChainsRewritten, most)
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -190,7 +191,7 @@ func TestElementWritesPerEvent(t *testing.T) {
 			before := compileNode(t, base, layout, numbering)
 			after := deepCopySnapshot(base)
 			ev.apply(after)
-			plan := nft.Diff(before, compileNode(t, after, layout, numbering))
+			plan := kernel.Diff(before, compileNode(t, after, layout, numbering))
 			writes := plan.Stats.ElementsAdded + plan.Stats.ElementsDeleted
 			t.Logf("%s, layout %d: %d element writes, %d chains rewritten", ev.name, layout, writes, plan.Stats.ChainsRewritten)
 			if layout == LayoutIdentities && ev.most >= 0 && writes > ev.most {

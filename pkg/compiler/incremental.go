@@ -849,8 +849,7 @@ func (l *Incremental) Snapshot() *nft.Table { return snapshot(l.table) }
 func snapshot(t *nft.Table) *nft.Table {
 	c := &nft.Table{Name: t.Name, Chains: maps.Clone(t.Chains), Sets: make(map[string]*nft.Set, len(t.Sets))}
 	for name, s := range t.Sets {
-		cs := &nft.Set{Name: s.Name, Fields: s.Fields, Interval: s.Interval, Verdict: s.Verdict, Data: s.Data, Timeout: s.Timeout,
-			Dynamic: s.Dynamic, Size: s.Size, Typeof: s.Typeof, Elements: slices.Clone(s.Elements)}
+		cs := s.WithElements(slices.Clone(s.Elements))
 		sortElements(cs)
 		c.Sets[name] = cs
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -103,7 +104,7 @@ func TestResolvedFromPodSequence(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s/%s from the sequence: %v", w.name, n.Name, err)
 			}
-			if d := nft.Diff(want, got); !d.Empty() {
+			if d := kernel.Diff(want, got); !d.Empty() {
 				t.Errorf("%s/%s: the table from the pod sequence differs: %d operations, the first %v", w.name, n.Name, len(d.Ops), d.Ops[0])
 			}
 			compared++
@@ -294,7 +295,7 @@ func compare(t *testing.T, live incrementalTable, snap *cluster.Snapshot, opts c
 		os.WriteFile("/tmp/want.nft", w.Bytes(), 0o644)
 		t.Fatalf("%s: the incremental table differs from a full compile:\n%s", what, lineDiff(w.String(), g.String()))
 	}
-	if d := nft.Diff(live.Table(), want); !d.Empty() {
+	if d := kernel.Diff(live.Table(), want); !d.Empty() {
 		t.Fatalf("%s: the snapshot renders alike, but the table differs: %d operations", what, len(d.Ops))
 	}
 	for _, f := range nft.Families {

@@ -2,7 +2,7 @@
 // node's compiled policy table and Service NAT table, and the netfilter
 // hooks a connection's first packet crosses on its way from one endpoint to
 // another. Running that packet through the tables with the exact userspace
-// interpreter (nft.Tracer) answers what the kernels would do, without root:
+// interpreter (trace.Tracer) answers what the kernels would do, without root:
 // `netpol table --engine nft` and `netpol trace`.
 package dataplane
 
@@ -17,6 +17,7 @@ import (
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/trace"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
 )
@@ -37,7 +38,7 @@ type Node struct {
 	Addrs  []netip.Addr
 	Policy *nft.Table
 	NAT    *nft.Table
-	tracer *nft.Tracer
+	tracer *trace.Tracer
 }
 
 // New compiles the tables of every node of the snapshot, as the agent on
@@ -75,7 +76,7 @@ func NewWith(snap *cluster.Snapshot, ev *eval.Evaluator, opts Options) (*Cluster
 			}
 			tables = append(tables, n.NAT)
 		}
-		if n.tracer, err = nft.NewTracer(tables...); err != nil {
+		if n.tracer, err = trace.NewTracer(tables...); err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
 		c.nodes = append(c.nodes, n)
@@ -90,7 +91,7 @@ func (c *Cluster) Nodes() []*Node { return c.nodes }
 type Hop struct {
 	Node   string
 	Hook   string
-	Result nft.TraceResult
+	Result trace.Result
 }
 
 // Path is one way a connection's first packet can go (a Service with
@@ -172,7 +173,7 @@ func (c *Cluster) walk(src, dst eval.Endpoint, probe l4.Port, record bool, visit
 	if !ok {
 		return fmt.Errorf("protocol %q", probe.Protocol)
 	}
-	pkt := nft.Packet{Family: nft.FamilyOf(dst.Addr), Src: src.Addr, Dst: dst.Addr, L4Proto: proto,
+	pkt := trace.Packet{Family: nft.FamilyOf(dst.Addr), Src: src.Addr, Dst: dst.Addr, L4Proto: proto,
 		SrcPort: sourcePort, DstPort: uint16(probe.Port)}
 	srcNode, err := c.nodeOf(src)
 	if err != nil {
@@ -242,7 +243,7 @@ type walker struct {
 }
 
 // at runs the packet through node n from where it arrived, then onwards.
-func (w *walker) at(n int, how arrival, pkt nft.Packet, hops []Hop) {
+func (w *walker) at(n int, how arrival, pkt trace.Packet, hops []Hop) {
 	if w.stopped || w.err != nil {
 		return
 	}
@@ -251,34 +252,34 @@ func (w *walker) at(n int, how arrival, pkt nft.Packet, hops []Hop) {
 	pkt.MasqueradeTo = node.addr(pkt.Family)
 	switch how {
 	case fromPod, fromWire:
-		w.hook(n, nft.HookPrerouting, pkt, hops, func(pkt nft.Packet, hops []Hop) { w.route(n, pkt, hops) })
+		w.hook(n, nft.HookPrerouting, pkt, hops, func(pkt trace.Packet, hops []Hop) { w.route(n, pkt, hops) })
 	case fromHost:
-		w.hook(n, nft.HookOutput, pkt, hops, func(pkt nft.Packet, hops []Hop) {
-			w.hook(n, nft.HookPostrouting, pkt, hops, func(pkt nft.Packet, hops []Hop) { w.leave(n, pkt, hops, true) })
+		w.hook(n, nft.HookOutput, pkt, hops, func(pkt trace.Packet, hops []Hop) {
+			w.hook(n, nft.HookPostrouting, pkt, hops, func(pkt trace.Packet, hops []Hop) { w.leave(n, pkt, hops, true) })
 		})
 	}
 }
 
 // route is the routing decision after prerouting: local delivery (input)
 // or forwarding.
-func (w *walker) route(n int, pkt nft.Packet, hops []Hop) {
+func (w *walker) route(n int, pkt trace.Packet, hops []Hop) {
 	if w.c.isNodeAddr(n, pkt.Dst) {
-		w.hook(n, nft.HookInput, pkt, hops, func(pkt nft.Packet, hops []Hop) { w.deliver(pkt, hops) })
+		w.hook(n, nft.HookInput, pkt, hops, func(pkt trace.Packet, hops []Hop) { w.deliver(pkt, hops) })
 		return
 	}
-	w.hook(n, nft.HookForward, pkt, hops, func(pkt nft.Packet, hops []Hop) {
-		w.hook(n, nft.HookPostrouting, pkt, hops, func(pkt nft.Packet, hops []Hop) { w.leave(n, pkt, hops, false) })
+	w.hook(n, nft.HookForward, pkt, hops, func(pkt trace.Packet, hops []Hop) {
+		w.hook(n, nft.HookPostrouting, pkt, hops, func(pkt trace.Packet, hops []Hop) { w.leave(n, pkt, hops, false) })
 	})
 }
 
 // leave is where a packet goes after postrouting on node n.
-func (w *walker) leave(n int, pkt nft.Packet, hops []Hop, local bool) {
+func (w *walker) leave(n int, pkt trace.Packet, hops []Hop, local bool) {
 	if local && w.c.isNodeAddr(n, pkt.Dst) {
 		// To the node's own address: back in through prerouting and input,
 		// on the same connection (its NAT already set up).
 		pkt.NATDone = true
-		w.hook(n, nft.HookPrerouting, pkt, hops, func(pkt nft.Packet, hops []Hop) {
-			w.hook(n, nft.HookInput, pkt, hops, func(pkt nft.Packet, hops []Hop) { w.deliver(pkt, hops) })
+		w.hook(n, nft.HookPrerouting, pkt, hops, func(pkt trace.Packet, hops []Hop) {
+			w.hook(n, nft.HookInput, pkt, hops, func(pkt trace.Packet, hops []Hop) { w.deliver(pkt, hops) })
 		})
 		return
 	}
@@ -294,11 +295,11 @@ func (w *walker) leave(n int, pkt nft.Packet, hops []Hop, local bool) {
 	}
 	// On to another node (or this node's host-network side, through the
 	// wire when it is another node): a new conntrack there.
-	next := nft.Packet{Family: pkt.Family, Src: pkt.Src, Dst: pkt.Dst, L4Proto: pkt.L4Proto, SrcPort: pkt.SrcPort, DstPort: pkt.DstPort}
+	next := trace.Packet{Family: pkt.Family, Src: pkt.Src, Dst: pkt.Dst, L4Proto: pkt.L4Proto, SrcPort: pkt.SrcPort, DstPort: pkt.DstPort}
 	w.at(m, fromWire, next, hops)
 }
 
-func (w *walker) deliver(pkt nft.Packet, hops []Hop) {
+func (w *walker) deliver(pkt trace.Packet, hops []Hop) {
 	if w.stopped {
 		return
 	}
@@ -314,17 +315,17 @@ func (w *walker) deliver(pkt nft.Packet, hops []Hop) {
 
 // hook runs pkt through one hook of node n; each accepted alternative goes
 // on with then, each other one ends its path.
-func (w *walker) hook(n int, hook string, pkt nft.Packet, hops []Hop, then func(nft.Packet, []Hop)) {
+func (w *walker) hook(n int, hook string, pkt trace.Packet, hops []Hop, then func(trace.Packet, []Hop)) {
 	if w.stopped || w.err != nil {
 		return
 	}
 	node := w.c.nodes[n]
-	each := func(r nft.TraceResult) bool {
+	each := func(r trace.Result) bool {
 		h := hops
 		if w.record {
 			h = append(append([]Hop(nil), hops...), Hop{Node: node.Name, Hook: hook, Result: r})
 		}
-		if r.Verdict != nft.TraceAccept {
+		if r.Verdict != trace.Accept {
 			if !w.visit(Path{Hops: h}) {
 				w.stopped = true
 			}
@@ -335,7 +336,7 @@ func (w *walker) hook(n int, hook string, pkt nft.Packet, hops []Hop, then func(
 	}
 	var err error
 	if w.record {
-		var rs []nft.TraceResult
+		var rs []trace.Result
 		if rs, err = node.tracer.Trace(hook, pkt); err == nil {
 			for _, r := range rs {
 				if !each(r) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 )
 
 // answerSegment is a UDP answer from the cluster DNS to a pod.
@@ -56,7 +57,7 @@ func elements(t testing.TB, c *nftables.Conn, set string) map[netip.Addr]time.Du
 // of the patterns (as a compile makes them, empty) and returns the
 // Applier that programmed it, a Learner for those patterns and a
 // connection to read the sets back; all close at the end of the test.
-func domainTable(t testing.TB, h netns.NsHandle, opts LearnerOptions, patterns ...string) (*nft.Table, *nft.Applier, *Learner, *nftables.Conn) {
+func domainTable(t testing.TB, h netns.NsHandle, opts LearnerOptions, patterns ...string) (*nft.Table, *kernel.Applier, *Learner, *nftables.Conn) {
 	t.Helper()
 	desired := nft.NewTable("netpol")
 	for _, p := range patterns {
@@ -64,7 +65,7 @@ func domainTable(t testing.TB, h netns.NsHandle, opts LearnerOptions, patterns .
 			desired.AddSet(compiler.DomainSet(compiler.DomainSetPrefix(p), f))
 		}
 	}
-	applier, err := nft.NewApplier(int(h), "netpol")
+	applier, err := kernel.NewApplier(int(h), "netpol")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestLearner(t *testing.T) {
 	if _, err := applier.Apply(desired); err != nil {
 		t.Fatal(err)
 	}
-	restarted, err := nft.NewApplier(int(h), "netpol") // a restarted agent reads the table back and syncs
+	restarted, err := kernel.NewApplier(int(h), "netpol") // a restarted agent reads the table back and syncs
 	if err != nil {
 		t.Fatal(err)
 	}

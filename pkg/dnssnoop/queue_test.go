@@ -18,6 +18,7 @@ import (
 	"github.com/netpol/netpol/internal/nsexec"
 	"github.com/netpol/netpol/pkg/domain"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 )
 
 const queueNum = 3
@@ -47,11 +48,11 @@ func freshNetNS(t testing.TB) netns.NsHandle {
 
 // queueLab is a fresh network namespace with lo up and a rule that
 // queues UDP to port 5353 (queue number 3), with the queue statement
-// this kernel takes (nft.DetectQueue).
+// this kernel takes (kernel.DetectQueue).
 func queueLab(t *testing.T) netns.NsHandle {
 	t.Helper()
 	h := freshNetNS(t)
-	kind, err := nft.DetectQueue(int(h))
+	kind, err := kernel.DetectQueue(int(h))
 	if kind == nft.QueueUnavailable {
 		t.Fatalf("this kernel takes no queue statement: %v", err)
 	}

@@ -4,10 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 
-	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/xt"
 )
@@ -83,32 +80,9 @@ func (b *Builder) Counter() *Builder {
 	return b
 }
 
-// RuleCounters sums the packets the counters of a chain's rules counted,
-// in the inet table of the network namespace netnsFd (< 0: the current
-// one).
-func RuleCounters(netnsFd int, table, chain string) (uint64, error) {
-	conn, err := newConnBuf(netnsFd, false, 1<<16)
-	if err != nil {
-		return 0, err
-	}
-	rules, err := conn.GetRules(&nftables.Table{Name: table, Family: nftables.TableFamilyINet}, &nftables.Chain{Name: chain})
-	if err != nil {
-		return 0, fmt.Errorf("chain %s: %w", chain, err)
-	}
-	var packets uint64
-	for _, r := range rules {
-		for _, e := range r.Exprs {
-			if c, ok := e.(*expr.Counter); ok {
-				packets += c.Packets
-			}
-		}
-	}
-	return packets, nil
-}
-
-// queueNum is the queue a queue statement of either kind sends to; ok is
+// QueueNum is the queue a queue statement of either kind sends to; ok is
 // false for any other expression.
-func queueNum(e expr.Any) (num uint16, ok bool) {
+func QueueNum(e expr.Any) (num uint16, ok bool) {
 	switch e := e.(type) {
 	case *expr.Queue:
 		return e.Num, true
@@ -118,41 +92,4 @@ func queueNum(e expr.Any) (num uint16, ok bool) {
 		}
 	}
 	return 0, false
-}
-
-// DetectQueue finds which queue statement the kernel of a network
-// namespace (fd; < 0: the current one) takes: the native one first, then
-// the xtables target, each tried in a probe table of its own that is
-// deleted again. Modules load on first use, as with any rule.
-func DetectQueue(netnsFd int) (QueueKind, error) {
-	var errs []error
-	for _, k := range []QueueKind{QueueNative, QueueXtables} {
-		err := probeQueue(netnsFd, k)
-		if err == nil {
-			return k, nil
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", k, err))
-	}
-	return QueueUnavailable, errors.Join(errs...)
-}
-
-func probeQueue(netnsFd int, k QueueKind) error {
-	conn, err := newConnBuf(netnsFd, false, 1<<16)
-	if err != nil {
-		return err
-	}
-	exprs, err := QueueExprs(k, 0)
-	if err != nil {
-		return err
-	}
-	t := &nftables.Table{Name: "netpol-queue-probe-" + strconv.Itoa(os.Getpid()), Family: nftables.TableFamilyINet}
-	conn.AddTable(t)
-	ch := conn.AddChain(&nftables.Chain{Name: "probe", Table: t})
-	conn.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
-	err = conn.Flush()
-	conn.DelTable(t)
-	if derr := conn.Flush(); err == nil && derr != nil {
-		return fmt.Errorf("deleting the probe table: %w", derr)
-	}
-	return err
 }

@@ -20,7 +20,7 @@ func (t *Table) Render(w io.Writer) error {
 		c := t.Chains[name]
 		fmt.Fprintf(&b, "\tchain %s {\n", c.Name)
 		if h := c.Base; h != nil {
-			fmt.Fprintf(&b, "\t\ttype %s hook %s priority %s; policy %s;\n", h.Type, h.Hook, priorityText(h.Priority), h.Policy)
+			fmt.Fprintf(&b, "\t\t%s\n", h)
 		}
 		for i, r := range c.Rules {
 			// Consecutive rules of one origin share one comment line.
@@ -36,14 +36,17 @@ func (t *Table) Render(w io.Writer) error {
 	return err
 }
 
-func priorityText(p int) string {
+// String is the hook as a base chain declares it in nft syntax: `type
+// filter hook input priority filter; policy accept;`.
+func (h Hook) String() string {
+	prio := "filter"
 	switch {
-	case p == 0:
-		return "filter"
-	case p > 0:
-		return fmt.Sprintf("filter + %d", p)
+	case h.Priority > 0:
+		prio = fmt.Sprintf("filter + %d", h.Priority)
+	case h.Priority < 0:
+		prio = fmt.Sprintf("filter - %d", -h.Priority)
 	}
-	return fmt.Sprintf("filter - %d", -p)
+	return fmt.Sprintf("type %s hook %s priority %s; policy %s;", h.Type, h.Hook, prio, h.Policy)
 }
 
 func renderSet(b *strings.Builder, s *Set) {
@@ -51,8 +54,8 @@ func renderSet(b *strings.Builder, s *Set) {
 	if s.IsMap() {
 		kind = "map"
 	}
-	fmt.Fprintf(b, "\t%s %s {\n\t\t%s\n", kind, s.Name, s.typeText())
-	if flags := s.flagWords(); len(flags) > 0 {
+	fmt.Fprintf(b, "\t%s %s {\n\t\t%s\n", kind, s.Name, s.TypeText())
+	if flags := s.FlagNames(); len(flags) > 0 {
 		fmt.Fprintf(b, "\t\tflags %s\n", strings.Join(flags, ","))
 	}
 	if s.Timeout > 0 {
@@ -75,8 +78,8 @@ func renderSet(b *strings.Builder, s *Set) {
 	b.WriteString("\t}\n")
 }
 
-// typeText is the set's type line: `type K [: D]` or its Typeof.
-func (s *Set) typeText() string {
+// TypeText is the set's type line: `type K [: D]` or its Typeof.
+func (s *Set) TypeText() string {
 	if s.Typeof != "" {
 		return "typeof " + s.Typeof
 	}
@@ -90,7 +93,9 @@ func (s *Set) typeText() string {
 	return text
 }
 
-func (s *Set) flagWords() []string {
+// FlagNames are the set's flags as nft names them (dynamic, interval,
+// timeout).
+func (s *Set) FlagNames() []string {
 	var flags []string
 	if s.Dynamic {
 		flags = append(flags, "dynamic")
@@ -229,7 +234,7 @@ func fieldRangeText(f FieldType, lo, hi []byte) string {
 		return fmt.Sprintf("%d-%d", l, h)
 	case FieldProto:
 		if lo[0] == hi[0] {
-			return protoName(lo[0])
+			return ProtoName(lo[0])
 		}
 		return fmt.Sprintf("%d-%d", lo[0], hi[0])
 	}
@@ -240,7 +245,9 @@ func fieldRangeText(f FieldType, lo, hi []byte) string {
 	return fmt.Sprintf("%d-%d", l, h)
 }
 
-func protoName(p byte) string {
+// ProtoName is an IP protocol as nft names it: tcp, udp, ... or the
+// number.
+func ProtoName(p byte) string {
 	switch p {
 	case 6:
 		return "tcp"

@@ -4,7 +4,6 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
@@ -113,14 +112,7 @@ func (b *Builder) family(f *Family) {
 // CtEstablishedRelated matches replies and related packets of tracked
 // connections.
 func (b *Builder) CtEstablishedRelated() *Builder {
-	b.exprs = append(b.exprs,
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
-			Xor:  binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}})
-	b.words = append(b.words, "ct state established,related")
-	return b
+	return b.ctAny(expr.CtKeySTATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED, "ct state established,related")
 }
 
 // ICMPv6NeighborDiscovery matches router and neighbour solicitations and
@@ -158,7 +150,7 @@ func (b *Builder) Vmap(f *Family, side Side, vmap string) *Rule {
 
 // Verdict ends the rule with a verdict.
 func (b *Builder) Verdict(v Verdict) *Rule {
-	b.exprs = append(b.exprs, v.expr())
+	b.exprs = append(b.exprs, v.Expr())
 	b.words = append(b.words, v.String())
 	return b.rule()
 }

@@ -20,8 +20,9 @@ import (
 // is loaded from it upwards, each field taking whole registers.
 const firstReg = 8
 
-// ipsDstNAT is IPS_DST_NAT from linux/netfilter/nf_conntrack_common.h.
-const ipsDstNAT = 1 << 5
+// IPSDstNAT is IPS_DST_NAT from linux/netfilter/nf_conntrack_common.h: the
+// conntrack status bit of a connection whose destination was translated.
+const IPSDstNAT = 1 << 5
 
 // Value is something a rule can load into registers as one field of a key:
 // a packet field, a conntrack field or a computed number.
@@ -193,31 +194,30 @@ func (b *Builder) L4ProtoIs(proto uint8) *Builder {
 	b.exprs = append(b.exprs,
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}})
-	b.words = append(b.words, "meta l4proto "+protoName(proto))
+	b.words = append(b.words, "meta l4proto "+ProtoName(proto))
 	return b
 }
 
 // CtStateNew matches the first packet of a connection.
 func (b *Builder) CtStateNew() *Builder {
-	b.exprs = append(b.exprs,
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW),
-			Xor:  binaryutil.NativeEndian.PutUint32(0)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}})
-	b.words = append(b.words, "ct state new")
-	return b
+	return b.ctAny(expr.CtKeySTATE, expr.CtStateBitNEW, "ct state new")
 }
 
 // CtStatusDNAT matches connections whose destination was translated.
 func (b *Builder) CtStatusDNAT() *Builder {
+	return b.ctAny(expr.CtKeySTATUS, IPSDstNAT, "ct status dnat")
+}
+
+// ctAny matches packets whose conntrack state or status (key) has any of
+// bits; text is the match in nft syntax.
+func (b *Builder) ctAny(key expr.CtKey, bits uint32, text string) *Builder {
 	b.exprs = append(b.exprs,
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Ct{Register: 1, Key: key},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-			Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT),
+			Mask: binaryutil.NativeEndian.PutUint32(bits),
 			Xor:  binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}})
-	b.words = append(b.words, "ct status dnat")
+	b.words = append(b.words, text)
 	return b
 }
 
@@ -375,4 +375,30 @@ func (b *Builder) Reject() *Rule {
 	b.exprs = append(b.exprs, &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_PORT_UNREACH})
 	b.words = append(b.words, "reject with icmpx port-unreachable")
 	return b.rule()
+}
+
+// AddrIs matches `ip saddr A` (or daddr, or ip6).
+func (b *Builder) AddrIs(f *Family, side Side, a netip.Addr) *Builder {
+	b.family(f)
+	b.exprs = append(b.exprs, AddrOf(f, side).load(1)...)
+	b.exprs = append(b.exprs, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: f.AddrBytes(a)})
+	b.words = append(b.words, fmt.Sprintf("%s %s %s", f.Name, side, a.Unmap()))
+	return b
+}
+
+// DstPortIs matches `th dport P`.
+func (b *Builder) DstPortIs(p uint16) *Builder {
+	b.exprs = append(b.exprs, DstPort().load(1)...)
+	b.exprs = append(b.exprs, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: PortBytes(p)})
+	b.words = append(b.words, fmt.Sprintf("th dport %d", p))
+	return b
+}
+
+// NftraceSet is `meta nftrace set 1`.
+func (b *Builder) NftraceSet() *Builder {
+	b.exprs = append(b.exprs,
+		&expr.Immediate{Register: 1, Data: []byte{1}},
+		&expr.Meta{Key: expr.MetaKeyNFTRACE, SourceRegister: true, Register: 1})
+	b.words = append(b.words, "meta nftrace set 1")
+	return b
 }

@@ -1,10 +1,13 @@
 // Package nft describes the desired state of one nftables table (chains,
-// rules, sets, maps and their elements), renders it as nft syntax without
-// the nft binary, and applies it to the kernel over netlink as one atomic
-// transaction that carries only the difference from what the kernel holds.
+// rules, sets, maps and their elements): the values, the Builder that
+// makes a rule's expressions and its nft text together, and the checks of
+// what the kernel would refuse. Render writes a table as nft syntax
+// without the nft binary. It has no kernel connection: pkg/nft/kernel
+// makes the kernel hold a table, pkg/nft/trace interprets tables, and
+// pkg/nft/nftrace reads the kernel's own trace of them.
 //
-// Callers (the policy compiler, later the service proxy) build a *Table;
-// Applier.Apply makes the kernel match it.
+// Callers (the policy compiler, the service proxy) build a *Table;
+// kernel.Applier.Apply makes the kernel match it.
 package nft
 
 import (
@@ -101,10 +104,19 @@ func (t *Table) Count() Counts {
 // Hook makes a chain a base chain.
 type Hook struct {
 	Type     string // "filter" or "nat"
-	Hook     string // "prerouting", "input", "forward", "output", "postrouting"
+	Hook     string // HookPrerouting, HookInput, ...
 	Priority int    // 0 is "filter"
 	Policy   string // "accept" or "drop"
 }
+
+// Hooks are the netfilter hooks a packet can cross, in no particular order.
+const (
+	HookPrerouting  = "prerouting"
+	HookInput       = "input"
+	HookForward     = "forward"
+	HookOutput      = "output"
+	HookPostrouting = "postrouting"
+)
 
 // Chain is an ordered list of rules.
 type Chain struct {
@@ -133,6 +145,10 @@ type Rule struct {
 	// known by its ID only: Text empty).
 	id string
 }
+
+// RuleWithID is a rule known by its ID (ID returns id) and, if read back
+// from the kernel, its expressions; it has no Text.
+func RuleWithID(id string, exprs []expr.Any) *Rule { return &Rule{Exprs: exprs, id: id} }
 
 // ID is the hash the rule carries in the kernel as its comment. A rule read
 // back from the kernel returns the comment it carries there.
@@ -190,7 +206,8 @@ type Set struct {
 	// Dynamic set without one gets nft's default, 65535 (KernelSize).
 	Size uint32
 	// Dynamic sets are filled by rules (`update @set`), not by the
-	// table's owner: Diff leaves their elements alone and Read skips them.
+	// table's owner: kernel.Diff leaves their elements alone and
+	// kernel.Read skips them.
 	Dynamic bool
 	// Typeof, when set, is what Render writes instead of the type line
 	// (`typeof EXPR [: EXPR]`): nft can name some key types only through
@@ -200,25 +217,13 @@ type Set struct {
 	Elements []Element
 	// Revision, when not zero, names this exact element list: a caller
 	// that keeps a set's contents across syncs gives an unchanged list the
-	// same revision, and the Applier then skips comparing its elements.
+	// same revision, and kernel.Applier then skips comparing its elements.
 	Revision uint64
 	// Changes, when set, lists what changed since the element list with
 	// revision Changes.From. If the kernel holds that revision (as last
 	// applied by the same Applier), the Applier sends these changes
 	// without comparing the whole list; otherwise it compares as usual.
 	Changes *SetChanges
-
-	// mismatch, on a read-back set, says why the kernel set cannot be
-	// updated in place (foreign flags or types, malformed intervals);
-	// Diff then deletes and re-adds it.
-	mismatch string
-	// index is kept on the Applier's cached sets only (see setIndex).
-	index *setIndex
-	// fingerprint, on a cached set, is that of the desired elements last
-	// applied (0: unknown); see elementsFingerprint.
-	fingerprint uint64
-	// revision, on a cached set, is the Revision last applied (0: none).
-	revision uint64
 }
 
 // SetChanges are the elements added and deleted between two revisions of
@@ -228,23 +233,57 @@ type SetChanges struct {
 	Add, Delete []Element
 }
 
+// WithElements returns a set with s's header (name, key and data types,
+// flags, timeout, size, Typeof) and the elements els. Revision and
+// Changes are left zero: they name s's element list, not els.
+func (s *Set) WithElements(els []Element) *Set {
+	return &Set{Name: s.Name, Fields: slices.Clone(s.Fields), Interval: s.Interval, Verdict: s.Verdict,
+		Data: slices.Clone(s.Data), Timeout: s.Timeout, Size: s.Size, Dynamic: s.Dynamic, Typeof: s.Typeof, Elements: els}
+}
+
 // IsMap reports whether the set is a verdict or data map.
 func (s *Set) IsMap() bool { return s.Verdict || s.Data != nil }
 
 // Concat reports whether the key is a concatenation.
 func (s *Set) Concat() bool { return len(s.Fields) > 1 }
 
+// KeyLen is the width of the set's keys in bytes.
+func (s *Set) KeyLen() int { return ValueLen(s.Fields) }
+
+// ValueLen is the width of a key or map value of these fields: one field's
+// length, or the sum of the 4-byte-padded lengths of a concatenation.
+func ValueLen(fields []FieldType) int {
+	if len(fields) == 1 {
+		return fields[0].Len()
+	}
+	n := 0
+	for _, f := range fields {
+		n += (f.Len() + 3) &^ 3
+	}
+	return n
+}
+
+// KernelSize is the most elements the kernel takes in s (0: no limit):
+// Size, or for a Dynamic set without one nft's default for sets that
+// rules fill, so that nft lists them alike.
+func (s *Set) KernelSize() uint32 {
+	if s.Size == 0 && s.Dynamic {
+		return 65535
+	}
+	return s.Size
+}
+
 // Element is one set element (or map entry). Key and KeyEnd hold the field
 // values in network order, each field padded to 4 bytes when the key is a
 // concatenation. KeyEnd, for interval sets, is the inclusive upper bound;
 // nil means the single value Key.
 //
-// Canonical form (what Read returns, and what Diff compares after
-// normalising desired elements the same way): in an interval set KeyEnd is
-// nil when the element is a single value (Key == KeyEnd) and set otherwise;
-// in other sets KeyEnd is always nil. A range is one Element, whether the
-// kernel stores it as a start/end pair (plain interval sets) or as one
-// element with a key end (concatenations).
+// Canonical form (what kernel.Read returns, and what kernel.Diff
+// compares after normalising desired elements the same way): in an
+// interval set KeyEnd is nil when the element is a single value (Key ==
+// KeyEnd) and set otherwise; in other sets KeyEnd is always nil. A range
+// is one Element, whether the kernel stores it as a start/end pair (plain
+// interval sets) or as one element with a key end (concatenations).
 type Element struct {
 	Key     []byte
 	KeyEnd  []byte
@@ -284,7 +323,8 @@ func (v Verdict) String() string {
 	return "goto " + v.Chain
 }
 
-func (v Verdict) expr() *expr.Verdict {
+// Expr is the verdict as an expression.
+func (v Verdict) Expr() *expr.Verdict {
 	switch v.Kind {
 	case Accept:
 		return &expr.Verdict{Kind: expr.VerdictAccept}

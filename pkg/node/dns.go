@@ -15,6 +15,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dnssnoop"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
 	"golang.org/x/sys/unix"
@@ -88,7 +89,7 @@ func (p *Programmer) startDNS(netnsFd int, opts DNSOptions) error {
 	if d.opts.QueueNum == 0 {
 		d.opts.QueueNum = DefaultDNSQueue
 	}
-	kind, err := nft.DetectQueue(netnsFd)
+	kind, err := kernel.DetectQueue(netnsFd)
 	if err != nil {
 		return fmt.Errorf("domainNames rules admit nothing on this node: the kernel has no queue statement (neither nft_queue nor the xtables NFQUEUE target): %w", err)
 	}
@@ -287,7 +288,7 @@ func (p *Programmer) DNS(entries bool) *DNSStatus {
 	}
 	st.QueuePackets, st.QueueErrors = d.queue.Stats.Packets.Load(), d.queue.Stats.Errors.Load()
 	for _, chain := range compiler.DNSChains {
-		n, err := nft.RuleCounters(d.netns, d.table, chain)
+		n, err := kernel.RuleCounters(d.netns, d.table, chain)
 		if err != nil {
 			break // before the first sync: no chain yet
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
 	"github.com/netpol/netpol/pkg/proxy/proxier"
@@ -95,7 +96,7 @@ type Programmer struct {
 	NoConntrackCleanup bool
 
 	opts   Options
-	policy nft.Kernel
+	policy kernel.Table
 	// live is the policy table of the last full compile, kept up to
 	// date by UpdatePolicy; applied says the kernel took its last change.
 	live    incrementalTable
@@ -117,7 +118,7 @@ func New(opts Options) (*Programmer, error) {
 		fd = int(opts.NetNS)
 	}
 	opts.defaults()
-	a, err := nft.NewApplier(fd, opts.Table)
+	a, err := kernel.NewApplier(fd, opts.Table)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", opts.Node, err)
 	}
@@ -133,14 +134,14 @@ func New(opts Options) (*Programmer, error) {
 	return p, nil
 }
 
-// NewWith is New with the kernel tables given (nft.Fake in tests); nat
+// NewWith is New with the kernel tables given (kernel.Fake in tests); nat
 // is unused with NoProxy. The Programmer owns them from now on.
-func NewWith(opts Options, policyTable, nat nft.Kernel) (*Programmer, error) {
+func NewWith(opts Options, policyTable, nat kernel.Table) (*Programmer, error) {
 	opts.defaults()
 	return newProgrammer(opts, policyTable, nat)
 }
 
-func newProgrammer(opts Options, policyTable, nat nft.Kernel) (*Programmer, error) {
+func newProgrammer(opts Options, policyTable, nat kernel.Table) (*Programmer, error) {
 	opts.DNS = nil // New starts the DNS side (startDNS)
 	p := &Programmer{opts: opts, policy: policyTable}
 	if opts.NoProxy {
@@ -226,7 +227,7 @@ type PolicyResult struct {
 	// Table is the compiled table (also when applying it failed); the
 	// next UpdatePolicy changes it (PolicyTable is a lasting copy).
 	Table  *nft.Table
-	Stats  nft.Stats
+	Stats  kernel.Stats
 	Counts nft.Counts
 	// Incremental: the table came from UpdatePolicy, not a full compile.
 	Incremental bool
@@ -295,8 +296,8 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		if p.opts.Layout == compiler.LayoutIdentities && p.live == nil && p.identities.Empty() {
 			// The first sync (a restart): number as the table the kernel
 			// holds does, so that it sends only what changed meanwhile.
-			if kernel, err := p.policy.Read(); err == nil && kernel != nil {
-				opts.Adopt = kernel
+			if held, err := p.policy.Read(); err == nil && held != nil {
+				opts.Adopt = held
 			}
 		}
 		switch {
@@ -328,7 +329,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		if err == nil && live != nil {
 			r.Table = live.Table()
 			if in.CheckIncremental && p.live != nil {
-				r.IncrementalDiffers = !nft.Diff(p.live.Table(), r.Table).Empty()
+				r.IncrementalDiffers = !kernel.Diff(p.live.Table(), r.Table).Empty()
 			}
 			p.live = live
 		}
@@ -438,7 +439,7 @@ func (p *Programmer) applyPolicy(r *PolicyResult, err error) {
 }
 
 // Verify checks cheaply whether the chosen tables may have been changed
-// behind the Programmer's back (nft.Applier.Verify) and returns those that
+// behind the Programmer's back (kernel.Applier.Verify) and returns those that
 // may have: their next Sync reads them back and repairs them.
 func (p *Programmer) Verify(tables Tables) (Tables, error) {
 	var drifted Tables

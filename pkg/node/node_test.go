@@ -13,6 +13,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 )
 
 // TestSyncTablesOnTheirOwn: one table's failure leaves the other synced,
@@ -23,7 +24,7 @@ func TestSyncTablesOnTheirOwn(t *testing.T) {
 		t.Fatal(report.Errors)
 	}
 	in := Prepare(snap)
-	fail := func(*nft.Plan) error { return errors.New("injected") }
+	fail := func(*kernel.Plan) error { return errors.New("injected") }
 	tests := []struct {
 		name                     string
 		tables                   Tables
@@ -39,7 +40,7 @@ func TestSyncTablesOnTheirOwn(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pol, nat := nft.NewFake("netpol"), nft.NewFake("netpol-proxy")
+			pol, nat := kernel.NewFake("netpol"), kernel.NewFake("netpol-proxy")
 			if tt.failPolicy {
 				pol.FailWith(fail)
 			}
@@ -68,7 +69,7 @@ func TestSyncTablesOnTheirOwn(t *testing.T) {
 // TestVerify reports the table changed behind the programmer's back.
 func TestVerify(t *testing.T) {
 	snap, _ := cluster.LoadPaths([]string{filepath.Join("..", "..", "testdata", "base", "e2e.yaml")}, nil)
-	pol, nat := nft.NewFake("netpol"), nft.NewFake("netpol-proxy")
+	pol, nat := kernel.NewFake("netpol"), kernel.NewFake("netpol-proxy")
 	p, err := NewWith(Options{Node: "node-1"}, pol, nat)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func TestUpdatePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol := nft.NewFake("netpol")
+	pol := kernel.NewFake("netpol")
 	p, err := NewWith(Options{Node: "node-1", NoProxy: true}, pol, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +126,7 @@ func TestUpdatePolicy(t *testing.T) {
 		}
 		s := *snap
 		s.Pods = slices.Delete(slices.Clone(snap.Pods), i, i+1)
-		if !nft.Diff(full(snap), full(&s)).Empty() {
+		if !kernel.Diff(full(snap), full(&s)).Empty() {
 			gone, after = pod, &s
 			break
 		}
@@ -144,7 +145,7 @@ func TestUpdatePolicy(t *testing.T) {
 	if r.Err != nil || !r.Incremental || r.Stats.Messages == 0 {
 		t.Fatalf("UpdatePolicy: err %v, incremental %v, %d messages; want an incremental transaction", r.Err, r.Incremental, r.Stats.Messages)
 	}
-	if d := nft.Diff(pol.Kernel(), full(after)); !d.Empty() {
+	if d := kernel.Diff(pol.Kernel(), full(after)); !d.Empty() {
 		t.Fatalf("after the update the kernel differs from a full compile: %d operations", len(d.Ops))
 	}
 	in := Prepare(after)
@@ -174,7 +175,7 @@ func TestUpdatePolicy(t *testing.T) {
 	if res := p.Sync(in, Policy); !res.Policy.IncrementalDiffers {
 		t.Fatal("CheckIncremental did not notice an incremental table that differs from the full compile")
 	}
-	if d := nft.Diff(pol.Kernel(), full(after)); !d.Empty() {
+	if d := kernel.Diff(pol.Kernel(), full(after)); !d.Empty() {
 		t.Fatalf("after the resync the kernel differs from the full compile: %d operations", len(d.Ops))
 	}
 }
@@ -200,7 +201,7 @@ func TestPolicySyncPaths(t *testing.T) {
 		t.Run(layout.String(), func(t *testing.T) {
 			snap := *base
 			snap.Pods = slices.Clone(base.Pods)
-			pol := nft.NewFake("netpol")
+			pol := kernel.NewFake("netpol")
 			p, err := NewWith(Options{Node: node, NoProxy: true, Layout: layout}, pol, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -259,7 +260,7 @@ func TestPolicySyncPaths(t *testing.T) {
 				{"first sync", nil, func() PolicyResult { return p.Sync(Prepare(&snap), Policy).Policy }, full},
 				{"a replica on another node", func() { snap.Pods = append(snap.Pods, replica) }, update(replica), incremental},
 				{"a pod of the node with labels no pod had", nil, update(stranger), refused},
-				{"a transaction the kernel refuses", func() { pol.FailWith(func(*nft.Plan) error { return errors.New("injected") }) },
+				{"a transaction the kernel refuses", func() { pol.FailWith(func(*kernel.Plan) error { return errors.New("injected") }) },
 					func() PolicyResult {
 						gone := *replica
 						gone.Status.PodIP, gone.Status.PodIPs = "", nil // its address released
@@ -291,14 +292,14 @@ func TestPolicySyncPaths(t *testing.T) {
 				}
 				switch st.want {
 				case refused, failed:
-					if d := nft.Diff(kernelBefore, pol.Kernel()); !d.Empty() {
+					if d := kernel.Diff(kernelBefore, pol.Kernel()); !d.Empty() {
 						t.Fatalf("%s: the kernel changed (%d operations)", st.name, len(d.Ops))
 					}
 					if st.want == failed && p.PolicyTable() != nil {
 						t.Errorf("%s: PolicyTable is not nil after a failed transaction", st.name)
 					}
 				default:
-					if d := nft.Diff(pol.Kernel(), compiled()); !d.Empty() {
+					if d := kernel.Diff(pol.Kernel(), compiled()); !d.Empty() {
 						t.Fatalf("%s: the kernel differs from a full compile (%d operations)", st.name, len(d.Ops))
 					}
 				}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/proxy"
 )
 
@@ -58,7 +59,7 @@ func FuzzSyncer(f *testing.F) {
 			if len(m.Errors) > 0 {
 				t.Fatalf("step %d: %v", step, m.Errors)
 			}
-			if p := nft.Diff(table, want); !p.Empty() {
+			if p := kernel.Diff(table, want); !p.Empty() {
 				t.Fatalf("step %d: Syncer and Compile differ:\n%s", step, p)
 			}
 			var list []*proxy.Slice
@@ -69,7 +70,7 @@ func FuzzSyncer(f *testing.F) {
 				list = append(list, parsed[es])
 			}
 			mp, tp := sp.SyncParsed(snap, list)
-			if p := nft.Diff(tp, want); !p.Empty() {
+			if p := kernel.Diff(tp, want); !p.Empty() {
 				t.Fatalf("step %d: SyncParsed and Compile differ:\n%s", step, p)
 			}
 			if got, exp := fmt.Sprint(mp.Services), fmt.Sprint(m.Services); got != exp {

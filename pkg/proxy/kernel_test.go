@@ -11,7 +11,7 @@ import (
 
 	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/pkg/cluster"
-	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/proxy"
 )
 
@@ -59,7 +59,7 @@ func TestKernelRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := nft.NewApplier(int(h), proxy.DefaultTable)
+	a, err := kernel.NewApplier(int(h), proxy.DefaultTable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestKernelRoundTrip(t *testing.T) {
 	if _, err := a.Apply(table); err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := nft.NewApplier(int(h), proxy.DefaultTable)
+	fresh, err := kernel.NewApplier(int(h), proxy.DefaultTable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestKernelRoundTrip(t *testing.T) {
 // read back by a fresh reader, holds exactly the desired table each time.
 func TestSyncerInKernel(t *testing.T) {
 	h, _ := newNetNS(t)
-	a, err := nft.NewApplier(int(h), proxy.DefaultTable)
+	a, err := kernel.NewApplier(int(h), proxy.DefaultTable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,11 +104,11 @@ func TestSyncerInKernel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
-		got, err := nft.Read(int(h), proxy.DefaultTable)
+		got, err := kernel.Read(int(h), proxy.DefaultTable)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p := nft.Diff(got, table); !p.Empty() {
+		if p := kernel.Diff(got, table); !p.Empty() {
 			t.Fatalf("step %d: the kernel differs from the desired table:\n%s", i, p)
 		}
 		t.Logf("step %d: %d messages, +%d -%d elements", i, stats.Messages, stats.ElementsAdded, stats.ElementsDeleted)

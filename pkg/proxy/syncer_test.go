@@ -10,6 +10,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/proxy"
 )
 
@@ -102,7 +103,7 @@ func TestSyncerMatchesCompile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p := nft.Diff(table, wantTable); !p.Empty() {
+		if p := kernel.Diff(table, wantTable); !p.Empty() {
 			t.Fatalf("step %d: the Syncer's table differs from Compile's:\n%s", i, p)
 		}
 		for name, set := range table.Sets {

@@ -21,6 +21,7 @@ import (
 	"github.com/netpol/netpol/internal/benchstat"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 )
 
 // TestPodChurnLosesNothing: 10 s of pod events at 1,000 per second (pods
@@ -301,7 +302,7 @@ func (w *world) setsHolding(ip netip.Addr) map[string]int {
 	out := map[string]int{}
 	a := ip.As4()
 	for _, n := range w.lab.Nodes() {
-		t, err := nft.Read(int(n.Handle), compiler.DefaultTable)
+		t, err := kernel.Read(int(n.Handle), compiler.DefaultTable)
 		if err != nil || t == nil {
 			continue
 		}

@@ -38,6 +38,7 @@ import (
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -359,14 +360,14 @@ type expectation struct {
 // identities, which numbers the pods as the kernel's table does (an
 // agent numbers them as its earlier syncs did; no other difference is
 // allowed).
-func (e expectation) holds(kernel map[string]*nft.Table) bool {
+func (e expectation) holds(tables map[string]*nft.Table) bool {
 	for _, n := range e.nodes {
-		got := kernel[n.Name]
+		got := tables[n.Name]
 		if got == nil {
 			return false
 		}
 		want := agentTable(e.t, e.resolved, n, compiler.Options{DNS: agentDNS(e.t, e.snap, n)}, got)
-		if !nft.Diff(got, want).Empty() {
+		if !kernel.Diff(got, want).Empty() {
 			return false
 		}
 	}
@@ -374,11 +375,11 @@ func (e expectation) holds(kernel map[string]*nft.Table) bool {
 }
 
 // agentTable compiles node n's table as its agent does by default, with
-// the extra options opts and the numbering of kernel (the table the
+// the extra options opts and the numbering of held (the table the
 // kernel holds).
-func agentTable(t testing.TB, r *eval.Resolved, n *lab.Node, opts compiler.Options, kernel *nft.Table) *nft.Table {
+func agentTable(t testing.TB, r *eval.Resolved, n *lab.Node, opts compiler.Options, held *nft.Table) *nft.Table {
 	t.Helper()
-	opts.Node, opts.Layout, opts.Adopt = n.Name, compiler.LayoutIdentities, kernel
+	opts.Node, opts.Layout, opts.Adopt = n.Name, compiler.LayoutIdentities, held
 	table, err := compiler.Compile(r, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -390,7 +391,7 @@ func agentTable(t testing.TB, r *eval.Resolved, n *lab.Node, opts compiler.Optio
 // statement the node's kernel takes, and the cluster DNS of snap (nil:
 // none).
 func agentDNS(t testing.TB, snap *cluster.Snapshot, n *lab.Node) *compiler.DNS {
-	queue, err := nft.DetectQueue(int(n.Handle))
+	queue, err := kernel.DetectQueue(int(n.Handle))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,14 +434,14 @@ func (w *world) kernelLatency(written time.Time) (time.Duration, *cluster.Snapsh
 	read := func() map[string]*nft.Table {
 		out := map[string]*nft.Table{}
 		for _, n := range w.lab.Nodes() {
-			t, _ := nft.Read(int(n.Handle), compiler.DefaultTable)
+			t, _ := kernel.Read(int(n.Handle), compiler.DefaultTable)
 			out[n.Name] = t
 		}
 		return out
 	}
 	same := func(a, b map[string]*nft.Table) bool {
 		for name, t := range b {
-			if a[name] == nil || t == nil || !nft.Diff(a[name], t).Empty() {
+			if a[name] == nil || t == nil || !kernel.Diff(a[name], t).Empty() {
 				return false
 			}
 		}

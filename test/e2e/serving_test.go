@@ -27,7 +27,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/lab"
-	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -214,8 +214,8 @@ subjects: [{kind: ServiceAccount, name: metrics-only, namespace: monitoring}]
 		Ports: []uint16{securePort}, Allowed: []netip.Prefix{netip.PrefixFrom(promAddr, 32)}}}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got, _ := nft.Read(int(node.Handle), compiler.DefaultTable)
-		if got != nil && nft.Diff(got, agentTable(t, r, node, opts, got)).Empty() {
+		got, _ := kernel.Read(int(node.Handle), compiler.DefaultTable)
+		if got != nil && kernel.Diff(got, agentTable(t, r, node, opts, got)).Empty() {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -1,6 +1,6 @@
 // Package proxier programs one node's Service load balancing. Each Sync
 // turns a snapshot into the node's NAT table (proxy.Syncer: only changed
-// Services are rebuilt), applies the difference (nft.Applier: only the
+// Services are rebuilt), applies the difference (kernel.Applier: only the
 // changed set elements are sent), then deletes the UDP conntrack entries
 // the change made stale and, if asked, updates the externalTrafficPolicy
 // Local health-check servers. The agent runs one Proxier; the lab's
@@ -18,6 +18,7 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/conntrack"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/proxy"
 	"github.com/netpol/netpol/pkg/proxy/healthcheck"
 )
@@ -35,9 +36,9 @@ type Options struct {
 	// Build.NodePortAddresses; all addresses when nil).
 	HealthChecks bool
 	Logger       *slog.Logger
-	// Kernel, when set, is the NAT table to program (an nft.Fake in
+	// Kernel, when set, is the NAT table to program (a kernel.Fake in
 	// tests) instead of an Applier opened in NetNS.
-	Kernel nft.Kernel
+	Kernel kernel.Table
 }
 
 // Proxier keeps one node's NAT table in step with the cluster.
@@ -49,7 +50,7 @@ type Proxier struct {
 	log     *slog.Logger
 	ns      netns.NsHandle // our copy; netns.None() for the caller's
 	syncer  *proxy.Syncer
-	applier nft.Kernel
+	applier kernel.Table
 	cleaner *conntrack.Cleaner
 	health  *healthcheck.Server // nil without HealthChecks
 	// programmed is the model of the last successful apply; conntrack
@@ -78,7 +79,7 @@ func New(opts Options) (*Proxier, error) {
 	var err error
 	p.applier = opts.Kernel
 	if p.applier == nil {
-		if p.applier, err = nft.NewApplier(int(p.ns), opts.Table); err != nil {
+		if p.applier, err = kernel.NewApplier(int(p.ns), opts.Table); err != nil {
 			p.Close()
 			return nil, err
 		}
@@ -98,7 +99,7 @@ type Result struct {
 	// Model is valid until the next Sync; its Errors are problems in the
 	// input (the rest was programmed).
 	Model  *proxy.Model
-	Stats  nft.Stats
+	Stats  kernel.Stats
 	Counts nft.Counts
 	// Failures happened after the commit (conntrack cleanup, health-check
 	// listeners); they are not retried.
@@ -142,7 +143,7 @@ func (p *Proxier) Sync(snap *cluster.Snapshot, endpointSlices []*proxy.Slice) (R
 
 // Verify checks whether the NAT table may have changed behind the
 // Proxier's back; if so the next Sync reads it back and repairs it (see
-// nft.Applier.Verify).
+// kernel.Applier.Verify).
 func (p *Proxier) Verify() (bool, error) { return p.applier.Verify() }
 
 // Close stops the health-check servers and releases the connections; the

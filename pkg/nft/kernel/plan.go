@@ -1,0 +1,191 @@
+package kernel
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/netpol/netpol/pkg/nft"
+)
+
+// OpKind is what one plan operation does. Each operation is one netlink
+// message in the batch.
+type OpKind int
+
+const (
+	OpAddTable OpKind = iota
+	OpAddChain        // a new chain, or an existing base chain's new policy
+	OpFlushChain
+	OpDeleteChain
+	OpAddRule // appends Rule to Chain
+	OpAddSet  // the set without elements; OpAddElements follow
+	OpDeleteSet
+	OpAddElements
+	OpDeleteElements
+)
+
+// Op is one operation of a Plan.
+type Op struct {
+	Kind     OpKind
+	Chain    *nft.Chain    // chain operations and OpAddRule
+	Rule     *nft.Rule     // OpAddRule
+	Set      *nft.Set      // set and element operations (the spec; not its Elements)
+	Elements []nft.Element // OpAddElements, OpDeleteElements: one message worth
+}
+
+// Stats counts what a plan changes. Elements count Element values (one
+// range is one element), not kernel elements.
+type Stats struct {
+	SetsAdded, SetsDeleted int
+	// ChainsRewritten are existing chains changed in place: rules
+	// replaced (flush + add) and/or base chain policy updated.
+	ChainsAdded, ChainsRewritten, ChainsDeleted int
+	RulesWritten                                int
+	ElementsAdded, ElementsDeleted              int
+	// Messages is the number of netlink messages in the batch.
+	Messages int
+	// Transactions is how many kernel transactions Apply committed: 0
+	// when nothing changed, 1 but for a staged plan (Plan.stages). Plan
+	// leaves it 0.
+	Transactions int
+}
+
+// Plan is the ordered list of operations that turns one table state into
+// another; Applier sends it as one transaction (or, for a large plan for a
+// table no packet reaches yet, in stages: see stages).
+type Plan struct {
+	Table string
+	Ops   []Op
+	Stats Stats
+	// fingerprints of the desired sets' elements, for the cache.
+	fingerprints map[string]uint64
+	// revisions of the desired sets, for the cache.
+	revisions map[string]uint64
+	// indexes of the added sets' elements, for the cache.
+	indexes map[string]*setIndex
+	// unhooked: the table the plan starts from has no base chain, so no
+	// packet reaches it (see stages).
+	unhooked bool
+}
+
+// stages splits the plan into the transactions Apply sends. A plan is one
+// transaction, so that its changes land together, unless the table it
+// starts from has no base chain (it is absent, or a staged Apply stopped
+// part way) and its encoding is over limit bytes. No packet reaches such a
+// table: packets enter a table only through its base chains. So the plan
+// goes as everything but the base chains (in Diff's order, in which each
+// operation finds what it needs made or cleared by those before it), cut
+// into transactions of at most limit bytes (or one operation), and where
+// element operations start or stop (the Applier encodes element-only
+// transactions itself: elementWire); then the base chains with their
+// rules, last and whole. Rules and map verdicts never name a base chain,
+// so nothing before them needs one.
+func (p *Plan) stages(limit int) []*Plan {
+	if len(p.Ops) == 0 {
+		return nil
+	}
+	if !p.unhooked || planBytes(p) <= limit {
+		return []*Plan{p}
+	}
+	var stages []*Plan
+	var base []Op
+	cur, size := &Plan{Table: p.Table}, 0
+	for _, op := range p.Ops {
+		if (op.Kind == OpAddChain || op.Kind == OpAddRule) && op.Chain.Base != nil {
+			base = append(base, op)
+			continue
+		}
+		n := opBytes(op)
+		if len(cur.Ops) > 0 && (size+n > limit || isElementOp(op) != isElementOp(cur.Ops[len(cur.Ops)-1])) {
+			stages = append(stages, cur)
+			cur, size = &Plan{Table: p.Table}, 0
+		}
+		cur.Ops = append(cur.Ops, op)
+		size += n
+	}
+	if len(cur.Ops) > 0 {
+		stages = append(stages, cur)
+	}
+	if len(base) > 0 {
+		stages = append(stages, &Plan{Table: p.Table, Ops: base})
+	}
+	for _, s := range stages {
+		s.Stats.Messages = len(s.Ops)
+	}
+	return stages
+}
+
+// Empty reports whether the plan changes nothing.
+func (p *Plan) Empty() bool { return len(p.Ops) == 0 }
+
+func (p *Plan) add(op Op) {
+	p.Ops = append(p.Ops, op)
+	p.Stats.Messages++
+}
+
+// String renders the plan one operation per line in nft syntax.
+func (p *Plan) String() string {
+	var b strings.Builder
+	for _, op := range p.Ops {
+		b.WriteString(p.opText(op))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func (p *Plan) opText(op Op) string {
+	where := "inet " + p.Table
+	switch op.Kind {
+	case OpAddTable:
+		return "add table " + where
+	case OpAddChain:
+		s := fmt.Sprintf("add chain %s %s", where, op.Chain.Name)
+		if h := op.Chain.Base; h != nil {
+			s += " { " + normalHook(h).String() + " }"
+		}
+		return s
+	case OpFlushChain:
+		return fmt.Sprintf("flush chain %s %s", where, op.Chain.Name)
+	case OpDeleteChain:
+		return fmt.Sprintf("delete chain %s %s", where, op.Chain.Name)
+	case OpAddRule:
+		text := op.Rule.Text
+		if text == "" {
+			text = "# rule " + op.Rule.ID()
+		}
+		return fmt.Sprintf("add rule %s %s %s", where, op.Chain.Name, text)
+	case OpAddSet:
+		kind := "set"
+		if op.Set.IsMap() {
+			kind = "map"
+		}
+		extra := ""
+		if flags := op.Set.FlagNames(); len(flags) > 0 {
+			extra += " flags " + strings.Join(flags, ",") + ";"
+		}
+		if op.Set.Timeout > 0 {
+			extra += fmt.Sprintf(" timeout %ds;", int64(op.Set.Timeout/time.Second))
+		}
+		return fmt.Sprintf("add %s %s %s { %s;%s }", kind, where, op.Set.Name, op.Set.TypeText(), extra)
+	case OpDeleteSet:
+		kind := "set"
+		if op.Set.IsMap() {
+			kind = "map"
+		}
+		return fmt.Sprintf("delete %s %s %s", kind, where, op.Set.Name)
+	case OpAddElements, OpDeleteElements:
+		verb := "add"
+		if op.Kind == OpDeleteElements {
+			verb = "delete"
+		}
+		texts := make([]string, len(op.Elements))
+		for i, e := range op.Elements {
+			if op.Kind == OpDeleteElements {
+				e.Verdict, e.Data = nil, nil // a delete names the key only
+			}
+			texts[i] = op.Set.ElementText(e)
+		}
+		return fmt.Sprintf("%s element %s %s { %s }", verb, where, op.Set.Name, strings.Join(texts, ", "))
+	}
+	return fmt.Sprintf("# unknown op %d", op.Kind)
+}
