@@ -1,0 +1,208 @@
+package compiler
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// The NetworkPolicy tier of the identity layout: a class's isolating
+// policies as one allow-list over identities and networks, in a chain of
+// its own that classes with the same policies share.
+
+// networkPolicyTier is the chain of a NetworkPolicy allow-list: allowed iff
+// some rule of an isolating policy matches (or, for ingress, the peer is
+// the pod's own node), else dropped. The rules' identity ranges and
+// networks are flattened to disjoint pieces with the ports each is allowed;
+// per port profile one rule looks the peer's identity up in an interval
+// set, and one per family its address in the networks.
+func (c *idCompiler) networkPolicyTier(plan *eval.Plan, pod int, named string) string {
+	refs := make([]string, len(plan.Isolating))
+	for i, pi := range plan.Isolating {
+		refs[i] = c.pols[pi].Ref()
+	}
+	list := directionPrefix(plan.Direction) + ".np." + contentID(strings.Join(refs, "\x00")+"\x00"+named)
+	if _, ok := c.tiers[list]; ok {
+		return list
+	}
+	c.tiers[list] = list
+	rc := npRecipe{plan: plan, pod: pod, refs: refs}
+	c.npRecipes[list] = rc
+	if !c.reuse(list, plan.Isolating, plan.Allow, plan.Direction) {
+		c.fill(c.t.AddChain(&nft.Chain{Name: list}), func(ch *nft.Chain) { c.fillNetworkPolicyTier(ch, rc) })
+	}
+	return list
+}
+
+// npRecipe is what a NetworkPolicy tier chain is built from: the plan,
+// a pod it is the plan of (its named ports resolve ingress named ports)
+// and the isolating policies' names.
+type npRecipe struct {
+	plan *eval.Plan
+	pod  int
+	refs []string
+}
+
+func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
+	plan, pod, refs, list := rc.plan, rc.pod, rc.refs, ch.Name
+	d := plan.Direction
+	comment := "NetworkPolicy tier: every rule of " + strings.Join(refs, ", ") + ", by port profile"
+	if plan.OwnNodeAllowed {
+		own := nft.NewRule().FibSaddrLocal().Verdict(verdictAccept)
+		own.Comment = "NetworkPolicy tier: ingress from the pod's own node is always allowed"
+		ch.Rules = append(ch.Rules, own)
+	}
+	idItems, netItems := c.allowItems(plan, pod)
+	profiles := map[string][]portBox{}
+	profileOf := func(ports []portBox) string {
+		id := contentID(fmt.Sprint(ports))
+		profiles[id] = ports
+		return id
+	}
+	idSets := map[string][]addrRange{}
+	for _, p := range flatten(idItems, nft.IPv4) {
+		id := profileOf(p.ports)
+		idSets[id] = append(idSets[id], addrRange{p.lo, p.hi})
+	}
+	netSets := map[string]map[*nft.Family][]addrRange{}
+	for _, f := range nft.Families {
+		for _, p := range flatten(netItems[f], f) {
+			id := profileOf(p.ports)
+			if netSets[id] == nil {
+				netSets[id] = map[*nft.Family][]addrRange{}
+			}
+			netSets[id][f] = append(netSets[id][f], addrRange{p.lo, p.hi})
+		}
+	}
+	for _, id := range slices.Sorted(func(yield func(string) bool) {
+		for id := range profiles {
+			if !yield(id) {
+				return
+			}
+		}
+	}) {
+		ports := profiles[id]
+		withPorts := func(b *nft.Builder) *nft.Builder {
+			if len(ports) == 1 && ports[0] == allProtocolsAndPorts {
+				return b
+			}
+			set := npPortSet(id)
+			if c.t.Sets[set] == nil {
+				c.t.AddSet(&nft.Set{Name: set, Fields: []nft.FieldType{nft.FieldProto, nft.FieldPort}, Interval: true, Elements: portElements(ports)})
+			}
+			c.use(set)
+			return b.L4ProtoPortInSet(set)
+		}
+		if rs := idSets[id]; len(rs) > 0 {
+			r := withPorts(nft.NewRule().In(nil, c.idSetOf(rs), nft.MarkKey())).Verdict(allowed(d))
+			r.Comment = comment
+			ch.Rules = append(ch.Rules, r)
+		}
+		for _, f := range nft.Families {
+			rs := netSets[id][f]
+			if len(rs) == 0 {
+				continue
+			}
+			name := allowSetName(list, "nets", id, f)
+			c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{f.Field}, Interval: true, Elements: rangeElements(rs, f)})
+			c.use(name)
+			r := withPorts(nft.NewRule().AddrInSet(f, peerSide(d), name)).Verdict(allowed(d))
+			r.Comment = comment
+			ch.Rules = append(ch.Rules, r)
+		}
+	}
+	deny := nft.NewRule().Verdict(verdictDrop)
+	deny.Comment = "NetworkPolicy tier: isolated, and no rule allows"
+	ch.Rules = append(ch.Rules, deny)
+}
+
+// allowItems lists what the plan's NetworkPolicy rules allow: identity
+// ranges (as 4-byte addresses) and, per family, networks, each with ports.
+func (c *idCompiler) allowItems(plan *eval.Plan, pod int) ([]allowItem, map[*nft.Family][]allowItem) {
+	d := plan.Direction
+	var ids []allowItem
+	nets := map[*nft.Family][]allowItem{}
+	for _, pr := range plan.Allow {
+		if pr.Match == eval.MatchNothing {
+			continue // an Accept that cannot be understood allows nothing
+		}
+		pi, ri, r := int(pr.Policy), pr.Rule, c.rules.rule(pr, d)
+		var peerIDs []addrRange
+		peerNets := map[*nft.Family][]addrRange{}
+		for _, f := range nft.Families {
+			if r.AllPeers {
+				peerNets[f] = []addrRange{fullRange(f)}
+			} else {
+				peerNets[f] = c.rules.peerRanges(pi, d, ri, f)
+			}
+		}
+		if !r.AllPeers {
+			peerIDs = c.peerIDs(pi, d, ri)
+		}
+		add := func(ports []portBox) {
+			if len(ports) == 0 {
+				return
+			}
+			if len(peerIDs) > 0 {
+				ids = append(ids, allowItem{addrs: peerIDs, ports: ports})
+			}
+			for f, rs := range peerNets {
+				if len(rs) > 0 {
+					nets[f] = append(nets[f], allowItem{addrs: rs, ports: ports})
+				}
+			}
+		}
+		if r.AllPorts {
+			add([]portBox{allProtocolsAndPorts})
+			continue
+		}
+		numbered, namedPorts := splitPorts(r.Ports)
+		add(portBoxes(numbered))
+		if len(namedPorts) == 0 {
+			continue
+		}
+		if d == policy.Ingress {
+			add(namedMatches(namedPorts, c.r.Pod(pod).Ports)) // the destination is the pod itself
+			continue
+		}
+		if !r.AllPeers {
+			for f, rs := range peerNets {
+				c.namedNets[f] = append(c.namedNets[f], rs...)
+			}
+		}
+		c.egressNamedAllow = true
+		if c.from != nil {
+			c.from.lacks(c.pols[pi].Ref() + " names egress ports, which every destination resolves")
+			continue
+		}
+		// Egress: each destination resolves the names on its own ports:
+		// a pod-network pod by its identity, a host-network one by its
+		// address.
+		for j := 0; j < c.r.NumPods(); j++ {
+			dst := c.r.Pod(j)
+			boxes := namedMatches(namedPorts, dst.Ports)
+			if len(boxes) == 0 {
+				continue
+			}
+			if id := c.ids.of[j]; id != 0 && (r.AllPeers || c.r.PeerPods(pi, d, ri, j)) {
+				// Every pod of the identity is a peer alike.
+				ids = append(ids, allowItem{addrs: []addrRange{singleAddr(idAddr(id))}, ports: boxes})
+				continue
+			}
+			// A host-network pod, or a pod the rule's networks hold but
+			// not its pod peers: by address (its identity's other pods
+			// may be elsewhere).
+			for _, a := range dst.Addrs {
+				f := nft.FamilyOf(a)
+				if containsAddr(peerNets[f], a) {
+					nets[f] = append(nets[f], allowItem{addrs: []addrRange{singleAddr(a)}, ports: boxes})
+				}
+			}
+		}
+	}
+	return ids, nets
+}
