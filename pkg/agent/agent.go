@@ -175,8 +175,8 @@ type Agent struct {
 	// reported are the problems already logged, by kind (policy,
 	// services): each kind is re-found only when its table syncs.
 	reported map[string]map[string]bool
-	// delta is what changed for the policy table since its last sync.
-	delta delta
+	// changes are what changed for the policy table since its last sync.
+	changes *node.PolicyChanges
 }
 
 // tableState is one table's share of the loop. A table that fails is
@@ -278,7 +278,7 @@ func (o *Options) dnsOptions() *node.DNSOptions {
 func newAgent(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, prog *node.Programmer) *Agent {
 	opts.defaults()
 	a := &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), kube: kube, prog: prog, metrics: newMetrics(prog, opts.dnsLatency),
-		kick: make(chan struct{}, 1), reported: map[string]map[string]bool{}}
+		kick: make(chan struct{}, 1), reported: map[string]map[string]bool{}, changes: &node.PolicyChanges{}}
 	a.tables = []*tableState{{table: node.Policy}}
 	if !opts.NoProxy {
 		a.tables = append(a.tables, &tableState{table: node.Services})
@@ -289,7 +289,7 @@ func newAgent(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, pr
 			func(msg string, args ...any) { a.log.Info(msg, args...) }, func() {
 				// A new leader writes the status of every policy at the
 				// next sync, a full one.
-				a.forceFull()
+				a.forceFull("a new status writer writes every policy's status")
 				a.markPending(time.Now(), node.Policy)
 				a.trigger()
 			})
@@ -340,9 +340,7 @@ func (a *Agent) changed(resource string, objs ...any) {
 		tables = node.Policy
 	}
 	if tables&node.Policy != 0 {
-		a.mu.Lock()
-		a.delta.record(resource, objs)
-		a.mu.Unlock()
+		a.recordChange(objs)
 	}
 	a.markPending(time.Now(), tables)
 	a.trigger()
@@ -572,16 +570,15 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 	}
 	if due&node.Policy != 0 {
 		// Changes to pods, namespaces and policies update the last table
-		// (compiler.Incremental): no snapshot; those that change this node's
-		// classes compile its own pods only (a rebase). The periodic
-		// resync applies them too, then compiles in full and checks that
-		// both agree.
-		if ps := a.syncPolicyIncremental(a.takeDelta()); ps.path != "" {
+		// without a snapshot when they can (node.PolicyChanges). The
+		// periodic resync applies them too, then compiles in full and
+		// checks that both agree.
+		if ps := a.syncPolicyChanges(a.takeChanges()); ps.Kind != node.SyncFull {
 			r := ps.PolicyResult
-			a.metrics.policySyncs.WithLabelValues(ps.path).Inc()
-			model, policies = ps.model, ps.objects
+			a.metrics.policySyncs.WithLabelValues(ps.Kind.String()).Inc()
+			model, policies = ps.Model, ps.objects
 			if r.Err != nil {
-				a.forceFull() // the retry compiles in full
+				a.forceFull("the last sync failed") // the retry compiles in full
 			}
 			if !verify || r.Err != nil {
 				res.Policy = r
@@ -600,7 +597,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 			a.metrics.syncs.WithLabelValues("error").Inc()
 			a.log.Error("sync failed; the kernel keeps the previous state", "err", fmt.Errorf("snapshot: %w", err))
 			if due&node.Policy != 0 {
-				a.forceFull()
+				a.forceFull("the last sync failed")
 			}
 			return due | res.Failed()
 		}
@@ -615,10 +612,10 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		if full.Policy.Ran {
 			model = in.Model
 			a.reportProblems("policy", append(problems, in.Model.Errors...), in.Model.Warnings)
-			a.metrics.policySyncs.WithLabelValues("full").Inc()
+			a.metrics.policySyncs.WithLabelValues(node.SyncFull.String()).Inc()
 			res.Policy = full.Policy
 			if full.Policy.Err != nil {
-				a.forceFull()
+				a.forceFull("the last sync failed")
 			}
 			if full.Policy.IncrementalDiffers {
 				a.metrics.liveMismatches.Inc()

@@ -1,8 +1,12 @@
 package agent
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
@@ -12,145 +16,104 @@ import (
 	"github.com/netpol/netpol/pkg/policy"
 )
 
-// delta is what changed for the policy table since its last sync: the
-// incremental path (compiler.Incremental) programs pods of other nodes,
-// namespaces without pods here and policies that select none of them
-// without a snapshot; anything else (or too much) takes the full path.
-// Guarded by Agent.mu.
-type delta struct {
-	pods, namespaces map[string]bool
-	policies         []any // policy objects seen in events, old and new
-	full             bool
-}
-
-// maxDelta is the most objects a delta holds: past it a full compile is
-// cheaper than one update per object.
-const maxDelta = 5000
-
-func (d *delta) size() int { return len(d.pods) + len(d.namespaces) + len(d.policies) }
-
-// record notes an event's objects in the delta.
-func (d *delta) record(resource string, objs []any) {
-	if d.full {
-		return
-	}
-	if _, policy := policyKinds[resource]; !policy && resource != "pods" && resource != "namespaces" && resource != "networkpolicies" {
-		d.full = true // nodes, the served policy APIs (an event without objects)
-		return
-	}
-	if d.pods == nil {
-		d.pods, d.namespaces = map[string]bool{}, map[string]bool{}
+// recordChange notes an informer event's objects in the policy table's
+// changes (node.PolicyChanges), by their type: pods and namespaces by
+// key, policies as their models; anything else (a Node, an event without
+// objects: the served policy APIs changed, and their objects are in
+// informers the last snapshot did not read) needs a full sync.
+func (a *Agent) recordChange(objs []any) {
+	var pods, namespaces []string
+	var pols []*policy.Policy
+	full := ""
+	if len(objs) == 0 {
+		full = "the served policy APIs changed"
 	}
 	for _, obj := range objs {
-		switch resource {
-		case "pods", "namespaces":
-			key, err := cache.MetaNamespaceKeyFunc(obj)
-			if err != nil {
-				d.full = true
-				return
+		key := ""
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj, key = d.Obj, d.Key
+		}
+		switch o := obj.(type) {
+		case *leanPod:
+			pods = append(pods, cmp.Or(key, o.Namespace+"/"+o.Name))
+		case *corev1.Namespace:
+			namespaces = append(namespaces, o.Name)
+		case *corev1.Node:
+			full = "node " + o.Name + " changed"
+		case *leanSlice:
+			full = "the cluster DNS's endpoints changed" // with no NAT table (Agent.changed)
+		case *networkingv1.NetworkPolicy, *policyRecord:
+			snap, problems := loadPolicy(obj)
+			if len(problems) > 0 {
+				full = "a policy object with a problem: " + errors.Join(problems...).Error()
+				continue
 			}
-			if resource == "pods" {
-				d.pods[key] = true
-			} else {
-				d.namespaces[key] = true
-			}
-		default: // a policy
-			d.policies = append(d.policies, obj)
+			pols = append(pols, policy.Build(snap).Policies...)
+		default:
+			full = fmt.Sprintf("a %T changed", obj)
 		}
 	}
-	if d.size() > maxDelta {
-		d.full = true
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, key := range pods {
+		a.changes.Pod(key)
+	}
+	for _, ns := range namespaces {
+		a.changes.Namespace(ns)
+	}
+	if len(pols) > 0 {
+		a.changes.Policies(pols...)
+	}
+	if full != "" {
+		a.changes.NeedFull(full)
 	}
 }
 
-// takeDelta returns the delta so far and starts a new one.
-func (a *Agent) takeDelta() delta {
+// takeChanges returns the changes so far and starts anew.
+func (a *Agent) takeChanges() *node.PolicyChanges {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	d := a.delta
-	a.delta = delta{}
-	return d
+	ch := a.changes
+	a.changes = &node.PolicyChanges{}
+	return ch
 }
 
 // forceFull makes the next policy sync a full one.
-func (a *Agent) forceFull() {
+func (a *Agent) forceFull(reason string) {
 	a.mu.Lock()
-	a.delta.full = true
+	a.changes.NeedFull(reason)
 	a.mu.Unlock()
 }
 
-// policySync is what syncPolicyIncremental did.
+// policySync is what syncPolicyChanges did.
 type policySync struct {
-	node.PolicyResult
-	// path is "incremental" (compiler.Incremental's Update: the elements of
-	// what changed), "rebase" (the classes of this node's pods compiled
-	// again) or "" when the delta needs the full path (nothing was done).
-	path string
-	// model and objects are the policy model and objects, when the sync
-	// built the model (a rebase, or a policy change on the status
-	// writer): the status is written from them.
-	model   *policy.Model
+	node.ChangeSync
+	// objects are the policy objects, when the sync built the model (a
+	// rebase, or a policy change on the status writer): the status is
+	// written from ChangeSync.Model and them.
 	objects map[cluster.ObjectKey]policyObject
 }
 
-// syncPolicyIncremental programs the policy table from d without a
-// snapshot, when it can: by Update, or by a rebase for a policy that
-// applies to this node's pods, the labels of their namespace or a pod of
-// the node unlike the others.
-func (a *Agent) syncPolicyIncremental(d delta) policySync {
-	if d.full {
-		return policySync{}
+// syncPolicyChanges programs the policy table from ch without a snapshot
+// when it can (node.Programmer.SyncPolicyChanges decides how); Kind
+// SyncFull says nothing was done.
+func (a *Agent) syncPolicyChanges(ch *node.PolicyChanges) policySync {
+	var out policySync
+	in := node.ChangeInputs{Pod: a.src.pod, NamespaceLabels: a.namespaceLabels, Nodes: a.src.nodes,
+		Model: func() (*policy.Model, error) {
+			model, objects, err := a.buildModel()
+			out.objects = objects
+			return model, err
+		}}
+	out.ChangeSync = a.prog.SyncPolicyChanges(ch, in)
+	switch {
+	case out.Kind == node.SyncFull:
+		a.log.Debug("full policy sync", "reason", out.NeedsFull)
+	case out.Kind == node.SyncIncremental && ch.HasPolicies() && out.Err == nil && a.status != nil && a.status.leader.Load():
+		// The status writer's model, after the kernel has the change.
+		out.Model, out.objects, _ = a.buildModel()
 	}
-	rebase := false
-	if len(d.policies) > 0 {
-		pols, err := policyModels(d.policies)
-		if err != nil {
-			return policySync{}
-		}
-		rebase = a.prog.SelectsLocal(pols)
-	}
-	ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: a.namespaceLabels}
-	for key := range d.pods {
-		p, err := a.src.pod(key)
-		if err != nil {
-			return policySync{}
-		}
-		ch.Pods[key] = nil
-		if p != nil {
-			ch.Pods[key] = compiler.PodStateOf(p)
-		}
-	}
-	for ns := range d.namespaces {
-		ch.Namespaces = append(ch.Namespaces, ns)
-	}
-	var full *compiler.NeedsFullError
-	if !rebase {
-		r := a.prog.UpdatePolicy(ch)
-		if !errors.As(r.Err, &full) {
-			out := policySync{PolicyResult: r, path: "incremental"}
-			if len(d.policies) > 0 && r.Err == nil && a.status != nil && a.status.leader.Load() {
-				// The status writer's model, after the kernel has
-				// the change.
-				out.model, out.objects, _ = a.buildModel()
-			}
-			return out
-		}
-		a.log.Debug("rebasing the policy table", "reason", full.Reason)
-	}
-	nodes, err := a.src.nodes()
-	if err != nil {
-		return policySync{}
-	}
-	model, objects, err := a.buildModel()
-	if err != nil {
-		return policySync{}
-	}
-	r := a.prog.RebasePolicy(ch, model, nodes)
-	if errors.As(r.Err, &full) {
-		a.log.Debug("full policy sync", "reason", full.Reason)
-		return policySync{}
-	}
-	return policySync{PolicyResult: r, path: "rebase", model: model, objects: objects}
+	return out
 }
 
 // buildModel builds the policy model of the cached objects (from the
@@ -173,20 +136,4 @@ func (a *Agent) namespaceLabels(name string) labels.Set {
 		ns = nil
 	}
 	return compiler.NamespaceLabelsOf(name, ns)
-}
-
-// policyModels builds the model policies of policy objects (typed
-// NetworkPolicies, admin and cluster policies as policyRecords), each alone
-// (an object's old and new versions share a name). An object with a
-// problem is an error: the full path reports it.
-func policyModels(objs []any) ([]*policy.Policy, error) {
-	var out []*policy.Policy
-	for _, obj := range objs {
-		snap, problems := loadPolicy(obj)
-		if len(problems) > 0 {
-			return nil, errors.Join(problems...)
-		}
-		out = append(out, policy.Build(snap).Policies...)
-	}
-	return out, nil
 }

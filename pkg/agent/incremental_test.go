@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 
 	"github.com/netpol/netpol/internal/synth"
@@ -229,44 +231,58 @@ func (h *harness) hasLocalPods(ns string) bool {
 	return false
 }
 
-// TestDeltaRecord: pods and namespaces are recorded by key and policies
-// as objects; anything else, including a change of the served policy
-// APIs (an event without objects: their objects are then in informers the
-// last snapshot did not read), makes the next policy sync a full one, as
-// does a delta past maxDelta objects.
-func TestDeltaRecord(t *testing.T) {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "x"}}
+// TestRecordChange: pods and namespaces are recorded by key and policies
+// as their models; a policy object with a problem, a Node, the cluster
+// DNS's EndpointSlice (with no NAT table) and a change of the served
+// policy APIs (an event without objects: their objects are then in
+// informers the last snapshot did not read) make the next policy sync a
+// full one, as do changes past node.MaxPolicyChanges objects.
+func TestRecordChange(t *testing.T) {
+	pod := newLeanPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "x"}})
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
+	anp, err := leanPolicy(&unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "policy.networking.k8s.io/v1alpha1", "kind": "AdminNetworkPolicy",
+		"metadata": map[string]any{"name": "deny-all"},
+		"spec": map[string]any{"priority": int64(10), "subject": map[string]any{"namespaces": map[string]any{}},
+			"ingress": []any{map[string]any{"action": "Deny", "from": []any{map[string]any{"namespaces": map[string]any{}}}}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
-		resource string
+		name     string
 		objs     []any
 		full     bool
+		policies bool
 	}{
-		{"pods", []any{pod, pod}, false},
-		{"namespaces", []any{ns}, false},
-		{"networkpolicies", []any{isolate("x", "a")}, false},
-		{"adminnetworkpolicies", []any{&policyRecord{}}, false},
-		{"policy-apis", nil, true},
-		{"nodes", []any{&corev1.Node{}}, true},
+		{"pods", []any{pod, pod}, false, false},
+		{"a deleted pod", []any{cache.DeletedFinalStateUnknown{Key: "x/a", Obj: pod}}, false, false},
+		{"namespaces", []any{ns}, false, false},
+		{"a NetworkPolicy", []any{isolate("x", "a")}, false, true},
+		{"an admin policy", []any{anp}, false, true},
+		{"a policy with a problem", []any{&policyRecord{err: errors.New("no JSON")}}, true, false},
+		{"the policy APIs", nil, true, false},
+		{"a node", []any{&corev1.Node{}}, true, false},
+		{"the cluster DNS", []any{&leanSlice{}}, true, false},
 	}
 	for _, tt := range tests {
-		var d delta
-		d.record(tt.resource, tt.objs)
-		if d.full != tt.full {
-			t.Errorf("%s: full %v, want %v", tt.resource, d.full, tt.full)
+		a := &Agent{changes: &node.PolicyChanges{}}
+		a.recordChange(tt.objs)
+		if full := a.changes.FullReason() != ""; full != tt.full || a.changes.Empty() || a.changes.HasPolicies() != tt.policies {
+			t.Errorf("%s: full %v (%q), policies %v, want full %v, policies %v", tt.name, full, a.changes.FullReason(),
+				a.changes.HasPolicies(), tt.full, tt.policies)
 		}
 	}
-	var d delta
-	d.record("pods", []any{pod})
-	d.record("namespaces", []any{ns})
-	if !d.pods["x/a"] || !d.namespaces["x"] || d.full {
-		t.Errorf("recorded pods %v, namespaces %v, full %v", d.pods, d.namespaces, d.full)
+	a := &Agent{changes: &node.PolicyChanges{}}
+	for i := range node.MaxPolicyChanges {
+		a.recordChange([]any{newLeanPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint(i), Namespace: "x"}})})
 	}
-	for i := range maxDelta {
-		d.record("pods", []any{&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint(i), Namespace: "x"}}})
+	if reason := a.changes.FullReason(); reason != "" {
+		t.Errorf("%d pods need a full sync: %s", node.MaxPolicyChanges, reason)
 	}
-	if !d.full {
-		t.Errorf("a delta of %d objects is not full", d.size())
+	a.recordChange([]any{ns})
+	if a.changes.FullReason() == "" {
+		t.Errorf("%d changes do not need a full sync", node.MaxPolicyChanges+1)
 	}
 }
 
@@ -306,7 +322,7 @@ func TestLeaderStatusWithoutFullSync(t *testing.T) {
 		drain()
 		h.agent.mu.Lock()
 		defer h.agent.mu.Unlock()
-		if !discovered || h.agent.delta.full {
+		if !discovered || h.agent.changes.FullReason() != "" {
 			return false
 		}
 		for _, ts := range h.agent.tables {

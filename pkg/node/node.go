@@ -98,7 +98,7 @@ type Programmer struct {
 	opts   Options
 	policy kernel.Table
 	// live is the policy table of the last full compile, kept up to
-	// date by UpdatePolicy; applied says the kernel took its last change.
+	// date by SyncPolicyChanges; applied says the kernel took its last change.
 	live    incrementalTable
 	applied bool
 	// identities is the identity layout's numbering, kept from sync to
@@ -177,7 +177,7 @@ type Input struct {
 	Snapshot *cluster.Snapshot
 	Model    *policy.Model
 	Resolved *eval.Resolved
-	// CheckIncremental compares the incremental table (UpdatePolicy's) with
+	// CheckIncremental compares the incremental table (SyncPolicyChanges's) with
 	// the full compile before replacing it (PolicyResult.IncrementalDiffers).
 	CheckIncremental bool
 	// Pods, when set, are the pods the resolution reads instead of
@@ -225,11 +225,11 @@ type Result struct {
 type PolicyResult struct {
 	Ran bool // the table was asked for
 	// Table is the compiled table (also when applying it failed); the
-	// next UpdatePolicy changes it (PolicyTable is a lasting copy).
+	// next SyncPolicyChanges changes it (PolicyTable is a lasting copy).
 	Table  *nft.Table
 	Stats  kernel.Stats
 	Counts nft.Counts
-	// Incremental: the table came from UpdatePolicy, not a full compile.
+	// Incremental: the table came from SyncPolicyChanges, not a full compile.
 	Incremental bool
 	// IncrementalDiffers: with Input.CheckIncremental, the incremental table differed
 	// from the full compile (a bug; the full table is what was applied).
@@ -352,11 +352,11 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 	return res
 }
 
-// UpdatePolicy programs the policy table from the last one and the
+// updatePolicy programs the policy table from the last one and the
 // changes since (compiler.Incremental), without a snapshot. A
 // compiler.NeedsFullError (in PolicyResult.Err) means nothing was done:
 // the caller syncs in full.
-func (p *Programmer) UpdatePolicy(ch compiler.Changes) PolicyResult {
+func (p *Programmer) updatePolicy(ch compiler.Changes) PolicyResult {
 	r := PolicyResult{Ran: true, Incremental: true}
 	if p.live == nil {
 		r.Err = &compiler.NeedsFullError{Reason: "no full compile yet"}
@@ -372,12 +372,12 @@ func (p *Programmer) UpdatePolicy(ch compiler.Changes) PolicyResult {
 	return r
 }
 
-// RebasePolicy programs the policy table for a new policy model and the
+// rebasePolicy programs the policy table for a new policy model and the
 // changes since the last sync, compiling only the node's own pods' classes
 // (compiler.Incremental.Rebase, compiler.IdentityIncremental.Rebase): for a change
 // Update refuses. nodes are every
 // Node. A compiler.NeedsFullError means nothing was done.
-func (p *Programmer) RebasePolicy(ch compiler.Changes, model *policy.Model, nodes []*corev1.Node) PolicyResult {
+func (p *Programmer) rebasePolicy(ch compiler.Changes, model *policy.Model, nodes []*corev1.Node) PolicyResult {
 	r := PolicyResult{Ran: true, Incremental: true}
 	if p.live == nil {
 		r.Err = &compiler.NeedsFullError{Reason: "no full compile yet"}
@@ -413,9 +413,9 @@ func (p *Programmer) PolicyTable() *nft.Table {
 // it: a compile given a pointer to it numbers as this node did.
 func (p *Programmer) Identities() compiler.Identities { return p.identities }
 
-// SelectsLocal reports whether some policy of pols applies to a pod of
+// selectsLocal reports whether some policy of pols applies to a pod of
 // this node (true before the first full compile).
-func (p *Programmer) SelectsLocal(pols []*policy.Policy) bool {
+func (p *Programmer) selectsLocal(pols []*policy.Policy) bool {
 	if p.live == nil {
 		return true
 	}

@@ -2,11 +2,14 @@ package node
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/netpol/netpol/internal/synth"
@@ -14,6 +17,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/nft/kernel"
+	"github.com/netpol/netpol/pkg/policy"
 )
 
 // TestSyncTablesOnTheirOwn: one table's failure leaves the other synced,
@@ -90,7 +94,7 @@ func TestVerify(t *testing.T) {
 	}
 }
 
-// TestUpdatePolicy: UpdatePolicy programs a change to another node's pod
+// TestUpdatePolicy: updatePolicy programs a change to another node's pod
 // as a full compile would, without one; a change to a pod of the node asks
 // for a full compile; and CheckIncremental notices an incremental table that
 // differs from the full compile (here: Incremental told of a deletion the
@@ -141,9 +145,9 @@ func TestUpdatePolicy(t *testing.T) {
 			nsLabels = func(string) labels.Set { return compiler.NamespaceLabelsOf(n.Name, n) }
 		}
 	}
-	r := p.UpdatePolicy(compiler.Changes{Pods: map[string]*compiler.PodState{key: nil}, NamespaceLabels: nsLabels})
+	r := p.updatePolicy(compiler.Changes{Pods: map[string]*compiler.PodState{key: nil}, NamespaceLabels: nsLabels})
 	if r.Err != nil || !r.Incremental || r.Stats.Messages == 0 {
-		t.Fatalf("UpdatePolicy: err %v, incremental %v, %d messages; want an incremental transaction", r.Err, r.Incremental, r.Stats.Messages)
+		t.Fatalf("updatePolicy: err %v, incremental %v, %d messages; want an incremental transaction", r.Err, r.Incremental, r.Stats.Messages)
 	}
 	if d := kernel.Diff(pol.Kernel(), full(after)); !d.Empty() {
 		t.Fatalf("after the update the kernel differs from a full compile: %d operations", len(d.Ops))
@@ -160,14 +164,14 @@ func TestUpdatePolicy(t *testing.T) {
 	relabelled := after.Pods[local].DeepCopy()
 	relabelled.Labels = map[string]string{"app": "never-compiled"}
 	localKey := relabelled.Namespace + "/" + relabelled.Name
-	r = p.UpdatePolicy(compiler.Changes{Pods: map[string]*compiler.PodState{localKey: compiler.PodStateOf(relabelled)}, NamespaceLabels: nsLabels})
+	r = p.updatePolicy(compiler.Changes{Pods: map[string]*compiler.PodState{localKey: compiler.PodStateOf(relabelled)}, NamespaceLabels: nsLabels})
 	var needsFull *compiler.NeedsFullError
 	if !errors.As(r.Err, &needsFull) {
 		t.Fatalf("relabelling node-1's pod %s: err %v, want a NeedsFullError", localKey, r.Err)
 	}
 
 	// Incremental is told the pod went while the snapshot brings it back.
-	if r := p.UpdatePolicy(compiler.Changes{Pods: map[string]*compiler.PodState{key: compiler.PodStateOf(gone)}, NamespaceLabels: nsLabels}); r.Err != nil {
+	if r := p.updatePolicy(compiler.Changes{Pods: map[string]*compiler.PodState{key: compiler.PodStateOf(gone)}, NamespaceLabels: nsLabels}); r.Err != nil {
 		t.Fatal(r.Err)
 	}
 	in = Prepare(after)
@@ -181,10 +185,12 @@ func TestUpdatePolicy(t *testing.T) {
 }
 
 // TestPolicySyncPaths drives one Programmer per layout through the policy
-// table's paths, in order, on the Fake: each step says which path it must
-// take (a full sync, an incremental update, or a refusal that leaves the
-// kernel alone) and the kernel must then hold what a full compile of the
-// state gives (with the numbering the Programmer kept).
+// table's paths, in order, on the Fake: each step is a full sync or a set
+// of changes (SyncPolicyChanges, which decides the kind of sync), and says
+// which kind it must take (a full sync, an update, a rebase, a refusal
+// that leaves the kernel alone for a full sync to follow, or a
+// transaction the kernel fails); the kernel must then hold what a full
+// compile of the state gives (with the numbering the Programmer kept).
 func TestPolicySyncPaths(t *testing.T) {
 	base, err := synth.Snapshot(synth.Spec{Shape: synth.ShapeRealistic, Namespaces: 6, Pods: 300, Nodes: 3, NetworkPolicies: 30, AdminPolicies: 6, Seed: 7})
 	if err != nil {
@@ -194,13 +200,15 @@ func TestPolicySyncPaths(t *testing.T) {
 	const (
 		full        = "full"
 		incremental = "incremental"
-		refused     = "refused"     // NeedsFullError: nothing sent
+		rebase      = "rebase"
+		refused     = "refused"     // SyncFull from SyncPolicyChanges: nothing sent
 		failed      = "apply fails" // the kernel keeps its table
 	)
 	for _, layout := range []compiler.Layout{compiler.LayoutAddresses, compiler.LayoutIdentities} {
 		t.Run(layout.String(), func(t *testing.T) {
 			snap := *base
 			snap.Pods = slices.Clone(base.Pods)
+			snap.NetworkPolicies = slices.Clone(base.NetworkPolicies)
 			pol := kernel.NewFake("netpol")
 			p, err := NewWith(Options{Node: node, NoProxy: true, Layout: layout}, pol, nil)
 			if err != nil {
@@ -220,22 +228,25 @@ func TestPolicySyncPaths(t *testing.T) {
 				}
 				return tab
 			}
-			nsLabels := func(ns string) labels.Set {
-				for _, n := range snap.Namespaces {
-					if n.Name == ns {
-						return compiler.NamespaceLabelsOf(ns, n)
+			in := ChangeInputs{
+				Pod: func(key string) (*corev1.Pod, error) {
+					for _, pod := range snap.Pods {
+						if pod.Namespace+"/"+pod.Name == key {
+							return pod, nil
+						}
 					}
-				}
-				return compiler.NamespaceLabelsOf(ns, nil)
-			}
-			update := func(pods ...*corev1.Pod) func() PolicyResult {
-				return func() PolicyResult {
-					ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
-					for _, pod := range pods {
-						ch.Pods[pod.Namespace+"/"+pod.Name] = compiler.PodStateOf(pod)
+					return nil, nil
+				},
+				NamespaceLabels: func(ns string) labels.Set {
+					for _, n := range snap.Namespaces {
+						if n.Name == ns {
+							return compiler.NamespaceLabelsOf(ns, n)
+						}
 					}
-					return p.UpdatePolicy(ch)
-				}
+					return compiler.NamespaceLabelsOf(ns, nil)
+				},
+				Model: func() (*policy.Model, error) { return policy.Build(&snap), nil },
+				Nodes: func() ([]*corev1.Node, error) { return snap.Nodes, nil },
 			}
 			pick := func(local bool) *corev1.Pod {
 				for _, pod := range snap.Pods {
@@ -246,46 +257,89 @@ func TestPolicySyncPaths(t *testing.T) {
 				t.Fatalf("no pod-network pod (on %s: %v)", node, local)
 				return nil
 			}
+			replace := func(pod *corev1.Pod) {
+				i := slices.IndexFunc(snap.Pods, func(p *corev1.Pod) bool { return p.Namespace == pod.Namespace && p.Name == pod.Name })
+				snap.Pods[i] = pod
+			}
+			pods := func(pods ...*corev1.Pod) *PolicyChanges {
+				ch := &PolicyChanges{}
+				for _, pod := range pods {
+					ch.Pod(pod.Namespace + "/" + pod.Name)
+				}
+				return ch
+			}
 			replica := pick(false).DeepCopy()
 			replica.Name, replica.Status.PodIP = "replica-remote", "10.250.0.7"
 			replica.Status.PodIPs = []corev1.PodIP{{IP: replica.Status.PodIP}}
-			stranger := pick(true).DeepCopy()
+			local := pick(true)
+			stranger := local.DeepCopy()
 			stranger.Labels = map[string]string{"app": "never-compiled", "app.kubernetes.io/component": "never-compiled"}
+			// A NetworkPolicy that isolates the namespace of a pod of the node.
+			isolating := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "isolate-all", Namespace: local.Namespace},
+				Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}}
 			steps := []struct {
-				name   string
-				before func() // the state's change (snap)
-				do     func() PolicyResult
-				want   string
+				name    string
+				before  func()                // the state's change (snap)
+				changes func() *PolicyChanges // nil: a full sync
+				want    string
 			}{
-				{"first sync", nil, func() PolicyResult { return p.Sync(Prepare(&snap), Policy).Policy }, full},
-				{"a replica on another node", func() { snap.Pods = append(snap.Pods, replica) }, update(replica), incremental},
-				{"a pod of the node with labels no pod had", nil, update(stranger), refused},
-				{"a transaction the kernel refuses", func() { pol.FailWith(func(*kernel.Plan) error { return errors.New("injected") }) },
-					func() PolicyResult {
-						gone := *replica
-						gone.Status.PodIP, gone.Status.PodIPs = "", nil // its address released
-						return update(&gone)()
-					}, failed},
+				{"first sync", nil, nil, full},
+				{"a replica on another node", func() { snap.Pods = append(snap.Pods, replica) }, func() *PolicyChanges { return pods(replica) }, incremental},
+				{"a policy that applies to the node's pods", func() { snap.NetworkPolicies = append(snap.NetworkPolicies, isolating) },
+					func() *PolicyChanges {
+						ch := &PolicyChanges{}
+						ch.Policies(policy.Build(&cluster.Snapshot{NetworkPolicies: []*networkingv1.NetworkPolicy{isolating}}).Policies...)
+						return ch
+					}, rebase},
+				{"more changes than an update is worth", nil, func() *PolicyChanges {
+					ch := &PolicyChanges{}
+					for i := range MaxPolicyChanges + 1 {
+						ch.Pod(fmt.Sprintf("nowhere/pod-%d", i))
+					}
+					return ch
+				}, refused},
+				{"a transaction the kernel refuses", func() {
+					pol.FailWith(func(*kernel.Plan) error { return errors.New("injected") })
+					gone := *replica
+					gone.Status.PodIP, gone.Status.PodIPs = "", nil // its address released
+					replace(&gone)
+				}, func() *PolicyChanges { return pods(replica) }, failed},
 				{"the full sync after it", func() {
 					pol.FailWith(nil)
-					snap.Pods = slices.DeleteFunc(snap.Pods, func(p *corev1.Pod) bool { return p == replica })
-				}, func() PolicyResult { return p.Sync(Prepare(&snap), Policy).Policy }, full},
+					snap.Pods = slices.DeleteFunc(snap.Pods, func(p *corev1.Pod) bool { return p.Name == replica.Name })
+				}, nil, full},
 			}
+			// A pod of the node with labels no pod had: an update cannot
+			// number it; the address layout rebases, the identity layout
+			// refuses (its rebase keeps the numbering).
+			strangerWant := map[compiler.Layout]string{compiler.LayoutAddresses: rebase, compiler.LayoutIdentities: refused}[layout]
+			steps = append(steps, struct {
+				name    string
+				before  func()
+				changes func() *PolicyChanges
+				want    string
+			}{"a pod of the node with labels no pod had", func() { replace(stranger) }, func() *PolicyChanges { return pods(stranger) }, strangerWant})
 			for _, st := range steps {
 				kernelBefore := pol.Kernel()
 				if st.before != nil {
 					st.before()
 				}
-				r := st.do()
-				var needsFull *compiler.NeedsFullError
 				got := full
-				switch {
-				case errors.As(r.Err, &needsFull):
-					got = refused
-				case r.Err != nil:
+				var r PolicyResult
+				if st.changes == nil {
+					r = p.Sync(Prepare(&snap), Policy).Policy
+				} else {
+					cs := p.SyncPolicyChanges(st.changes(), in)
+					r, got = cs.PolicyResult, cs.Kind.String()
+					if cs.Kind == SyncFull {
+						got = refused
+						if cs.NeedsFull == "" {
+							t.Errorf("%s: no reason for a full sync", st.name)
+						}
+					}
+				}
+				if r.Err != nil {
 					got = failed
-				case r.Incremental:
-					got = incremental
 				}
 				if got != st.want {
 					t.Fatalf("%s: took %q (err %v), want %q", st.name, got, r.Err, st.want)
