@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"iter"
 	"maps"
 	"reflect"
@@ -244,60 +245,81 @@ func (m *recordMeta) SetOwnerReferences([]metav1.OwnerReference)    {}
 func (m *recordMeta) GetManagedFields() []metav1.ManagedFieldsEntry { return nil }
 func (m *recordMeta) SetManagedFields([]metav1.ManagedFieldsEntry)  {}
 
-// interner holds one shared value per distinct content (its id), for the
+// interner holds one shared value per distinct content, for the
 // informers' records: a ReplicaSet's pods carry equal labels and ports, so
-// 100,000 pods share a few thousand of each. Entries are weak: a value no
-// record holds any more is collected, and its entry goes with it.
+// 100,000 pods share a few thousand of each. Values are found by a hash of
+// their content (a key string of the content cost as much as the values
+// it shared, at 100,000 pods of the realistic shape); on a collision the
+// newer value is simply not shared. Entries are weak: a value no record
+// holds any more is collected, and its entry goes with it.
 type interner[T any] struct {
-	mu sync.Mutex
-	m  map[string]weak.Pointer[T]
+	mu    sync.Mutex
+	m     map[uint64]weak.Pointer[T]
+	equal func(a, b *T) bool
 }
 
-// intern returns the shared value with this id, v when there is none yet.
-func (in *interner[T]) intern(id string, v *T) *T {
+// intern returns the shared value with the content of v (hash h), v when
+// there is none yet.
+func (in *interner[T]) intern(h uint64, v *T) *T {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if shared := in.m[id].Value(); shared != nil {
-		return shared
+	if shared := in.m[h].Value(); shared != nil {
+		if in.equal(shared, v) {
+			return shared
+		}
+		return v
 	}
 	if in.m == nil {
-		in.m = map[string]weak.Pointer[T]{}
+		in.m = map[uint64]weak.Pointer[T]{}
 	}
 	wp := weak.Make(v)
-	in.m[id] = wp
-	runtime.AddCleanup(v, func(id string) {
+	in.m[h] = wp
+	runtime.AddCleanup(v, func(h uint64) {
 		in.mu.Lock()
-		if in.m[id] == wp {
-			delete(in.m, id)
+		if in.m[h] == wp {
+			delete(in.m, h)
 		}
 		in.mu.Unlock()
-	}, id)
+	}, h)
 	return v
 }
+
+// internSeed seeds the interners' hashes.
+var internSeed = maphash.MakeSeed()
 
 // labelSet is one interned label map.
 type labelSet struct{ m map[string]string }
 
-var internedLabels interner[labelSet]
+var internedLabels = interner[labelSet]{equal: func(a, b *labelSet) bool { return maps.Equal(a.m, b.m) }}
 
 // internLabels returns the shared map with the content of m (read only).
+// A new one holds its keys as unique strings: the keys of 100,000 pods'
+// label sets are a few dozen strings.
 func internLabels(m map[string]string) *labelSet {
 	keys := slices.Sorted(maps.Keys(m))
-	var b strings.Builder
+	var h maphash.Hash
+	h.SetSeed(internSeed)
 	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte(0)
-		b.WriteString(m[k])
-		b.WriteByte(0)
+		h.WriteString(k)
+		h.WriteByte(0)
+		h.WriteString(m[k])
+		h.WriteByte(0)
 	}
-	return internedLabels.intern(b.String(), &labelSet{m: m})
+	set := &labelSet{m: m}
+	if len(m) > 0 {
+		set.m = make(map[string]string, len(m))
+		for k, v := range m {
+			set.m[unique.Make(k).Value()] = v
+		}
+	}
+	return internedLabels.intern(h.Sum64(), set)
 }
 
 // portList is one interned list of container ports.
 type portList struct{ p []corev1.ContainerPort }
 
 var (
-	internedPorts interner[portList]
+	internedPorts = interner[portList]{equal: func(a, b *portList) bool { return slices.Equal(a.p, b.p) }}
 	noPorts       = &portList{}
 )
 
@@ -307,20 +329,21 @@ func internPorts(ports []corev1.ContainerPort) *portList {
 	if len(ports) == 0 {
 		return noPorts
 	}
-	var b []byte
+	var h maphash.Hash
+	h.SetSeed(internSeed)
 	for _, p := range ports {
-		b = append(b, p.Name...)
-		b = append(b, 0)
-		b = strconv.AppendInt(b, int64(p.ContainerPort), 10)
-		b = append(b, 0)
-		b = append(b, p.Protocol...)
-		b = append(b, 0)
-		b = strconv.AppendInt(b, int64(p.HostPort), 10)
-		b = append(b, 0)
-		b = append(b, p.HostIP...)
-		b = append(b, 0)
+		h.WriteString(p.Name)
+		h.WriteByte(0)
+		h.WriteString(strconv.Itoa(int(p.ContainerPort)))
+		h.WriteByte(0)
+		h.WriteString(string(p.Protocol))
+		h.WriteByte(0)
+		h.WriteString(strconv.Itoa(int(p.HostPort)))
+		h.WriteByte(0)
+		h.WriteString(p.HostIP)
+		h.WriteByte(0)
 	}
-	return internedPorts.intern(string(b), &portList{p: slices.Clip(ports)})
+	return internedPorts.intern(h.Sum64(), &portList{p: slices.Clip(ports)})
 }
 
 func leanNode(n *corev1.Node) *corev1.Node {

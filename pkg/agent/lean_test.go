@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,13 +155,13 @@ func TestSameLean(t *testing.T) {
 	}
 }
 
-// internedWith counts the interned values whose id contains marker.
-func internedWith[T any](in *interner[T], marker string) int {
+// internedWith counts the interned values that has says hold marker.
+func internedWith[T any](in *interner[T], has func(*T) bool) int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	n := 0
-	for id := range in.m {
-		if strings.Contains(id, marker) {
+	for _, wp := range in.m {
+		if v := wp.Value(); v != nil && has(v) {
 			n++
 		}
 	}
@@ -171,8 +173,14 @@ func internedWith[T any](in *interner[T], marker string) int {
 // table; a deep copy shares nothing.
 func TestIntern(t *testing.T) {
 	const marker = "intern-test"
-	labels := func() int { return internedWith(&internedLabels, marker) }
-	ports := func() int { return internedWith(&internedPorts, marker) }
+	labels := func() int {
+		return internedWith(&internedLabels, func(l *labelSet) bool { return slices.Contains(slices.Collect(maps.Values(l.m)), marker) })
+	}
+	ports := func() int {
+		return internedWith(&internedPorts, func(l *portList) bool {
+			return slices.ContainsFunc(l.p, func(p corev1.ContainerPort) bool { return p.Name == marker })
+		})
+	}
 	pod := func(name string, lbls map[string]string, ports ...corev1.ContainerPort) *leanPod {
 		return newLeanPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Ports: ports}}}})
