@@ -206,6 +206,13 @@ func BenchmarkIdentityRebase(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(live.ReusedChains()), "chains-reused")
+		// What the table's state holds after the rebases (a rebase that
+		// kept the compile before it grew this with every rebase).
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		b.ReportMetric(float64(m.HeapAlloc)/1e6, "live-MB")
+		runtime.KeepAlive(live)
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"weak"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -66,3 +67,10 @@ func (n *Identities) Len() int {
 // ReusedChains is how many chains the last Rebase took from the compile
 // before it.
 func (l *IdentityIncremental) ReusedChains() int { return l.reused }
+
+// CompileCollected (tests only) reports, from a weak pointer, whether the
+// compile l holds now has been garbage collected.
+func CompileCollected(l *IdentityIncremental) func() bool {
+	wp := weak.Make(l.c)
+	return func() bool { return wp.Value() == nil }
+}

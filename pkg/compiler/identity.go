@@ -533,7 +533,7 @@ type idCompiler struct {
 // (reuse). missing is the first thing the compile needed that none of
 // these has.
 type fromLast struct {
-	last      *idCompiler
+	last      lastRecords
 	table     *nft.Table
 	selectIDs func(subjects []policy.Subject) []addrRange
 	missing   string
@@ -545,8 +545,23 @@ type fromLast struct {
 	reused   int // chains taken
 }
 
+// lastRecords are what a compile takes from the one before it: its
+// records, not the compile itself, which would hold the one before it in
+// turn (every compile since the last full one, and its evaluator of the
+// cluster's identities).
+type lastRecords struct {
+	chainSig                  map[string]string
+	uses                      map[string]map[string]bool
+	namedIDSets, ingressNamed map[string][]policy.Port
+	ruleDef                   map[[3]int]string
+	peerDefIDs                map[string][]addrRange
+	peerDefs                  map[string][]policy.Subject
+}
+
 func newFromLast(last *idCompiler, table *nft.Table, selectIDs func([]policy.Subject) []addrRange) *fromLast {
-	f := &fromLast{last: last, table: table, selectIDs: selectIDs,
+	records := lastRecords{chainSig: last.chainSig, uses: last.uses, namedIDSets: last.namedIDSets, ingressNamed: last.ingressNamed,
+		ruleDef: last.ruleDef, peerDefIDs: last.peerDefIDs, peerDefs: last.peerDefs}
+	f := &fromLast{last: records, table: table, selectIDs: selectIDs,
 		index: make(map[*policy.Policy]int32, len(last.pols)), idSetKey: make(map[string]string, len(last.idSets))}
 	for i, p := range last.pols {
 		f.index[p] = int32(i)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -442,4 +443,35 @@ func TestIdentityIncrementalFromPods(t *testing.T) {
 	if fewer == 0 {
 		t.Fatal("no table was built from fewer pods than the cluster's")
 	}
+}
+
+// TestRebaseKeepsNoEarlierCompile: the compile a rebase replaces is
+// garbage once the rebase is done (a rebase takes the last compile's
+// records, not the compile, which held its own predecessor and, through
+// the first, the evaluator of the cluster's identities).
+func TestRebaseKeepsNoEarlierCompile(t *testing.T) {
+	snap, err := synth.Snapshot(synth.Spec{Shape: synth.ShapeRealistic, Namespaces: 6, Pods: 300, Nodes: 3, NetworkPolicies: 30, AdminPolicies: 6, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := policy.Build(snap)
+	opts := compiler.Options{Node: snap.Nodes[0].Name, Layout: compiler.LayoutIdentities, Identities: &compiler.Identities{}}
+	l, err := compiler.NewIdentityIncrementalFromPods(snap, model, slices.Values(snap.Pods), len(snap.Pods), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer goruntime.KeepAlive(l) // the compiles are reachable only through l
+	collected := compiler.CompileCollected(l)
+	for range 2 {
+		if _, err := l.Rebase(compiler.Changes{}, model, snap.Nodes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 20 {
+		if collected() {
+			return
+		}
+		goruntime.GC()
+	}
+	t.Fatal("a compile two rebases back is still reachable")
 }
