@@ -414,8 +414,9 @@ func (l *Incremental) elements(addrs map[netip.Addr]bool) map[elementRef]bool {
 func (l *Incremental) recipeElements(rec *recipe, addrs map[netip.Addr]bool, dispatch bool) map[elementRef]bool {
 	out := map[elementRef]bool{}
 	sets := rec.sets()
+	var buf [2]*PodState
 	for a := range addrs {
-		l.addrElements(sets, a, dispatch, func(e elementRef) { out[e] = true })
+		l.addrElements(sets, a, l.byAddr.at(a, buf[:0]), dispatch, func(e elementRef) { out[e] = true })
 	}
 	return out
 }
@@ -460,13 +461,11 @@ func (r *recipe) sets() recipeSets {
 }
 
 // addrElements yields address a's elements in sets, from the pods that
-// hold it now, and with dispatch its dispatch entries. It is the one
+// hold it now (pods: byAddr's), and with dispatch its dispatch entries. It is the one
 // answer to which pod address goes in which set: a full compile fills
 // the sets with it (fillSets), an update patches what it says before and
 // after a change, a rebase fills the sets it made anew.
-func (l *Incremental) addrElements(sets recipeSets, a netip.Addr, dispatch bool, yield func(elementRef)) {
-	var buf [2]*PodState
-	pods := l.byAddr.at(a, buf[:0])
+func (l *Incremental) addrElements(sets recipeSets, a netip.Addr, pods []*PodState, dispatch bool, yield func(elementRef)) {
 	if len(pods) == 0 {
 		return
 	}
@@ -532,8 +531,11 @@ func (l *Incremental) dispatchElements(a netip.Addr, f *nft.Family, pods []*PodS
 }
 
 // element is the set element e stands for.
-func (e elementRef) element() nft.Element {
-	el := nft.Element{Key: []byte(e.key)}
+func (e elementRef) element() nft.Element { return e.elementWith([]byte(e.key)) }
+
+// elementWith is element with key, e.key's bytes.
+func (e elementRef) elementWith(key []byte) nft.Element {
+	el := nft.Element{Key: key}
 	if e.verdict != "" {
 		el.Verdict = &nft.Verdict{Kind: nft.Jump, Chain: e.verdict}
 	}

@@ -206,6 +206,10 @@ func (l *Incremental) fillSets(t *nft.Table, rec *recipe) {
 	}
 	targets := map[string]*target{}
 	var last *target // elements mostly come set after set
+	// An address's elements in every set share one key (keys are never
+	// changed in place): a million elements were a million small copies.
+	var lastKey string
+	var keyBytes []byte
 	put := func(e elementRef) {
 		if last == nil || last.set.Name != e.set {
 			last = targets[e.set]
@@ -230,19 +234,20 @@ func (l *Incremental) fillSets(t *nft.Table, rec *recipe) {
 			}
 			last.keys[e.key] = true
 		}
-		last.set.Elements = append(last.set.Elements, e.element())
-	}
-	fill := func(rec *recipe, addrs map[netip.Addr]bool) {
-		sets := rec.sets()
-		for a := range addrs {
-			l.addrElements(sets, a, false, put)
+		if e.key != lastKey || keyBytes == nil {
+			lastKey, keyBytes = e.key, []byte(e.key)
 		}
+		last.set.Elements = append(last.set.Elements, e.elementWith(keyBytes))
+	}
+	fill := func(rec *recipe, subjects []policy.Subject, withPorts bool) {
+		sets := rec.sets()
+		l.eachCandidate(subjects, withPorts, func(a netip.Addr, pods []*PodState) { l.addrElements(sets, a, pods, false, put) })
 	}
 	for prefix, subjects := range rec.podSets {
-		fill(&recipe{podSets: map[string][]policy.Subject{prefix: subjects}}, l.candidateAddrs(subjects, false))
+		fill(&recipe{podSets: map[string][]policy.Subject{prefix: subjects}}, subjects, false)
 	}
 	if len(rec.namedSets) > 0 {
-		fill(&recipe{namedSets: rec.namedSets}, l.candidateAddrs(nil, true))
+		fill(&recipe{namedSets: rec.namedSets}, nil, true)
 	}
 	lists := map[string]bool{}
 	for _, tier := range rec.npTiers {
@@ -258,29 +263,41 @@ func (l *Incremental) fillSets(t *nft.Table, rec *recipe) {
 			// networks hold.
 			named = named || len(r.named) > 0
 		}
-		fill(&recipe{npTiers: []*npTier{tier}}, l.candidateAddrs(subjects, named))
+		fill(&recipe{npTiers: []*npTier{tier}}, subjects, named)
 	}
 }
 
-// candidateAddrs are the addresses of the pods in the namespaces that
-// subjects select, and with withPorts of every pod that has container
-// ports: those whose elements in the sets of subjects fillSets asks
-// addrElements for (which matches the pods' labels, once).
-func (l *Incremental) candidateAddrs(subjects []policy.Subject, withPorts bool) map[netip.Addr]bool {
-	addrs := map[netip.Addr]bool{}
-	for ns, pods := range l.byNamespace {
+// eachCandidate calls each with every address of the pods in the
+// namespaces that subjects select, and with withPorts of every pod that
+// has container ports, once, with the pods that hold it: the addresses
+// whose elements in the sets of subjects fillSets asks addrElements for
+// (which matches the pods' labels, once).
+func (l *Incremental) eachCandidate(subjects []policy.Subject, withPorts bool, each func(netip.Addr, []*PodState)) {
+	selected := map[string]bool{}
+	for ns := range l.byNamespace {
 		nsLabels := l.nsLabels[ns]
-		selected := slices.ContainsFunc(subjects, func(s policy.Subject) bool { return s.SelectsNamespace(ns, nsLabels) })
-		if !selected && !withPorts {
+		selected[ns] = slices.ContainsFunc(subjects, func(s policy.Subject) bool { return s.SelectsNamespace(ns, nsLabels) })
+	}
+	candidate := func(p *PodState) bool {
+		return (withPorts && len(p.Ports) > 0) || (selected[p.Namespace] && !p.HostNetwork)
+	}
+	var buf [2]*PodState
+	for ns, pods := range l.byNamespace {
+		if !selected[ns] && !withPorts {
 			continue
 		}
 		for _, p := range pods {
-			if (withPorts && len(p.Ports) > 0) || (selected && !p.HostNetwork) {
-				for _, a := range p.Addrs {
-					addrs[a] = true
+			if !candidate(p) {
+				continue
+			}
+			for _, a := range p.Addrs {
+				// An address once, from the first candidate that holds it
+				// (host-network pods share their node's).
+				holders := l.byAddr.at(a, buf[:0])
+				if i := slices.IndexFunc(holders, candidate); i >= 0 && holders[i] == p {
+					each(a, holders)
 				}
 			}
 		}
 	}
-	return addrs
 }
