@@ -279,6 +279,9 @@ func newAgent(opts Options, kube kubernetes.Interface, dyn dynamic.Interface, pr
 	opts.defaults()
 	a := &Agent{opts: opts, log: opts.Logger.With("node", opts.NodeName), kube: kube, prog: prog, metrics: newMetrics(prog, opts.dnsLatency),
 		kick: make(chan struct{}, 1), reported: map[string]map[string]bool{}, changes: &node.PolicyChanges{}}
+	// The first sync is a full one: the informers' first lists are not
+	// recorded change by change.
+	a.changes.NeedFull("the first sync")
 	a.tables = []*tableState{{table: node.Policy}}
 	if !opts.NoProxy {
 		a.tables = append(a.tables, &tableState{table: node.Services})

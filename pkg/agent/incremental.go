@@ -22,11 +22,17 @@ import (
 // objects: the served policy APIs changed, and their objects are in
 // informers the last snapshot did not read) needs a full sync.
 func (a *Agent) recordChange(objs []any) {
+	a.mu.Lock()
+	full := a.changes.FullReason() != ""
+	a.mu.Unlock()
+	if full {
+		return // the next sync is a full one, which reads every object
+	}
 	var pods, namespaces []string
 	var pols []*policy.Policy
-	full := ""
+	reason := ""
 	if len(objs) == 0 {
-		full = "the served policy APIs changed"
+		reason = "the served policy APIs changed"
 	}
 	for _, obj := range objs {
 		key := ""
@@ -39,18 +45,18 @@ func (a *Agent) recordChange(objs []any) {
 		case *corev1.Namespace:
 			namespaces = append(namespaces, o.Name)
 		case *corev1.Node:
-			full = "node " + o.Name + " changed"
+			reason = "node " + o.Name + " changed"
 		case *leanSlice:
-			full = "the cluster DNS's endpoints changed" // with no NAT table (Agent.changed)
+			reason = "the cluster DNS's endpoints changed" // with no NAT table (Agent.changed)
 		case *networkingv1.NetworkPolicy, *policyRecord:
 			snap, problems := loadPolicy(obj)
 			if len(problems) > 0 {
-				full = "a policy object with a problem: " + errors.Join(problems...).Error()
+				reason = "a policy object with a problem: " + errors.Join(problems...).Error()
 				continue
 			}
 			pols = append(pols, policy.Build(snap).Policies...)
 		default:
-			full = fmt.Sprintf("a %T changed", obj)
+			reason = fmt.Sprintf("a %T changed", obj)
 		}
 	}
 	a.mu.Lock()
@@ -64,8 +70,8 @@ func (a *Agent) recordChange(objs []any) {
 	if len(pols) > 0 {
 		a.changes.Policies(pols...)
 	}
-	if full != "" {
-		a.changes.NeedFull(full)
+	if reason != "" {
+		a.changes.NeedFull(reason)
 	}
 }
 

@@ -273,7 +273,15 @@ func TestRecordChange(t *testing.T) {
 				a.changes.HasPolicies(), tt.full, tt.policies)
 		}
 	}
+	// Changes that already need a full sync record nothing more (the
+	// policy is not even built).
 	a := &Agent{changes: &node.PolicyChanges{}}
+	a.changes.NeedFull("the first sync")
+	a.recordChange([]any{&policyRecord{err: errors.New("not read")}, pod})
+	if reason := a.changes.FullReason(); reason != "the first sync" || a.changes.HasPolicies() {
+		t.Errorf("a full sync's changes: reason %q, policies %v", reason, a.changes.HasPolicies())
+	}
+	a = &Agent{changes: &node.PolicyChanges{}}
 	for i := range node.MaxPolicyChanges {
 		a.recordChange([]any{newLeanPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint(i), Namespace: "x"}})})
 	}

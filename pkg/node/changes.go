@@ -35,6 +35,9 @@ const MaxPolicyChanges = 5000
 // Pod records a change to the pod key (namespace/name): added, changed or
 // deleted.
 func (c *PolicyChanges) Pod(key string) {
+	if c.full != "" {
+		return // a full sync reads everything
+	}
 	if c.pods == nil {
 		c.pods = map[string]bool{}
 	}
@@ -44,6 +47,9 @@ func (c *PolicyChanges) Pod(key string) {
 
 // Namespace records a change to namespace name.
 func (c *PolicyChanges) Namespace(name string) {
+	if c.full != "" {
+		return
+	}
 	if c.namespaces == nil {
 		c.namespaces = map[string]bool{}
 	}
@@ -54,16 +60,21 @@ func (c *PolicyChanges) Namespace(name string) {
 // Policies records a change to a policy object: the models of its old and
 // new versions (none for a version that did not exist).
 func (c *PolicyChanges) Policies(pols ...*policy.Policy) {
+	if c.full != "" {
+		return
+	}
 	c.policies = append(c.policies, pols...)
 	c.overflow()
 }
 
 // NeedFull records a change only a full sync programs (a Node, the served
 // policy APIs, a policy object with a problem) and why. The first reason
-// is kept.
+// is kept, and nothing more is recorded: the full sync reads every object
+// (the agent's first informer lists are tens of thousands of changes).
 func (c *PolicyChanges) NeedFull(reason string) {
 	if c.full == "" {
 		c.full = reason
+		c.pods, c.namespaces, c.policies = nil, nil, nil
 	}
 }
 

@@ -361,3 +361,35 @@ func TestPolicySyncPaths(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyChanges: changes are kept by kind until one needs a full
+// sync (or there are more than MaxPolicyChanges); from then on nothing
+// more is kept, the first reason stays, and nothing is left behind.
+func TestPolicyChanges(t *testing.T) {
+	pol := policy.Build(&cluster.Snapshot{NetworkPolicies: []*networkingv1.NetworkPolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "x"}}}}).Policies
+	var ch PolicyChanges
+	if !ch.Empty() {
+		t.Fatal("zero changes are not empty")
+	}
+	ch.Pod("x/a")
+	ch.Namespace("x")
+	ch.Policies(pol...)
+	if ch.Empty() || !ch.HasPolicies() || ch.FullReason() != "" {
+		t.Fatalf("empty %v, policies %v, full %q", ch.Empty(), ch.HasPolicies(), ch.FullReason())
+	}
+	ch.NeedFull("first")
+	ch.NeedFull("second")
+	ch.Pod("x/b")
+	ch.Policies(pol...)
+	if ch.FullReason() != "first" || ch.HasPolicies() || len(ch.pods)+len(ch.namespaces)+len(ch.policies) != 0 {
+		t.Errorf("after a full reason: reason %q, %d pods, %d namespaces, %d policies kept", ch.FullReason(), len(ch.pods), len(ch.namespaces), len(ch.policies))
+	}
+	var many PolicyChanges
+	for i := range MaxPolicyChanges + 1 {
+		many.Pod(fmt.Sprintf("x/%d", i))
+	}
+	if many.FullReason() == "" || len(many.pods) != 0 {
+		t.Errorf("%d pods: reason %q, %d kept", MaxPolicyChanges+1, many.FullReason(), len(many.pods))
+	}
+}
