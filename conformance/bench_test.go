@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/internal/benchstat"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
@@ -68,15 +69,7 @@ func nodeOnlyLabOf(b testing.TB, snap *cluster.Snapshot, node string, pods ...st
 			}
 		}
 	}
-	l, err := lab.Up(context.Background(), small, lab.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			b.Errorf("lab down: %v", err)
-		}
-	})
+	l := labtest.Up(b, small, lab.Options{})
 	return l
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/internal/kerneltest"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
@@ -73,15 +74,7 @@ func TestLiveTraceInLab(t *testing.T) {
 	if len(report.Errors) > 0 {
 		t.Fatal(report.Errors)
 	}
-	l, err := lab.Up(context.Background(), snap, lab.Options{Prefix: "netpol-livetrace-"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			t.Error(err)
-		}
-	})
+	l := labtest.Up(t, snap, lab.Options{Prefix: "netpol-livetrace-"})
 	enf := conformance.NewEnforcer(l)
 	t.Cleanup(enf.Close)
 	if _, err := enf.Sync(snap); err != nil {

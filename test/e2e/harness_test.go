@@ -30,6 +30,7 @@ import (
 
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/internal/kerneltest"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/internal/testenv"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
@@ -115,16 +116,7 @@ func newWorldWith(t testing.TB, base string, withCRDs bool) *world {
 	for _, n := range snap.Nodes {
 		w.publishNode(n)
 	}
-	var err error
-	w.lab, err = lab.Up(ctx, snap, lab.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.lab.Down(); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
+	w.lab = labtest.Up(t, snap, lab.Options{})
 	for _, p := range snap.Pods {
 		w.publishPod(p)
 	}
