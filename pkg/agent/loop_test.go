@@ -87,30 +87,30 @@ func policyObjects(t testing.TB, docs ...string) []runtime.Object {
 	return out
 }
 
+// apiObjects are snap's objects that the fake clientset serves: its
+// namespaces, nodes, pods, Services, EndpointSlices and NetworkPolicies
+// (the policy.networking.k8s.io kinds come from the dynamic client).
+func apiObjects(snap *cluster.Snapshot) []runtime.Object {
+	objs := appendObjects(nil, snap.Namespaces)
+	objs = appendObjects(objs, snap.Nodes)
+	objs = appendObjects(objs, snap.Pods)
+	objs = appendObjects(objs, snap.Services)
+	objs = appendObjects(objs, snap.EndpointSlices)
+	return appendObjects(objs, snap.NetworkPolicies)
+}
+
+func appendObjects[T runtime.Object](objs []runtime.Object, items []T) []runtime.Object {
+	for _, o := range items {
+		objs = append(objs, o)
+	}
+	return objs
+}
+
 // newHarness prepares an agent for node-1 of snap, with the ANPs given
 // served by the fake API.
 func newHarness(t testing.TB, snap *cluster.Snapshot, opts Options, anps ...runtime.Object) *harness {
 	t.Helper()
-	var objs []runtime.Object
-	for _, o := range snap.Namespaces {
-		objs = append(objs, o)
-	}
-	for _, o := range snap.Nodes {
-		objs = append(objs, o)
-	}
-	for _, o := range snap.Pods {
-		objs = append(objs, o)
-	}
-	for _, o := range snap.Services {
-		objs = append(objs, o)
-	}
-	for _, o := range snap.EndpointSlices {
-		objs = append(objs, o)
-	}
-	for _, o := range snap.NetworkPolicies {
-		objs = append(objs, o)
-	}
-	h := &harness{t: t, snap: snap, kube: kubefake.NewClientset(objs...), pol: kernel.NewFake(compiler.DefaultTable),
+	h := &harness{t: t, snap: snap, kube: kubefake.NewClientset(apiObjects(snap)...), pol: kernel.NewFake(compiler.DefaultTable),
 		nat: kernel.NewFake("netpol-proxy"), logs: &logBuffer{}, done: make(chan error, 1)}
 	h.kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
 		GroupVersion: cluster.GVRAdminPolicy.GroupVersion().String(),
