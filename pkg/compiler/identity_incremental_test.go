@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
@@ -77,13 +76,7 @@ type identityIncrementalStats struct {
 }
 
 func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *identityIncrementalStats, dns *compiler.DNS) {
-	snap := *base
-	snap.Pods = slices.Clone(base.Pods)
-	snap.Namespaces = slices.Clone(base.Namespaces)
-	snap.NetworkPolicies = slices.Clone(base.NetworkPolicies)
-	snap.AdminPolicies = slices.Clone(base.AdminPolicies)
-	snap.ClusterPolicies = slices.Clone(base.ClusterPolicies)
-	snap.BaselinePolicies = slices.Clone(base.BaselinePolicies)
+	snap := mutableCopy(base)
 	numbering := &compiler.Identities{}
 	opts := compiler.Options{Node: node, DNS: dns, Layout: compiler.LayoutIdentities, Identities: numbering}
 	// The model from a policy.Cache, as the agent has it: an unchanged
@@ -111,14 +104,7 @@ func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string
 		compare(t, live, &snap, o, what, &ls)
 		stats.dnsClients += ls.dnsClients
 	}
-	nsLabels := func(ns string) labels.Set {
-		for _, n := range snap.Namespaces {
-			if n.Name == ns {
-				return compiler.NamespaceLabelsOf(ns, n)
-			}
-		}
-		return compiler.NamespaceLabelsOf(ns, nil)
-	}
+	nsLabels := namespaceLabels(&snap)
 	live := build()
 	check(live, "start")
 	for step := range 40 {
