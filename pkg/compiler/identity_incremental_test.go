@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -170,13 +169,7 @@ func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string
 			what, local = mutate(&snap, node, r, step, &ch)
 		}
 		if step == 20 && dns != nil {
-			servers := []netip.AddrPort{netip.MustParseAddrPort("10.244.9.9:53"), netip.MustParseAddrPort("[fd00::9]:5353")}
-			if _, err := live.SetDNSServers(servers); err != nil {
-				t.Fatal(err)
-			}
-			d := *dns
-			d.Servers = servers
-			opts.DNS = &d
+			moveDNS(t, live, &opts)
 		}
 		prev, numbered := live.Snapshot(), numbering.Len()
 		_, err := live.Update(ch)

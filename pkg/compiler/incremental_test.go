@@ -201,14 +201,7 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 			live = fromPods(fmt.Sprintf("step %d", step))
 		}
 		if step == 10 && dns != nil {
-			// The cluster DNS moved: the servers' sets change in place.
-			servers := []netip.AddrPort{netip.MustParseAddrPort("10.244.9.9:53"), netip.MustParseAddrPort("[fd00::9]:5353")}
-			if _, err := live.SetDNSServers(servers); err != nil {
-				t.Fatal(err)
-			}
-			d := *dns
-			d.Servers = servers
-			opts.DNS = &d
+			moveDNS(t, live, &opts)
 			compare(t, live, &snap, opts, "new DNS servers", stats)
 		}
 		ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
@@ -261,6 +254,22 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 		stats.compared++
 	}
 	fromPods("end")
+}
+
+// moveDNS moves the cluster DNS to other servers, in live and in opts
+// (what a full compile to compare with is given): the servers' sets
+// change in place.
+func moveDNS(t *testing.T, live interface {
+	SetDNSServers([]netip.AddrPort) (*nft.Table, error)
+}, opts *compiler.Options) {
+	t.Helper()
+	servers := []netip.AddrPort{netip.MustParseAddrPort("10.244.9.9:53"), netip.MustParseAddrPort("[fd00::9]:5353")}
+	if _, err := live.SetDNSServers(servers); err != nil {
+		t.Fatal(err)
+	}
+	d := *opts.DNS
+	d.Servers = servers
+	opts.DNS = &d
 }
 
 // mutableCopy is base with its own lists of the objects the random
