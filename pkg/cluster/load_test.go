@@ -721,24 +721,17 @@ func TestAddDocumentsRejectsMalformedIdentity(t *testing.T) {
 // Report.Objects and Report.Empty say what each path held, so that a
 // command can refuse input with no object at all and name the paths.
 func TestLoadPathsCountsObjects(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, data string) string {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	empty := write("empty.yaml", "")
-	comments := write("comments.yaml", "# a comment\n---\n---\n")
-	list := write("list.yaml", "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n- {apiVersion: apps/v1, kind: Deployment, metadata: {name: d}}\n")
-	bad := write("bad.yaml", "just words\n")
-	write("text/readme.txt", "kind: Pod\n")
-	write("yamls/a.yaml", "")
-	write("yamls/b.yml", "---\n")
+	dir := writeFiles(t, map[string]string{
+		"empty.yaml":      "",
+		"comments.yaml":   "# a comment\n---\n---\n",
+		"list.yaml":       "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n- {apiVersion: apps/v1, kind: Deployment, metadata: {name: d}}\n",
+		"bad.yaml":        "just words\n",
+		"text/readme.txt": "kind: Pod\n",
+		"yamls/a.yaml":    "",
+		"yamls/b.yml":     "---\n",
+	})
+	empty, comments := filepath.Join(dir, "empty.yaml"), filepath.Join(dir, "comments.yaml")
+	list, bad := filepath.Join(dir, "list.yaml"), filepath.Join(dir, "bad.yaml")
 	tests := []struct {
 		name      string
 		paths     []string
