@@ -107,6 +107,17 @@ metadata:
   resourceVersion: ""
 `
 
+// duplicatePods are two documents of pod x/a, told apart by the label
+// which: the second is a duplicate, or with replace the one kept.
+const duplicatePods = `apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: x, labels: {which: first}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: x, labels: {which: second}}
+`
+
 func TestAddDocuments(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -337,14 +348,7 @@ spec: {containers: "not a list"}
 		},
 		{
 			name: "duplicate objects",
-			input: `apiVersion: v1
-kind: Pod
-metadata: {name: a, namespace: x, labels: {which: first}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: a, namespace: x, labels: {which: second}}
----
+			input: duplicatePods + `---
 apiVersion: v1
 kind: Namespace
 metadata: {name: x}
@@ -367,15 +371,8 @@ metadata: {name: x, namespace: ignored-for-cluster-scoped}
 		{
 			name:    "duplicate with replace",
 			replace: true,
-			input: `apiVersion: v1
-kind: Pod
-metadata: {name: a, namespace: x, labels: {which: first}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: a, namespace: x, labels: {which: second}}
-`,
-			want: map[string]int{KindPod: 1},
+			input:   duplicatePods,
+			want:    map[string]int{KindPod: 1},
 			check: func(t *testing.T, s *Snapshot, r *Report) {
 				if got := s.Pod("x", "a").Labels["which"]; got != "second" {
 					t.Errorf("kept the %s pod", got)
