@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/internal/labtest"
+	"github.com/netpol/netpol/internal/syncbuf"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
@@ -45,24 +45,6 @@ func TestLiveTraceArguments(t *testing.T) {
 	}
 }
 
-// lockedBuffer is written by liveTrace and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestLiveTraceInLab runs `trace --live` in a lab node's namespace while
 // real connections are made: each packet's path is printed as the kernel
 // reports it (netpol's rules, by text and ID, with their verdicts), the
@@ -89,7 +71,7 @@ func TestLiveTraceInLab(t *testing.T) {
 
 	live := func(t *testing.T, src, format string, stopEarly bool, dial func()) string {
 		t.Helper()
-		out := &lockedBuffer{}
+		out := &syncbuf.Buffer{} // written by liveTrace, read by the test
 		armed := make(chan struct{})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

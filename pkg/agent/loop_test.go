@@ -25,6 +25,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/netpol/netpol/internal/syncbuf"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
@@ -46,22 +47,11 @@ type harness struct {
 	done     chan error
 }
 
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+// logBuffer holds the agent's log while it runs.
+type logBuffer struct{ syncbuf.Buffer }
 
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), s)
-}
+// count is how many times s was logged so far.
+func (b *logBuffer) count(s string) int { return strings.Count(b.String(), s) }
 
 // loadSnapshot reads a base snapshot of the repository's testdata.
 func loadSnapshot(t testing.TB, name string) *cluster.Snapshot {
@@ -254,7 +244,7 @@ func TestSyncReportsProblemsOnce(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for i := 0; i < 3; i++ {
 				if failed := h.agent.sync(node.All, false); failed != 0 {
-					t.Fatalf("sync %d: failed tables %v\n%s", i, failed, h.logs.buf.String())
+					t.Fatalf("sync %d: failed tables %v\n%s", i, failed, h.logs.String())
 				}
 			}
 			if n := h.logs.count(tt.policy); n != 1 {

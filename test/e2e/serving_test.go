@@ -278,11 +278,11 @@ spec:
 	go func() { done <- denied.Wait() }()
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(deniedOut.text(), "403") {
-			t.Errorf("model watch without RBAC: exit %v, output %q; want a failure naming 403", err, deniedOut.text())
+		if err == nil || !strings.Contains(deniedOut.String(), "403") {
+			t.Errorf("model watch without RBAC: exit %v, output %q; want a failure naming 403", err, deniedOut.String())
 		}
 	case <-time.After(15 * time.Second):
-		t.Errorf("model watch without RBAC still runs after 15s: %q", deniedOut.text())
+		t.Errorf("model watch without RBAC still runs after 15s: %q", deniedOut.String())
 	}
 }
 

@@ -3,13 +3,13 @@
 package e2e
 
 import (
-	"bytes"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/netpol/netpol/internal/syncbuf"
 )
 
 // TestCRDsInstalledLater starts the agents on a cluster without the policy
@@ -52,8 +52,7 @@ func TestModelWatch(t *testing.T) {
 type cmdOutput struct {
 	t    testing.TB
 	name string // the command, in messages
-	mu   sync.Mutex
-	buf  bytes.Buffer
+	syncbuf.Buffer
 }
 
 // startOutput starts cmd, called name in messages, collecting its output;
@@ -69,26 +68,14 @@ func startOutput(t testing.TB, name string, cmd *exec.Cmd) *cmdOutput {
 	return o
 }
 
-func (o *cmdOutput) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
-}
-
-func (o *cmdOutput) text() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
-}
-
 // waitFor waits until the output satisfies ok; after 15s the test fails,
 // saying the command never printed what.
 func (o *cmdOutput) waitFor(what string, ok func(string) bool) {
 	o.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	for !ok(o.text()) {
+	for !ok(o.String()) {
 		if time.Now().After(deadline) {
-			o.t.Fatalf("%s never printed %s; it printed:\n%s", o.name, what, o.text())
+			o.t.Fatalf("%s never printed %s; it printed:\n%s", o.name, what, o.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
