@@ -57,20 +57,27 @@ func corpusWorlds(t *testing.T) []world {
 		if !slices.Contains(bases, base) {
 			base = bases[0]
 		}
-		data, err := os.ReadFile(base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap := cluster.New()
-		snap.AddDocuments(data, "base", false)
-		snap.AddDocuments([]byte(docs), c.Name, true)
-		worlds = append(worlds, world{c.Name, snap})
+		worlds = append(worlds, world{c.Name, baseWith(t, base, []byte(docs), c.Name)})
 	}
 	synthetic, err := synth.Snapshot(synth.Spec{Namespaces: 10, Pods: 600, Nodes: 6, NetworkPolicies: 60, AdminPolicies: 8, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return append(worlds, world{"synth", synthetic})
+}
+
+// baseWith is the cluster of the base file with docs, named name, added
+// to it (objects of the same name replaced).
+func baseWith(t testing.TB, base string, docs []byte, name string) *cluster.Snapshot {
+	t.Helper()
+	data, err := os.ReadFile(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := cluster.New()
+	snap.AddDocuments(data, "base", false)
+	snap.AddDocuments(docs, name, true)
+	return snap
 }
 
 // TestResolvedFromPodSequence: the resolution made from a sequence that
