@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/internal/benchstat"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
@@ -68,15 +69,7 @@ func nodeOnlyLabOf(b testing.TB, snap *cluster.Snapshot, node string, pods ...st
 			}
 		}
 	}
-	l, err := lab.Up(context.Background(), small, lab.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			b.Errorf("lab down: %v", err)
-		}
-	})
+	l := labtest.Up(b, small, lab.Options{})
 	return l
 }
 
@@ -319,30 +312,31 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 		}
 	}
 	median := func(xs []float64) float64 { s := slices.Sorted(slices.Values(xs)); return s[len(s)/2] }
+	// spread reports the median of xs as unit, their least and greatest
+	// as unit-min and unit-max.
+	spread := func(xs []float64, unit string) {
+		b.ReportMetric(median(xs), unit)
+		b.ReportMetric(slices.Min(xs), unit+"-min")
+		b.ReportMetric(slices.Max(xs), unit+"-max")
+	}
 	b.ReportMetric(median(none), "conn/s-no-table")
 	b.ReportMetric(median(ids), "conn/s-identities")
 	b.ReportMetric(median(addrs), "conn/s-addresses")
-	b.ReportMetric(median(idRatio), "ratio-identities")
-	b.ReportMetric(slices.Min(idRatio), "ratio-identities-min")
-	b.ReportMetric(slices.Max(idRatio), "ratio-identities-max")
+	spread(idRatio, "ratio-identities")
 	b.ReportMetric(median(hook), "conn/s-empty-chain")
 	b.ReportMetric(median(hookRatio), "ratio-empty-chain")
 	b.ReportMetric(median(ct), "conn/s-ct-state-only")
 	b.ReportMetric(median(ctRatio), "ratio-ct-state-only")
 	b.ReportMetric(median(base), "conn/s-base-chains-only")
 	b.ReportMetric(median(baseRatio), "ratio-base-chains-only")
-	b.ReportMetric(median(addrRatio), "ratio-addresses")
-	b.ReportMetric(slices.Min(addrRatio), "ratio-addresses-min")
-	b.ReportMetric(slices.Max(addrRatio), "ratio-addresses-max")
+	spread(addrRatio, "ratio-addresses")
 	// Against conntrack on (a Kubernetes node always tracks connections:
 	// Service NAT needs it), each round's pair.
 	var idCt, addrCt []float64
 	for i := range ct {
 		idCt, addrCt = append(idCt, ids[i]/ct[i]), append(addrCt, addrs[i]/ct[i])
 	}
-	b.ReportMetric(median(idCt), "ratio-identities-vs-conntrack")
-	b.ReportMetric(slices.Min(idCt), "ratio-identities-vs-conntrack-min")
-	b.ReportMetric(slices.Max(idCt), "ratio-identities-vs-conntrack-max")
+	spread(idCt, "ratio-identities-vs-conntrack")
 	b.ReportMetric(median(addrCt), "ratio-addresses-vs-conntrack")
 }
 

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 )
@@ -19,15 +20,7 @@ func TestFlushConntrack(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
 	snap := baseSnapshot(t, "e2e")
-	l, err := lab.Up(ctx, snap, lab.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
+	l := labtest.Up(t, snap, lab.Options{})
 	enf := conformance.NewEnforcer(l)
 	defer enf.Close()
 	if _, err := enf.Sync(snap); err != nil {

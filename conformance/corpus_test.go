@@ -9,9 +9,11 @@ import (
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/internal/corpus"
 	"github.com/netpol/netpol/internal/kerneltest"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 )
@@ -86,15 +88,7 @@ func runBase(t *testing.T, base string, cases []*corpus.Case, layout compiler.La
 	start := time.Now()
 	// Upstream's servers answer on every port the cases probe, declared
 	// or not (e.g. conformance probes tcp/8080 on pods declaring only 80).
-	l, err := lab.Up(ctx, full, lab.Options{ExtraPorts: casePorts(t, cases)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
+	l := labtest.Up(t, full, lab.Options{ExtraPorts: casePorts(t, cases)})
 	enf := conformance.NewEnforcer(l)
 	enf.Layout = layout
 	t.Cleanup(enf.Close)
@@ -128,18 +122,7 @@ func baseSnapshot(t *testing.T, base string) *cluster.Snapshot {
 }
 
 func runCase(t *testing.T, ctx context.Context, l *lab.Lab, enf *conformance.Enforcer, c *corpus.Case, n *tally) {
-	snap, err := c.BaseSnapshot(testdata)
-	if err != nil {
-		t.Fatal(err)
-	}
-	family, err := c.AddressFamily()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, st := range c.Steps {
-		if err := c.ApplyStep(snap, i); err != nil {
-			t.Fatal(err)
-		}
+	err := c.Replay(testdata, func(i int, snap *cluster.Snapshot, family ipfamily.Family) {
 		if err := l.Update(ctx, snap); err != nil {
 			t.Fatalf("step %d: lab update: %v", i, err)
 		}
@@ -153,15 +136,16 @@ func runCase(t *testing.T, ctx context.Context, l *lab.Lab, enf *conformance.Enf
 			n.chainsRewritten += ns.Stats.ChainsRewritten
 			n.elements += ns.Stats.ElementsAdded + ns.Stats.ElementsDeleted
 		}
+		st := c.Steps[i]
 		if len(st.Expect) == 0 {
-			continue
+			return
 		}
 		n.steps++
 		// One probe round per step, over every port the step's
 		// expectations name: denied cells cost a timeout, so rounds count.
 		probes := expectedProbes(t, st.Expect)
 		if len(probes) == 0 {
-			continue
+			return
 		}
 		// The matrix asks what policy allows new connections now.
 		if err := l.FlushConntrack(); err != nil {
@@ -181,6 +165,9 @@ func runCase(t *testing.T, ctx context.Context, l *lab.Lab, enf *conformance.Enf
 		for _, d := range diffs {
 			t.Errorf("step %d %q: %s", i, st.Name, d)
 		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/l4"
@@ -36,17 +37,10 @@ func newDNSBench(b *testing.B) *dnsBench {
 	if len(report.Errors) > 0 {
 		b.Fatal(report.Errors)
 	}
-	l, err := lab.Up(context.Background(), snap, lab.Options{OutsidePorts: []l4.Port{web}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := labtest.Up(b, snap, lab.Options{OutsidePorts: []l4.Port{web}})
 	d := &dnsBench{b: b, snap: snap, lab: l}
-	// Registered first, so it runs last: the Enforcer closes before Down.
-	b.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			b.Errorf("lab down: %v", err)
-		}
-	})
+	// Registered after the lab's Down, so it runs first: the Enforcer
+	// closes before Down.
 	b.Cleanup(func() { d.program(nil, false) })
 	var ok bool
 	if d.server, ok = l.ClusterDNS(netip.MustParseAddr("10.244.1.10")); !ok {

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/domain"
@@ -43,15 +44,7 @@ func domainLabFrom(t *testing.T, layout compiler.Layout, path string, ports ...l
 	if len(report.Errors) > 0 {
 		t.Fatal(report.Errors)
 	}
-	l, err := lab.Up(context.Background(), snap, lab.Options{OutsidePorts: ports})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			t.Error(err)
-		}
-	})
+	l := labtest.Up(t, snap, lab.Options{OutsidePorts: ports})
 	enf := conformance.NewEnforcer(l)
 	enf.DNS = &node.DNSOptions{}
 	enf.Layout = layout

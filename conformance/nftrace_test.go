@@ -14,6 +14,7 @@ import (
 
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/internal/corpus"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
@@ -87,15 +88,7 @@ func TestNFTraceMatchesTracer(t *testing.T) {
 	var st traceTally
 	t.Run("corpus", func(t *testing.T) {
 		full := baseSnapshot(t, "e2e")
-		l, err := lab.Up(context.Background(), full, lab.Options{ExtraPorts: casePorts(t, chosen)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := l.Down(); err != nil {
-				t.Errorf("lab down: %v", err)
-			}
-		})
+		l := labtest.Up(t, full, lab.Options{ExtraPorts: casePorts(t, chosen)})
 		enf := conformance.NewEnforcer(l)
 		t.Cleanup(enf.Close)
 		lt := newLabTracer(t, l)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
@@ -170,15 +171,7 @@ func restartLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, []l4.Port) {
 	if r := snap.AddDocuments([]byte(restartPolicies), "restart policies", false); len(r.Errors) > 0 {
 		t.Fatal(r.Errors)
 	}
-	l, err := lab.Up(context.Background(), snap, lab.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
+	l := labtest.Up(t, snap, lab.Options{})
 	return snap, l, []l4.Port{{Protocol: "TCP", Port: 80}, {Protocol: "UDP", Port: 81}}
 }
 

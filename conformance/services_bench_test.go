@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
@@ -217,15 +218,7 @@ func BenchmarkServiceConnRate(b *testing.B) {
 			Conditions: discoveryv1.EndpointConditions{Ready: &ready},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: "bench", Name: "server"}}},
 	})
-	l, err := lab.Up(context.Background(), base, lab.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			b.Errorf("lab down: %v", err)
-		}
-	})
+	l := labtest.Up(b, base, lab.Options{})
 	a, err := kernel.NewApplier(int(l.Node(benchNode).Handle), proxy.DefaultTable)
 	if err != nil {
 		b.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/internal/nsexec"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
@@ -41,15 +42,7 @@ func serviceLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, *conformance.Enforce
 	if len(report.Errors) > 0 {
 		t.Fatal(report.Errors)
 	}
-	l, err := lab.Up(context.Background(), snap, lab.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			t.Error(err)
-		}
-	})
+	l := labtest.Up(t, snap, lab.Options{})
 	enf := conformance.NewEnforcer(l)
 	t.Cleanup(enf.Close)
 	rep, err := enf.Sync(snap)

@@ -100,14 +100,10 @@ func TestExplainServiceText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
+	wantContains(t, "output", out,
 		"sandbox/toolbox -> service api/orders tcp/80 (ClusterIP 10.96.0.20): DENIED",
 		"policy after DNAT denies sandbox/toolbox -> endpoint api/orders",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
-	}
+	)
 }
 
 func TestExplainServiceErrors(t *testing.T) {
@@ -470,25 +466,17 @@ spec:
 		if !errors.As(err, &partial) || partial.n != 2 {
 			t.Fatalf("err %v, want 2 problems", err)
 		}
-		for _, w := range []string{
-			path + ` (document 2): NetworkPolicy x/np: spec.ingress[0].from[0].ipBlock.except[0]: invalid CIDR "10.1.1.0/33"`,
-			path + ` (document 2): NetworkPolicy x/np: spec.ingress[0].from[0].ipBlock.except[2]: invalid CIDR "bogus"`,
-		} {
-			if !strings.Contains(stderr, w) {
-				t.Errorf("stderr lacks %q:\n%s", w, stderr)
-			}
-		}
+		wantContains(t, "stderr", stderr,
+			path+` (document 2): NetworkPolicy x/np: spec.ingress[0].from[0].ipBlock.except[0]: invalid CIDR "10.1.1.0/33"`,
+			path+` (document 2): NetworkPolicy x/np: spec.ingress[0].from[0].ipBlock.except[2]: invalid CIDR "bogus"`,
+		)
 	})
 	t.Run("not a Kubernetes object", func(t *testing.T) {
 		_, stderr, _ := run(t, "\"just a string\"\n---\napiVersion: v1\nkind: Pod\nmetadata: x\n", "table", "-f", "-")
-		for _, w := range []string{
+		wantContains(t, "stderr", stderr,
 			"<stdin> (document 1): not a Kubernetes object: the document is a string, not a mapping with apiVersion and kind",
 			"<stdin> (document 2): not a Kubernetes object: metadata is a string, not a mapping",
-		} {
-			if !strings.Contains(stderr, w) {
-				t.Errorf("stderr lacks %q:\n%s", w, stderr)
-			}
-		}
+		)
 		if strings.Contains(stderr, "Go value") {
 			t.Errorf("stderr speaks Go:\n%s", stderr)
 		}
@@ -501,11 +489,7 @@ func TestVersion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, w := range []string{"netpol ", "git commit: ", "go:         go1.", "NetworkPolicy networking.k8s.io/v1", "ClusterNetworkPolicy policy.networking.k8s.io/v1alpha2, policy.networking.k8s.io/v1beta1", "AdminNetworkPolicy policy.networking.k8s.io/v1alpha1"} {
-			if !strings.Contains(out, w) {
-				t.Errorf("%v lacks %q:\n%s", args, w, out)
-			}
-		}
+		wantContains(t, fmt.Sprint(args), out, "netpol ", "git commit: ", "go:         go1.", "NetworkPolicy networking.k8s.io/v1", "ClusterNetworkPolicy policy.networking.k8s.io/v1alpha2, policy.networking.k8s.io/v1beta1", "AdminNetworkPolicy policy.networking.k8s.io/v1alpha1")
 	}
 }
 
@@ -807,11 +791,7 @@ func TestCompileDNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"10.244.1.53 . udp . 53", "chain dns-forward", "counter queue flags bypass to 53"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("no %q in\n%s", want, out)
-		}
-	}
+	wantContains(t, "output", out, "10.244.1.53 . udp . 53", "chain dns-forward", "counter queue flags bypass to 53")
 	if out, _, _ := run(t, "", "compile", "-f", "../../examples/lab-dns.yaml", "--node", "node-1"); strings.Contains(out, "dns-forward") {
 		t.Error("the DNS chains without --dns")
 	}

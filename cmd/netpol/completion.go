@@ -33,17 +33,22 @@ func (in *inputFlags) completionSnapshot(ctx context.Context) *cluster.Snapshot 
 	return snap
 }
 
-// completeEndpoints completes explain's SRC (pods as namespace/name) and
-// DST (pods, svc/NAMESPACE/NAME, nodeport/NODE/NAMESPACE/NAME).
-func completeEndpoints(in *inputFlags) cobra.CompletionFunc {
+// completeFrom completes from what names lists of the cluster the command
+// line names (args: the arguments before the one completed).
+func completeFrom(in *inputFlags, names func(snap *cluster.Snapshot, args []string) []string) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if len(args) >= 2 {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
 		snap := in.completionSnapshot(cmd.Context())
 		if snap == nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
+		return matching(names(snap, args), toComplete), cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeEndpoints completes explain's SRC (pods as namespace/name) and
+// DST (pods, svc/NAMESPACE/NAME, nodeport/NODE/NAMESPACE/NAME).
+func completeEndpoints(in *inputFlags) cobra.CompletionFunc {
+	endpoints := completeFrom(in, func(snap *cluster.Snapshot, args []string) []string {
 		var out []string
 		for _, p := range snap.Pods {
 			out = append(out, p.Namespace+"/"+p.Name)
@@ -61,48 +66,40 @@ func completeEndpoints(in *inputFlags) cobra.CompletionFunc {
 				}
 			}
 		}
-		return matching(out, toComplete), cobra.ShellCompDirectiveNoFileComp
+		return out
+	})
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) >= 2 {
+			return nil, cobra.ShellCompDirectiveNoFileComp // before reading the cluster
+		}
+		return endpoints(cmd, args, toComplete)
 	}
 }
 
 // completeNodes completes a Node name.
 func completeNodes(in *inputFlags) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		snap := in.completionSnapshot(cmd.Context())
-		if snap == nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
+	return completeFrom(in, func(snap *cluster.Snapshot, _ []string) []string {
 		var out []string
 		for _, n := range snap.Nodes {
 			out = append(out, n.Name)
 		}
-		return matching(out, toComplete), cobra.ShellCompDirectiveNoFileComp
-	}
+		return out
+	})
 }
 
-// completeNamespaces completes a Namespace name (of a namespace or a pod).
+// completeNamespaces completes a Namespace name (of a namespace or a pod;
+// matching drops the repeats).
 func completeNamespaces(in *inputFlags) cobra.CompletionFunc {
-	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		snap := in.completionSnapshot(cmd.Context())
-		if snap == nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		seen := map[string]bool{}
+	return completeFrom(in, func(snap *cluster.Snapshot, _ []string) []string {
 		var out []string
-		add := func(ns string) {
-			if !seen[ns] {
-				seen[ns] = true
-				out = append(out, ns)
-			}
-		}
 		for _, n := range snap.Namespaces {
-			add(n.Name)
+			out = append(out, n.Name)
 		}
 		for _, p := range snap.Pods {
-			add(p.Namespace)
+			out = append(out, p.Namespace)
 		}
-		return matching(out, toComplete), cobra.ShellCompDirectiveNoFileComp
-	}
+		return out
+	})
 }
 
 func matching(all []string, prefix string) []cobra.Completion {

@@ -31,12 +31,8 @@ func TestLabProbeJSONMatchesTable(t *testing.T) {
 	}
 	// Progress on stderr (make demo is silent otherwise); the prefix's
 	// trailing dash is not doubled.
-	for _, w := range []string{"lab: bringing up 2 node(s) and 4 pod(s)", "lab netpol-clitest is up: 7 network namespaces (underlay, 2 node(s), 4 pod(s))",
-		"lab netpol-clitest: probing 4 pod(s) x 4 pod(s) x 3 port(s)", "lab netpol-clitest removed: 7 network namespaces"} {
-		if !strings.Contains(stderr, w) {
-			t.Errorf("lab probe stderr lacks %q:\n%s", w, stderr)
-		}
-	}
+	wantContains(t, "lab probe stderr", stderr, "lab: bringing up 2 node(s) and 4 pod(s)", "lab netpol-clitest is up: 7 network namespaces (underlay, 2 node(s), 4 pod(s))",
+		"lab netpol-clitest: probing 4 pod(s) x 4 pod(s) x 3 port(s)", "lab netpol-clitest removed: 7 network namespaces")
 	var want, got map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(tableOut), &want); err != nil {
 		t.Fatal(err)
@@ -234,11 +230,7 @@ func TestLabUpStopsWhenItsNamespacesGo(t *testing.T) {
 	if err := wait(done); err != nil {
 		t.Fatalf("lab up: %v", err)
 	}
-	for _, w := range []string{"cat </dev/tcp/", "were removed from elsewhere", "removed the rest of lab " + prefix} {
-		if !strings.Contains(out.String(), w) {
-			t.Errorf("lab up output lacks %q:\n%s", w, out)
-		}
-	}
+	wantContains(t, "lab up output", out.String(), "cat </dev/tcp/", "were removed from elsewhere", "removed the rest of lab "+prefix)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	out, done = start(ctx)

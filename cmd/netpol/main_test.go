@@ -21,6 +21,17 @@ func run(t *testing.T, stdin string, args ...string) (stdout, stderr string, err
 	return out.String(), errOut.String(), err
 }
 
+// wantContains fails t for each of wants that text, called what in the
+// message, lacks.
+func wantContains(t *testing.T, what, text string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(text, w) {
+			t.Errorf("%s lacks %q:\n%s", what, w, text)
+		}
+	}
+}
+
 // The JSON shape of `netpol table` is a contract (DESIGN.md "CLI contract").
 func TestTableJSONContract(t *testing.T) {
 	out, stderr, err := run(t, "", "table", "-f", "../../examples/demo", "--ports", "tcp/80,udp/53", "-o", "json")
@@ -91,17 +102,13 @@ func TestExplainTextQuotesTheDecidingRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
+	wantContains(t, "output", out,
 		"web/frontend (10.244.1.10) -> api/orders (10.244.2.10) TCP/8080: ALLOWED",
 		"Egress of web/frontend: ALLOWED",
 		"Ingress of api/orders: ALLOWED",
 		`ClusterNetworkPolicy isolate-dev-from-prod ingress[0] "deny-from-dev" (Deny): peer did not match`,
 		"ALLOWED by the NetworkPolicy tier: NetworkPolicy api/orders-from-web ingress[0], action Accept",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
-	}
+	)
 }
 
 // Bad input: errors name the object and field, the rest is still
@@ -135,15 +142,11 @@ metadata: {name: truncated
 	if !errors.As(err, &partial) {
 		t.Fatalf("err = %v, want a partialError", err)
 	}
-	for _, want := range []string{
+	wantContains(t, "stderr", stderr,
 		"NetworkPolicy web/broken: spec.ingress[0].from[0].ipBlock.cidr: invalid CIDR",
 		"skipped 1 object(s) of kinds netpol does not use: apps/v1 Deployment (1)",
 		"document",
-	} {
-		if !strings.Contains(stderr, want) {
-			t.Errorf("stderr lacks %q:\n%s", want, stderr)
-		}
-	}
+	)
 	// web/broken's only rule fails closed: web/frontend is isolated and
 	// nothing reaches it.
 	if !strings.Contains(out, `{"from":"api/orders","to":"web/frontend","protocol":"TCP","port":80,"allowed":false}`) {

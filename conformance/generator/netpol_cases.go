@@ -67,24 +67,23 @@ func targetCases() []Case {
 	return out
 }
 
-func peerSets() []struct {
+// ruleSet is a list of NetworkPolicy peers or ports that a rule may
+// hold: its name in case names, tag its kind.
+type ruleSet struct {
 	name  string
 	tag   string
-	peers []M
-} {
-	type ps = struct {
-		name  string
-		tag   string
-		peers []M
-	}
-	var out []ps
+	items []M
+}
+
+func peerSets() []ruleSet {
+	var out []ruleSet
 	pods := []namedSel{
 		{"empty", sel()}, {"pod-b", podSel("b")}, {"pod-in-b-c", expr("pod", "In", "b", "c")},
 		{"pod-notin-b", expr("pod", "NotIn", "b")}, {"pod-exists", expr("pod", "Exists")},
 		{"pod-doesnotexist", expr("pod", "DoesNotExist")}, {"pod-nomatch", podSel("zz")},
 	}
 	for _, p := range pods {
-		out = append(out, ps{"pods/" + p.name, "peer-pods", []M{npPods(p.sel)}})
+		out = append(out, ruleSet{"pods/" + p.name, "peer-pods", []M{npPods(p.sel)}})
 	}
 	nss := []namedSel{
 		{"empty", sel()}, {"ns-y", nsSel("y")}, {"ns-in-x-y", expr("ns", "In", "x", "y")},
@@ -92,7 +91,7 @@ func peerSets() []struct {
 		{"ns-exists", expr("ns", "Exists")}, {"ns-nomatch", nsSel("zz")},
 	}
 	for _, n := range nss {
-		out = append(out, ps{"namespaces/" + n.name, "peer-namespaces", []M{npNS(n.sel)}})
+		out = append(out, ruleSet{"namespaces/" + n.name, "peer-namespaces", []M{npNS(n.sel)}})
 	}
 	both := []struct {
 		name     string
@@ -107,7 +106,7 @@ func peerSets() []struct {
 		{"ns-in-x-z-pod-c", expr("ns", "In", "x", "z"), podSel("c")},
 	}
 	for _, b := range both {
-		out = append(out, ps{"both/" + b.name, "peer-both", []M{npBoth(b.ns, b.pods)}})
+		out = append(out, ruleSet{"both/" + b.name, "peer-both", []M{npBoth(b.ns, b.pods)}})
 	}
 	ips := []struct {
 		name  string
@@ -126,43 +125,25 @@ func peerSets() []struct {
 		{"pods-except-half-of-node-1", npIP(podsCIDR, "10.244.1.0/28")},
 	}
 	for _, b := range ips {
-		out = append(out, ps{"ipblock/" + b.name, "ipblock", []M{b.block}})
+		out = append(out, ruleSet{"ipblock/" + b.name, "ipblock", []M{b.block}})
 	}
 	out = append(out,
-		ps{"multi/pod-b-or-ns-y", "peer-multi", []M{npPods(podSel("b")), npNS(nsSel("y"))}},
-		ps{"multi/ipblock-x-b-or-pod-c", "peer-multi", []M{npIP(cidr32("x/b")), npPods(podSel("c"))}},
-		ps{"multi/ns-z-or-ipblock-y-a", "peer-multi", []M{npNS(nsSel("z")), npIP(cidr32("y/a"))}},
-		ps{"multi/pod-b-or-pod-c", "peer-multi", []M{npPods(podSel("b")), npPods(podSel("c"))}},
-		ps{"missing", "peer-missing", nil},
-		ps{"empty-list", "peer-empty", []M{}},
+		ruleSet{"multi/pod-b-or-ns-y", "peer-multi", []M{npPods(podSel("b")), npNS(nsSel("y"))}},
+		ruleSet{"multi/ipblock-x-b-or-pod-c", "peer-multi", []M{npIP(cidr32("x/b")), npPods(podSel("c"))}},
+		ruleSet{"multi/ns-z-or-ipblock-y-a", "peer-multi", []M{npNS(nsSel("z")), npIP(cidr32("y/a"))}},
+		ruleSet{"multi/pod-b-or-pod-c", "peer-multi", []M{npPods(podSel("b")), npPods(podSel("c"))}},
+		ruleSet{"missing", "peer-missing", nil},
+		ruleSet{"empty-list", "peer-empty", []M{}},
 	)
 	return out
 }
 
 func peerCases() []Case {
-	var out []Case
-	for _, d := range dirsOne {
-		for _, p := range peerSets() {
-			pol := policyFor("x", "peers", podSel("a"), d, NPRule{Peers: p.peers})
-			out = append(out, one(fmt.Sprintf("peers/%s/%s", d.name, p.name),
-				fmt.Sprintf("x/a %s allows only peers %s", d.name, p.name),
-				tags("peers", "np", d.name, p.tag), pol))
-		}
-	}
-	return out
+	return oneRuleCases("peers", "x/a %s allows only peers %s", peerSets(), func(peers []M) NPRule { return NPRule{Peers: peers} })
 }
 
-func portSets() []struct {
-	name  string
-	tag   string
-	ports []M
-} {
-	type ps = struct {
-		name  string
-		tag   string
-		ports []M
-	}
-	return []ps{
+func portSets() []ruleSet {
+	return []ruleSet{
 		{"tcp-80", "port-number", []M{npPort("TCP", 80)}},
 		{"tcp-81", "port-number", []M{npPort("TCP", 81)}},
 		{"udp-80", "port-number", []M{npPort("UDP", 80)}},
@@ -193,13 +174,19 @@ func portSets() []struct {
 }
 
 func portCases() []Case {
+	return oneRuleCases("ports", "x/a %s allows every peer on %s only", portSets(), func(ports []M) NPRule { return NPRule{Ports: ports} })
+}
+
+// oneRuleCases are a family's cases (peers, ports): for each direction
+// and each set, x/a isolated with the one rule that rule makes of the
+// set. title has the direction and the set's name to fill in.
+func oneRuleCases(family, title string, sets []ruleSet, rule func([]M) NPRule) []Case {
 	var out []Case
 	for _, d := range dirsOne {
-		for _, p := range portSets() {
-			pol := policyFor("x", "ports", podSel("a"), d, NPRule{Ports: p.ports})
-			out = append(out, one(fmt.Sprintf("ports/%s/%s", d.name, p.name),
-				fmt.Sprintf("x/a %s allows every peer on %s only", d.name, p.name),
-				tags("ports", "np", d.name, p.tag), pol))
+		for _, s := range sets {
+			pol := policyFor("x", family, podSel("a"), d, rule(s.items))
+			out = append(out, one(fmt.Sprintf("%s/%s/%s", family, d.name, s.name),
+				fmt.Sprintf(title, d.name, s.name), tags(family, "np", d.name, s.tag), pol))
 		}
 	}
 	return out

@@ -64,24 +64,10 @@ func (g *randomGen) npPolicy() NP {
 	for k := 0; k < nRules; k++ {
 		var rl NPRule
 		if g.r.IntN(4) > 0 {
-			for m := 0; m <= g.r.IntN(2); m++ {
-				p := pick(g.r, peers)
-				g.tag("peers", p.tag)
-				rl.Peers = append(rl.Peers, p.peers...)
-			}
-			if rl.Peers == nil {
-				rl.Peers = []M{}
-			}
+			rl.Peers = g.pickSets("peers", peers)
 		}
 		if g.r.IntN(2) == 0 {
-			for m := 0; m <= g.r.IntN(2); m++ {
-				p := pick(g.r, ports)
-				g.tag("ports", p.tag)
-				rl.Ports = append(rl.Ports, p.ports...)
-			}
-			if rl.Ports == nil {
-				rl.Ports = []M{}
-			}
+			rl.Ports = g.pickSets("ports", ports)
 		}
 		rules = append(rules, rl)
 	}
@@ -94,6 +80,18 @@ func (g *randomGen) npPolicy() NP {
 	p := policyFor(ns, g.name("np"), pick(g.r, randomPodSels), d, rules...)
 	g.refs = append(g.refs, npRef(p.NS, p.Name))
 	return p
+}
+
+// pickSets is the items of one or two of sets drawn at random, tagged
+// with family and their tags; never nil: the rule has the list.
+func (g *randomGen) pickSets(family string, sets []ruleSet) []M {
+	out := []M{}
+	for m := 0; m <= g.r.IntN(2); m++ {
+		s := pick(g.r, sets)
+		g.tag(family, s.tag)
+		out = append(out, s.items...)
+	}
+	return out
 }
 
 func (g *randomGen) adminPeer(egress bool) APeer {

@@ -125,6 +125,29 @@ func (c *Case) ApplyStep(snap *cluster.Snapshot, i int) error {
 	return nil
 }
 
+// Replay builds the case's cluster step by step: its base (read below
+// root), then each step applied in turn, after which each is called with
+// the step's index, the cluster as it then is (one snapshot, changed in
+// place) and the case's address family. It returns the first error of
+// the base, the family or a step that does not apply.
+func (c *Case) Replay(root string, each func(i int, snap *cluster.Snapshot, family ipfamily.Family)) error {
+	snap, err := c.BaseSnapshot(root)
+	if err != nil {
+		return err
+	}
+	family, err := c.AddressFamily()
+	if err != nil {
+		return err
+	}
+	for i := range c.Steps {
+		if err := c.ApplyStep(snap, i); err != nil {
+			return err
+		}
+		each(i, snap, family)
+	}
+	return nil
+}
+
 // Family is the case's address family.
 func (c *Case) AddressFamily() (ipfamily.Family, error) {
 	if c.Family == "" {

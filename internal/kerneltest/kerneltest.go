@@ -5,6 +5,10 @@ package kerneltest
 import (
 	"os"
 	"testing"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/netpol/netpol/internal/nsexec"
 )
 
 // EnvRequire, set to 1 (make test and .ci/run set it), makes a kernel
@@ -41,4 +45,29 @@ func Can(tb testing.TB, why string) bool {
 		tb.Logf("not checked (needs root): %s", why)
 	}
 	return false
+}
+
+// NetNS is a new, unnamed network namespace with lo up, for a test that
+// needs one (why, as for Require: it skips or fails tb when not root). It
+// is closed when tb ends; the kernel frees it once no socket uses it.
+func NetNS(tb testing.TB, why string) netns.NsHandle {
+	tb.Helper()
+	Require(tb, why)
+	h := netns.None()
+	err := nsexec.OnFreshThread(func() error {
+		var err error
+		h, err = netns.New() // unshares this thread into the new namespace
+		return err
+	})
+	if err == nil {
+		err = nsexec.LoopbackUp(h)
+	}
+	if err != nil {
+		if h.IsOpen() {
+			h.Close()
+		}
+		tb.Fatalf("network namespace: %v", err)
+	}
+	tb.Cleanup(func() { h.Close() })
+	return h
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
 
@@ -51,4 +52,16 @@ func OnFreshThread(fn func() error) error {
 		errc <- fnErr
 	}()
 	return <-errc
+}
+
+// LoopbackUp sets the loopback interface of the network namespace h up: a
+// new namespace has it down, and nothing there reaches 127.0.0.1 or ::1.
+func LoopbackUp(h netns.NsHandle) error {
+	return In(h, func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lo)
+	})
 }

@@ -17,6 +17,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/netpol/netpol/internal/kerneltest"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
@@ -32,20 +33,7 @@ import (
 // real kernel of the node's namespace.
 func labAgent(t *testing.T, snap *cluster.Snapshot, n *lab.Node, period time.Duration) *Agent {
 	t.Helper()
-	var objs []runtime.Object
-	for _, o := range snap.Namespaces {
-		objs = append(objs, o)
-	}
-	for _, o := range snap.Nodes {
-		objs = append(objs, o)
-	}
-	for _, o := range snap.Pods {
-		objs = append(objs, o)
-	}
-	for _, o := range snap.NetworkPolicies {
-		objs = append(objs, o)
-	}
-	kube := kubefake.NewClientset(objs...)
+	kube := kubefake.NewClientset(apiObjects(snap)...)
 	kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = nil
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvrCRD: "CustomResourceDefinitionList"})
 	opts := Options{NodeName: n.Name, NoStatus: true, ResyncPeriod: period, MinSyncInterval: 10 * time.Millisecond}
@@ -80,22 +68,11 @@ func readTable(t *testing.T, n *lab.Node, table string) *nft.Table {
 // added, taken down at the end of the test.
 func e2eLab(t *testing.T, docs string) (*cluster.Snapshot, *lab.Lab) {
 	t.Helper()
-	snap, report := cluster.LoadPaths([]string{"../../testdata/base/e2e.yaml"}, nil)
-	if len(report.Errors) > 0 {
-		t.Fatal(report.Errors)
-	}
+	snap := loadSnapshot(t, "e2e.yaml")
 	if r := snap.AddDocuments([]byte(docs), "test", true); len(r.Errors) > 0 {
 		t.Fatal(r.Errors)
 	}
-	l, err := lab.Up(context.Background(), snap, lab.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := l.Down(); err != nil {
-			t.Errorf("Down: %v", err)
-		}
-	})
+	l := labtest.Up(t, snap, lab.Options{})
 	return snap, l
 }
 

@@ -83,6 +83,21 @@ func TestIncrementalPath(t *testing.T) {
 		_, err := h.kube.CoreV1().Pods(p.Namespace).Update(ctx, p, metav1.UpdateOptions{})
 		return err
 	}
+	// relabelNamespace gives the first namespace with pods on node-1 (or,
+	// with local false, without) the label team=team.
+	relabelNamespace := func(local bool, team string) error {
+		for i, ns := range h.snap.Namespaces {
+			if h.hasLocalPods(ns.Name) != local {
+				continue
+			}
+			ns = ns.DeepCopy()
+			ns.Labels["team"] = team
+			h.snap.Namespaces[i] = ns
+			_, err := h.kube.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
+			return err
+		}
+		return fmt.Errorf("no namespace to relabel (with pods on node-1: %v)", local)
+	}
 	var addedLocal *corev1.Pod
 	steps := []struct {
 		name     string
@@ -99,19 +114,7 @@ func TestIncrementalPath(t *testing.T) {
 			_, err := addCopy(remote(2), "added-remote", "10.99.0.7")
 			return err
 		}, "incremental"},
-		{"namespace without local pods relabelled", func() error {
-			for i, ns := range h.snap.Namespaces {
-				if h.hasLocalPods(ns.Name) {
-					continue
-				}
-				ns = ns.DeepCopy()
-				ns.Labels["team"] = "team-9"
-				h.snap.Namespaces[i] = ns
-				_, err := h.kube.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
-				return err
-			}
-			return fmt.Errorf("every namespace has pods on node-1")
-		}, "incremental"},
+		{"namespace without local pods relabelled", func() error { return relabelNamespace(false, "team-9") }, "incremental"},
 		{"pod of node-1 added with the labels of another", func() (err error) {
 			addedLocal, err = addCopy(local(0), "added-local", "10.99.1.7")
 			return err
@@ -121,19 +124,7 @@ func TestIncrementalPath(t *testing.T) {
 			return h.kube.CoreV1().Pods(addedLocal.Namespace).Delete(ctx, addedLocal.Name, metav1.DeleteOptions{})
 		}, "incremental"},
 		{"pod of node-1 relabelled as no pod was", func() error { return relabel(local(0), "never-compiled") }, "rebase"},
-		{"namespace with pods here relabelled", func() error {
-			for i, ns := range h.snap.Namespaces {
-				if !h.hasLocalPods(ns.Name) {
-					continue
-				}
-				ns = ns.DeepCopy()
-				ns.Labels["team"] = "team-8"
-				h.snap.Namespaces[i] = ns
-				_, err := h.kube.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{})
-				return err
-			}
-			return fmt.Errorf("no namespace has pods on node-1")
-		}, "rebase"},
+		{"namespace with pods here relabelled", func() error { return relabelNamespace(true, "team-8") }, "rebase"},
 		{"NetworkPolicy selecting a pod here added", func() error {
 			return h.createPolicy(selectApp("local", local(1)))
 		}, "rebase"},

@@ -25,6 +25,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/netpol/netpol/internal/syncbuf"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
@@ -46,22 +47,11 @@ type harness struct {
 	done     chan error
 }
 
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+// logBuffer holds the agent's log while it runs.
+type logBuffer struct{ syncbuf.Buffer }
 
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), s)
-}
+// count is how many times s was logged so far.
+func (b *logBuffer) count(s string) int { return strings.Count(b.String(), s) }
 
 // loadSnapshot reads a base snapshot of the repository's testdata.
 func loadSnapshot(t testing.TB, name string) *cluster.Snapshot {
@@ -87,30 +77,30 @@ func policyObjects(t testing.TB, docs ...string) []runtime.Object {
 	return out
 }
 
+// apiObjects are snap's objects that the fake clientset serves: its
+// namespaces, nodes, pods, Services, EndpointSlices and NetworkPolicies
+// (the policy.networking.k8s.io kinds come from the dynamic client).
+func apiObjects(snap *cluster.Snapshot) []runtime.Object {
+	objs := appendObjects(nil, snap.Namespaces)
+	objs = appendObjects(objs, snap.Nodes)
+	objs = appendObjects(objs, snap.Pods)
+	objs = appendObjects(objs, snap.Services)
+	objs = appendObjects(objs, snap.EndpointSlices)
+	return appendObjects(objs, snap.NetworkPolicies)
+}
+
+func appendObjects[T runtime.Object](objs []runtime.Object, items []T) []runtime.Object {
+	for _, o := range items {
+		objs = append(objs, o)
+	}
+	return objs
+}
+
 // newHarness prepares an agent for node-1 of snap, with the ANPs given
 // served by the fake API.
 func newHarness(t testing.TB, snap *cluster.Snapshot, opts Options, anps ...runtime.Object) *harness {
 	t.Helper()
-	var objs []runtime.Object
-	for _, o := range snap.Namespaces {
-		objs = append(objs, o)
-	}
-	for _, o := range snap.Nodes {
-		objs = append(objs, o)
-	}
-	for _, o := range snap.Pods {
-		objs = append(objs, o)
-	}
-	for _, o := range snap.Services {
-		objs = append(objs, o)
-	}
-	for _, o := range snap.EndpointSlices {
-		objs = append(objs, o)
-	}
-	for _, o := range snap.NetworkPolicies {
-		objs = append(objs, o)
-	}
-	h := &harness{t: t, snap: snap, kube: kubefake.NewClientset(objs...), pol: kernel.NewFake(compiler.DefaultTable),
+	h := &harness{t: t, snap: snap, kube: kubefake.NewClientset(apiObjects(snap)...), pol: kernel.NewFake(compiler.DefaultTable),
 		nat: kernel.NewFake("netpol-proxy"), logs: &logBuffer{}, done: make(chan error, 1)}
 	h.kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
 		GroupVersion: cluster.GVRAdminPolicy.GroupVersion().String(),
@@ -254,7 +244,7 @@ func TestSyncReportsProblemsOnce(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for i := 0; i < 3; i++ {
 				if failed := h.agent.sync(node.All, false); failed != 0 {
-					t.Fatalf("sync %d: failed tables %v\n%s", i, failed, h.logs.buf.String())
+					t.Fatalf("sync %d: failed tables %v\n%s", i, failed, h.logs.String())
 				}
 			}
 			if n := h.logs.count(tt.policy); n != 1 {

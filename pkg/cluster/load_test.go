@@ -107,6 +107,17 @@ metadata:
   resourceVersion: ""
 `
 
+// duplicatePods are two documents of pod x/a, told apart by the label
+// which: the second is a duplicate, or with replace the one kept.
+const duplicatePods = `apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: x, labels: {which: first}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: x, labels: {which: second}}
+`
+
 func TestAddDocuments(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -337,14 +348,7 @@ spec: {containers: "not a list"}
 		},
 		{
 			name: "duplicate objects",
-			input: `apiVersion: v1
-kind: Pod
-metadata: {name: a, namespace: x, labels: {which: first}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: a, namespace: x, labels: {which: second}}
----
+			input: duplicatePods + `---
 apiVersion: v1
 kind: Namespace
 metadata: {name: x}
@@ -367,15 +371,8 @@ metadata: {name: x, namespace: ignored-for-cluster-scoped}
 		{
 			name:    "duplicate with replace",
 			replace: true,
-			input: `apiVersion: v1
-kind: Pod
-metadata: {name: a, namespace: x, labels: {which: first}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: a, namespace: x, labels: {which: second}}
-`,
-			want: map[string]int{KindPod: 1},
+			input:   duplicatePods,
+			want:    map[string]int{KindPod: 1},
 			check: func(t *testing.T, s *Snapshot, r *Report) {
 				if got := s.Pod("x", "a").Labels["which"]; got != "second" {
 					t.Errorf("kept the %s pod", got)
@@ -721,24 +718,17 @@ func TestAddDocumentsRejectsMalformedIdentity(t *testing.T) {
 // Report.Objects and Report.Empty say what each path held, so that a
 // command can refuse input with no object at all and name the paths.
 func TestLoadPathsCountsObjects(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, data string) string {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	empty := write("empty.yaml", "")
-	comments := write("comments.yaml", "# a comment\n---\n---\n")
-	list := write("list.yaml", "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n- {apiVersion: apps/v1, kind: Deployment, metadata: {name: d}}\n")
-	bad := write("bad.yaml", "just words\n")
-	write("text/readme.txt", "kind: Pod\n")
-	write("yamls/a.yaml", "")
-	write("yamls/b.yml", "---\n")
+	dir := writeFiles(t, map[string]string{
+		"empty.yaml":      "",
+		"comments.yaml":   "# a comment\n---\n---\n",
+		"list.yaml":       "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n- {apiVersion: apps/v1, kind: Deployment, metadata: {name: d}}\n",
+		"bad.yaml":        "just words\n",
+		"text/readme.txt": "kind: Pod\n",
+		"yamls/a.yaml":    "",
+		"yamls/b.yml":     "---\n",
+	})
+	empty, comments := filepath.Join(dir, "empty.yaml"), filepath.Join(dir, "comments.yaml")
+	list, bad := filepath.Join(dir, "list.yaml"), filepath.Join(dir, "bad.yaml")
 	tests := []struct {
 		name      string
 		paths     []string

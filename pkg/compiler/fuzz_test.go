@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -37,13 +36,7 @@ func FuzzCompile(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, doc []byte, pick uint8) {
-		baseData, err := os.ReadFile(bases[int(pick)%len(bases)])
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap := cluster.New()
-		snap.AddDocuments(baseData, "base", false)
-		snap.AddDocuments(doc, "fuzz", true)
+		snap := baseWith(t, bases[int(pick)%len(bases)], doc, "fuzz")
 		ev := eval.New(snap, policy.Build(snap))
 		resolved := ev.Resolved()
 		for _, layout := range []compiler.Layout{compiler.LayoutAddresses, compiler.LayoutIdentities} {
@@ -237,13 +230,7 @@ func TestTracedAgreesOnMutatedSeeds(t *testing.T) {
 				}
 			}
 		}
-		baseData, err := os.ReadFile(bases[r.IntN(len(bases))])
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap := cluster.New()
-		snap.AddDocuments(baseData, "base", false)
-		snap.AddDocuments(doc, "mutated", true)
+		snap := baseWith(t, bases[r.IntN(len(bases))], doc, "mutated")
 		ev := eval.New(snap, policy.Build(snap))
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			tracedAgrees(t, snap, ev, doc, compiler.LayoutAddresses)

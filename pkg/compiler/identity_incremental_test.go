@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net/netip"
 	"reflect"
 	goruntime "runtime"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
@@ -78,13 +76,7 @@ type identityIncrementalStats struct {
 }
 
 func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *identityIncrementalStats, dns *compiler.DNS) {
-	snap := *base
-	snap.Pods = slices.Clone(base.Pods)
-	snap.Namespaces = slices.Clone(base.Namespaces)
-	snap.NetworkPolicies = slices.Clone(base.NetworkPolicies)
-	snap.AdminPolicies = slices.Clone(base.AdminPolicies)
-	snap.ClusterPolicies = slices.Clone(base.ClusterPolicies)
-	snap.BaselinePolicies = slices.Clone(base.BaselinePolicies)
+	snap := mutableCopy(base)
 	numbering := &compiler.Identities{}
 	opts := compiler.Options{Node: node, DNS: dns, Layout: compiler.LayoutIdentities, Identities: numbering}
 	// The model from a policy.Cache, as the agent has it: an unchanged
@@ -112,14 +104,7 @@ func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string
 		compare(t, live, &snap, o, what, &ls)
 		stats.dnsClients += ls.dnsClients
 	}
-	nsLabels := func(ns string) labels.Set {
-		for _, n := range snap.Namespaces {
-			if n.Name == ns {
-				return compiler.NamespaceLabelsOf(ns, n)
-			}
-		}
-		return compiler.NamespaceLabelsOf(ns, nil)
-	}
+	nsLabels := namespaceLabels(&snap)
 	live := build()
 	check(live, "start")
 	for step := range 40 {
@@ -185,13 +170,7 @@ func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string
 			what, local = mutate(&snap, node, r, step, &ch)
 		}
 		if step == 20 && dns != nil {
-			servers := []netip.AddrPort{netip.MustParseAddrPort("10.244.9.9:53"), netip.MustParseAddrPort("[fd00::9]:5353")}
-			if _, err := live.SetDNSServers(servers); err != nil {
-				t.Fatal(err)
-			}
-			d := *dns
-			d.Servers = servers
-			opts.DNS = &d
+			moveDNS(t, live, &opts)
 		}
 		prev, numbered := live.Snapshot(), numbering.Len()
 		_, err := live.Update(ch)

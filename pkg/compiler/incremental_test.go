@@ -15,7 +15,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	anpv1alpha1 "sigs.k8s.io/network-policy-api/apis/v1alpha1"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/cluster"
@@ -54,20 +57,27 @@ func corpusWorlds(t *testing.T) []world {
 		if !slices.Contains(bases, base) {
 			base = bases[0]
 		}
-		data, err := os.ReadFile(base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap := cluster.New()
-		snap.AddDocuments(data, "base", false)
-		snap.AddDocuments([]byte(docs), c.Name, true)
-		worlds = append(worlds, world{c.Name, snap})
+		worlds = append(worlds, world{c.Name, baseWith(t, base, []byte(docs), c.Name)})
 	}
 	synthetic, err := synth.Snapshot(synth.Spec{Namespaces: 10, Pods: 600, Nodes: 6, NetworkPolicies: 60, AdminPolicies: 8, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return append(worlds, world{"synth", synthetic})
+}
+
+// baseWith is the cluster of the base file with docs, named name, added
+// to it (objects of the same name replaced).
+func baseWith(t testing.TB, base string, docs []byte, name string) *cluster.Snapshot {
+	t.Helper()
+	data, err := os.ReadFile(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := cluster.New()
+	snap.AddDocuments(data, "base", false)
+	snap.AddDocuments(docs, name, true)
+	return snap
 }
 
 // TestResolvedFromPodSequence: the resolution made from a sequence that
@@ -161,12 +171,7 @@ type liveStats struct {
 // the node's own pods: a pod of the node with the labels and ports of a
 // compiled one needs no full compile).
 func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *liveStats, dns *compiler.DNS) {
-	snap := *base
-	snap.Pods = slices.Clone(base.Pods)
-	snap.Namespaces = slices.Clone(base.Namespaces)
-	snap.NetworkPolicies = slices.Clone(base.NetworkPolicies)
-	snap.AdminPolicies = slices.Clone(base.AdminPolicies)
-	snap.ClusterPolicies = slices.Clone(base.ClusterPolicies)
+	snap := mutableCopy(base)
 	// The agent's models come from a policy.Cache: an unchanged object
 	// keeps its policies, whose allow-lists Rebase reuses.
 	var models policy.Cache
@@ -180,14 +185,7 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 		t.Fatal(err)
 	}
 	compare(t, live, &snap, opts, "start", stats)
-	nsLabels := func(ns string) labels.Set {
-		for _, n := range snap.Namespaces {
-			if n.Name == ns {
-				return compiler.NamespaceLabelsOf(ns, n)
-			}
-		}
-		return compiler.NamespaceLabelsOf(ns, nil)
-	}
+	nsLabels := namespaceLabels(&snap)
 	fromPods := func(what string) *compiler.Incremental {
 		var pods []*compiler.PodState
 		for _, p := range snap.Pods {
@@ -210,14 +208,7 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 			live = fromPods(fmt.Sprintf("step %d", step))
 		}
 		if step == 10 && dns != nil {
-			// The cluster DNS moved: the servers' sets change in place.
-			servers := []netip.AddrPort{netip.MustParseAddrPort("10.244.9.9:53"), netip.MustParseAddrPort("[fd00::9]:5353")}
-			if _, err := live.SetDNSServers(servers); err != nil {
-				t.Fatal(err)
-			}
-			d := *dns
-			d.Servers = servers
-			opts.DNS = &d
+			moveDNS(t, live, &opts)
 			compare(t, live, &snap, opts, "new DNS servers", stats)
 		}
 		ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
@@ -270,6 +261,49 @@ func liveAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand,
 		stats.compared++
 	}
 	fromPods("end")
+}
+
+// moveDNS moves the cluster DNS to other servers, in live and in opts
+// (what a full compile to compare with is given): the servers' sets
+// change in place.
+func moveDNS(t *testing.T, live interface {
+	SetDNSServers([]netip.AddrPort) (*nft.Table, error)
+}, opts *compiler.Options) {
+	t.Helper()
+	servers := []netip.AddrPort{netip.MustParseAddrPort("10.244.9.9:53"), netip.MustParseAddrPort("[fd00::9]:5353")}
+	if _, err := live.SetDNSServers(servers); err != nil {
+		t.Fatal(err)
+	}
+	d := *opts.DNS
+	d.Servers = servers
+	opts.DNS = &d
+}
+
+// mutableCopy is base with its own lists of the objects the random
+// changes (mutate, mutatePolicy and the identity tests' own) add, delete
+// or replace: the objects stay shared, and a change replaces an object by
+// a copy.
+func mutableCopy(base *cluster.Snapshot) cluster.Snapshot {
+	snap := *base
+	snap.Pods = slices.Clone(base.Pods)
+	snap.Namespaces = slices.Clone(base.Namespaces)
+	snap.NetworkPolicies = slices.Clone(base.NetworkPolicies)
+	snap.AdminPolicies = slices.Clone(base.AdminPolicies)
+	snap.ClusterPolicies = slices.Clone(base.ClusterPolicies)
+	snap.BaselinePolicies = slices.Clone(base.BaselinePolicies)
+	return snap
+}
+
+// namespaceLabels is Changes.NamespaceLabels for snap as it is when called.
+func namespaceLabels(snap *cluster.Snapshot) func(string) labels.Set {
+	return func(ns string) labels.Set {
+		for _, n := range snap.Namespaces {
+			if n.Name == ns {
+				return compiler.NamespaceLabelsOf(ns, n)
+			}
+		}
+		return compiler.NamespaceLabelsOf(ns, nil)
+	}
 }
 
 // incrementalTable is Incremental or IdentityIncremental.
@@ -447,36 +481,31 @@ func mutatePolicy(snap *cluster.Snapshot, r *rand.Rand, step int) string {
 		snap.NetworkPolicies[i] = np
 		return "NetworkPolicy " + np.Name + " selects other pods"
 	case i < nps+anps:
-		i -= nps
-		anp := snap.AdminPolicies[i].DeepCopy()
-		switch op {
-		case 0:
-			snap.AdminPolicies = slices.Delete(snap.AdminPolicies, i, i+1)
-			return "AdminNetworkPolicy " + anp.Name + " deleted"
-		case 1:
-			anp.Name = fmt.Sprintf("%s-copy%d", anp.Name, step)
-			anp.Spec.Priority = int32(r.IntN(100))
-			snap.AdminPolicies = append(snap.AdminPolicies, anp)
-			return "AdminNetworkPolicy " + anp.Name + " added"
-		}
-		anp.Spec.Priority = int32(r.IntN(100))
-		snap.AdminPolicies[i] = anp
-		return "AdminNetworkPolicy " + anp.Name + " reprioritised"
+		return mutatePriority(&snap.AdminPolicies, i-nps, op, "AdminNetworkPolicy", func(p *anpv1alpha1.AdminNetworkPolicy) *int32 { return &p.Spec.Priority }, r, step)
 	default:
-		i -= nps + anps
-		cnp := snap.ClusterPolicies[i].DeepCopy()
-		switch op {
-		case 0:
-			snap.ClusterPolicies = slices.Delete(snap.ClusterPolicies, i, i+1)
-			return "ClusterNetworkPolicy " + cnp.Name + " deleted"
-		case 1:
-			cnp.Name = fmt.Sprintf("%s-copy%d", cnp.Name, step)
-			cnp.Spec.Priority = int32(r.IntN(100))
-			snap.ClusterPolicies = append(snap.ClusterPolicies, cnp)
-			return "ClusterNetworkPolicy " + cnp.Name + " added"
-		}
-		cnp.Spec.Priority = int32(r.IntN(100))
-		snap.ClusterPolicies[i] = cnp
-		return "ClusterNetworkPolicy " + cnp.Name + " reprioritised"
+		return mutatePriority(&snap.ClusterPolicies, i-nps-anps, op, "ClusterNetworkPolicy", func(p *cnpv1beta1.ClusterNetworkPolicy) *int32 { return &p.Spec.Priority }, r, step)
 	}
+}
+
+// mutatePriority deletes the ith of *objs, admin policies of kind (op 0),
+// copies it under a new name at a random priority (op 1), or gives it a
+// random priority (else); it says what it did.
+func mutatePriority[T interface {
+	metav1.Object
+	DeepCopy() T
+}](objs *[]T, i, op int, kind string, priority func(T) *int32, r *rand.Rand, step int) string {
+	p := (*objs)[i].DeepCopy()
+	switch op {
+	case 0:
+		*objs = slices.Delete(*objs, i, i+1)
+		return kind + " " + p.GetName() + " deleted"
+	case 1:
+		p.SetName(fmt.Sprintf("%s-copy%d", p.GetName(), step))
+		*priority(p) = int32(r.IntN(100))
+		*objs = append(*objs, p)
+		return kind + " " + p.GetName() + " added"
+	}
+	*priority(p) = int32(r.IntN(100))
+	(*objs)[i] = p
+	return kind + " " + p.GetName() + " reprioritised"
 }

@@ -4,9 +4,11 @@ import (
 	"testing"
 
 	"github.com/netpol/netpol/internal/corpus"
+	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dataplane"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -37,20 +39,10 @@ func corpusTraced(t *testing.T, opts dataplane.Options) {
 	total, steps := 0, 0
 	for _, c := range cases {
 		t.Run(c.Suite+"/"+c.Name, func(t *testing.T) {
-			snap, err := c.BaseSnapshot(testdata)
-			if err != nil {
-				t.Fatal(err)
-			}
-			family, err := c.AddressFamily()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, st := range c.Steps {
-				if err := c.ApplyStep(snap, i); err != nil {
-					t.Fatal(err)
-				}
+			err := c.Replay(testdata, func(i int, snap *cluster.Snapshot, family ipfamily.Family) {
+				st := c.Steps[i]
 				if len(st.Expect) == 0 {
-					continue
+					return
 				}
 				steps++
 				ev := eval.New(snap, policy.Build(snap))
@@ -86,6 +78,9 @@ func corpusTraced(t *testing.T, opts dataplane.Options) {
 						t.Errorf("step %d: %d cells differ in all", i, bad)
 					}
 				}
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/miekg/dns"
-	vnetlink "github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -26,24 +25,7 @@ const queueNum = 3
 // freshNetNS is a new network namespace with lo up, closed at the end.
 func freshNetNS(t testing.TB) netns.NsHandle {
 	t.Helper()
-	kerneltest.Require(t, "it creates a network namespace and programs nftables")
-	h := netns.None()
-	err := nsexec.OnFreshThread(func() error {
-		var err error
-		if h, err = netns.New(); err != nil {
-			return err
-		}
-		lo, err := vnetlink.LinkByName("lo")
-		if err == nil {
-			err = vnetlink.LinkSetUp(lo)
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatalf("network namespace: %v", err)
-	}
-	t.Cleanup(func() { h.Close() })
-	return h
+	return kerneltest.NetNS(t, "it creates a network namespace and programs nftables")
 }
 
 // queueLab is a fresh network namespace with lo up and a rule that

@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/netpol/netpol/internal/corpus"
+	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -41,21 +43,11 @@ func TestCorpus(t *testing.T) {
 }
 
 func runCase(t *testing.T, c *corpus.Case) int {
-	snap, err := c.BaseSnapshot(testdata)
-	if err != nil {
-		t.Fatal(err)
-	}
-	family, err := c.AddressFamily()
-	if err != nil {
-		t.Fatal(err)
-	}
 	checked := 0
-	for i, st := range c.Steps {
-		if err := c.ApplyStep(snap, i); err != nil {
-			t.Fatal(err)
-		}
+	err := c.Replay(testdata, func(i int, snap *cluster.Snapshot, family ipfamily.Family) {
+		st := c.Steps[i]
 		if len(st.Expect) == 0 {
-			continue
+			return
 		}
 		model := policy.Build(snap)
 		for _, e := range model.Errors {
@@ -99,6 +91,9 @@ func runCase(t *testing.T, c *corpus.Case) int {
 				}
 			}
 		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return checked
 }

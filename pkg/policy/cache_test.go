@@ -7,6 +7,9 @@ import (
 	"sort"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -64,47 +67,52 @@ func TestCache(t *testing.T) {
 // returns the refs of the objects it left alone.
 func mutateObjects(snap *cluster.Snapshot, r *rand.Rand, step int) map[any]bool {
 	kept := map[any]bool{}
-	if n := len(snap.NetworkPolicies); n > 0 {
-		i := r.IntN(n)
-		np := snap.NetworkPolicies[i].DeepCopy()
-		switch r.IntN(3) {
-		case 0:
-			snap.NetworkPolicies = slices.Delete(snap.NetworkPolicies, i, i+1)
-		case 1:
-			np.Name = fmt.Sprintf("%s-%d", np.Name, step)
-			snap.NetworkPolicies = append(snap.NetworkPolicies, np)
-		default:
-			snap.NetworkPolicies[i] = np // changed: a new object
-		}
-		for j, p := range snap.NetworkPolicies {
-			if p != np && j != i {
-				kept["NetworkPolicy "+p.Namespace+"/"+p.Name] = true
-			}
-		}
-	}
-	if n := len(snap.ClusterPolicies); n > 0 {
-		i := r.IntN(n)
-		cnp := snap.ClusterPolicies[i].DeepCopy()
+	mutateOne(&snap.NetworkPolicies, "NetworkPolicy", r, step, nil, kept)
+	mutateOne(&snap.ClusterPolicies, "ClusterNetworkPolicy", r, step, func(cnp *cnpv1beta1.ClusterNetworkPolicy) {
 		cnp.Spec.Priority = int32(r.IntN(30))
-		switch r.IntN(3) {
-		case 0:
-			snap.ClusterPolicies = slices.Delete(snap.ClusterPolicies, i, i+1)
-		case 1:
-			cnp.Name = fmt.Sprintf("%s-%d", cnp.Name, step)
-			snap.ClusterPolicies = append(snap.ClusterPolicies, cnp)
-		default:
-			snap.ClusterPolicies[i] = cnp
-		}
-		for _, p := range snap.ClusterPolicies {
-			if p != cnp && p.Name != cnp.Name {
-				kept["ClusterNetworkPolicy "+p.Name] = true
-			}
-		}
-	}
+	}, kept)
 	for _, p := range snap.AdminPolicies {
 		kept["AdminNetworkPolicy "+p.Name] = true
 	}
 	return kept
+}
+
+// mutateOne drops, copies under a new name or replaces by a copy one of
+// *objs, of kind, at random (the copy changed by change first, if given),
+// and adds the refs of the objects it left alone to kept.
+func mutateOne[T interface {
+	metav1.Object
+	DeepCopy() T
+}](objs *[]T, kind string, r *rand.Rand, step int, change func(T), kept map[any]bool) {
+	n := len(*objs)
+	if n == 0 {
+		return
+	}
+	i := r.IntN(n)
+	c := (*objs)[i].DeepCopy()
+	if change != nil {
+		change(c)
+	}
+	switch r.IntN(3) {
+	case 0:
+		*objs = slices.Delete(*objs, i, i+1)
+	case 1:
+		c.SetName(fmt.Sprintf("%s-%d", c.GetName(), step))
+		*objs = append(*objs, c)
+	default:
+		(*objs)[i] = c // changed: a new object
+	}
+	ref := func(o T) string {
+		if ns := o.GetNamespace(); ns != "" {
+			return kind + " " + ns + "/" + o.GetName()
+		}
+		return kind + " " + o.GetName()
+	}
+	for _, o := range *objs {
+		if any(o) != any(c) && ref(o) != ref(c) {
+			kept[ref(o)] = true
+		}
+	}
 }
 
 func sortedStrings(errs []error) []string {

@@ -657,10 +657,16 @@ spec:
           periodSeconds: 1
           timeoutSeconds: 1
           failureThreshold: 60
----
+`, ns) + clientPod(ns, "a") + clientPod(ns, "b")
+}
+
+// clientPod is the probe pod client-ROLE of ns, labelled role=ROLE: the
+// policies tell the clients apart by that label.
+func clientPod(ns, role string) string {
+	return fmt.Sprintf(`---
 apiVersion: v1
 kind: Pod
-metadata: {name: client-a, namespace: %[1]s, labels: {role: a}}
+metadata: {name: client-%[2]s, namespace: %[1]s, labels: {role: %[2]s}}
 spec:
   terminationGracePeriodSeconds: 1
   containers:
@@ -668,16 +674,5 @@ spec:
     image: netpol.local/probe:dev
     imagePullPolicy: IfNotPresent
     args: [serve, "80"]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client-b, namespace: %[1]s, labels: {role: b}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: probe
-    image: netpol.local/probe:dev
-    imagePullPolicy: IfNotPresent
-    args: [serve, "80"]
-`, ns)
+`, ns, role)
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/internal/kerneltest"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/internal/testenv"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
@@ -115,16 +116,7 @@ func newWorldWith(t testing.TB, base string, withCRDs bool) *world {
 	for _, n := range snap.Nodes {
 		w.publishNode(n)
 	}
-	var err error
-	w.lab, err = lab.Up(ctx, snap, lab.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.lab.Down(); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
+	w.lab = labtest.Up(t, snap, lab.Options{})
 	for _, p := range snap.Pods {
 		w.publishPod(p)
 	}
@@ -257,41 +249,49 @@ func (w *world) startAgent(n *lab.Node) *agentProc {
 	if old := w.agent[n.Name]; old != nil {
 		a.health, a.metrics, a.debug = old.health, old.metrics, old.debug
 	}
-	logf, err := os.CreateTemp("", "netpol-agent-"+n.Name+"-*.log")
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	a.log = logf.Name()
 	a.cmd = exec.Command(netpolBin, "agent", "--kubeconfig", w.kcfg, "--node-name", n.Name, "--netns", n.NetNS,
 		"--health-bind-address", a.health, "--metrics-bind-address", a.metrics, "--debug-bind-address", a.debug,
 		"--log-format", "json")
 	if w.agentCgroup != "" {
 		a.cmd = inCgroup(a.cmd, w.agentCgroup)
 	}
+	w.launch(a, "agent "+n.Name, a.ready)
+	return a
+}
+
+// launch starts a.cmd, an agent of a.node called what in messages, with
+// its output in a temporary log, makes it the node's agent, and waits
+// until ready (60s at most). The agent is killed when the test ends, and
+// the tail of its log shown if the test failed.
+func (w *world) launch(a *agentProc, what string, ready func() bool) {
+	logf, err := os.CreateTemp("", "netpol-agent-"+a.node.Name+"-*.log")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	a.log = logf.Name()
 	a.cmd.Stdout, a.cmd.Stderr = logf, logf
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := a.cmd.Start(); err != nil {
 		w.t.Fatal(err)
 	}
 	logf.Close()
-	w.agent[n.Name] = a
+	w.agent[a.node.Name] = a
 	w.t.Cleanup(func() {
 		a.kill()
 		if w.t.Failed() {
 			data, _ := os.ReadFile(a.log)
-			w.t.Logf("agent %s log:\n%s", n.Name, tail(string(data), 20))
+			w.t.Logf("%s log:\n%s", what, tail(string(data), 30))
 		}
 		os.Remove(a.log)
 	})
 	deadline := time.Now().Add(60 * time.Second)
-	for !a.ready() {
+	for !ready() {
 		if time.Now().After(deadline) {
 			data, _ := os.ReadFile(a.log)
-			w.t.Fatalf("agent %s not ready after 60s:\n%s", n.Name, tail(string(data), 20))
+			w.t.Fatalf("%s not ready after 60s:\n%s", what, tail(string(data), 30))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return a
 }
 
 func (a *agentProc) ready() bool {

@@ -35,33 +35,7 @@ func BenchmarkWatchersLatency(b *testing.B) {
 	for b.Loop() {
 		w := newWorld(b, "e2e")
 		gen := 0
-		measure := func() []time.Duration {
-			var lat []time.Duration
-			for i := 0; i < changes; i++ {
-				gen++
-				var written time.Time
-				if gen%2 == 1 {
-					written = w.apply(fmt.Sprintf(`
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: latency, namespace: x}
-spec:
-  podSelector: {}
-  ingress:
-  - from:
-    - podSelector: {}
-    ports:
-    - {protocol: TCP, port: %d}
-`, 8000+gen))
-				} else {
-					written = w.delete(gvrNetworkPolicy, "x", "latency")
-				}
-				took, _, _ := w.kernelLatency(written)
-				lat = append(lat, took)
-				time.Sleep(250 * time.Millisecond)
-			}
-			return lat
-		}
+		measure := func() []time.Duration { return w.policyLatencies(changes, &gen, "{}") }
 		idle := measure()
 
 		// The watchers: 100 per agent, each decoding every model it gets.

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -12,10 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -85,42 +82,16 @@ func outcome(c *http.Client, url, token string) (string, string) {
 func (w *world) startSecureAgent(n *lab.Node, allow netip.Addr) *agentProc {
 	w.agent[n.Name].kill()
 	a := &agentProc{node: n}
-	logf, err := os.CreateTemp("", "netpol-agent-secure-*.log")
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	a.log = logf.Name()
 	a.cmd = exec.Command(netpolBin, "agent", "--kubeconfig", w.kcfg, "--node-name", n.Name, "--netns", n.NetNS,
 		"--listen-in-netns", "--health-bind-address", fmt.Sprintf(":%d", healthPort),
 		"--debug-bind-address", fmt.Sprintf("127.0.0.1:%d", debugPort), "--secure-port", fmt.Sprint(securePort),
 		"--protect-agent-ports", "--agent-ports-allow", allow.String(), "--log-format", "json")
-	a.cmd.Stdout, a.cmd.Stderr = logf, logf
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := a.cmd.Start(); err != nil {
-		w.t.Fatal(err)
-	}
-	logf.Close()
-	w.agent[n.Name] = a
-	w.t.Cleanup(func() {
-		a.kill()
-		if w.t.Failed() {
-			data, _ := os.ReadFile(a.log)
-			w.t.Logf("secure agent log:\n%s", tail(string(data), 30))
-		}
-		os.Remove(a.log)
-	})
 	c := nsClient(n.Handle)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if got, _ := outcome(c, fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort), ""); got == "200" {
-			return a
-		}
-		if time.Now().After(deadline) {
-			data, _ := os.ReadFile(a.log)
-			w.t.Fatalf("the secure agent is not ready after 60s:\n%s", tail(string(data), 30))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	w.launch(a, "the secure agent", func() bool {
+		got, _ := outcome(c, fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort), "")
+		return got == "200"
+	})
+	return a
 }
 
 // TestAgentServing: what the agent exposes on its node, against the real
@@ -274,31 +245,13 @@ subjects: [{kind: ServiceAccount, name: metrics-only, namespace: monitoring}]
 
 	// netpol model watch from the listed client's namespace, with the
 	// reader's kubeconfig: the model, then a change. With nobody's: 403.
-	watch := func(sa string) (*exec.Cmd, func() string) {
+	watch := func(sa string) (*exec.Cmd, *cmdOutput) {
 		cmd := exec.Command("ip", "netns", "exec", prom.NetNS, netpolBin, "model", "watch", "--agent", secure(""),
 			"--kubeconfig", kubeconfig[sa], "--insecure-skip-tls-verify", "--interval", "50ms")
-		var mu sync.Mutex
-		var out bytes.Buffer
-		cmd.Stdout = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
-		cmd.Stderr = cmd.Stdout
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		return cmd, func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
+		return cmd, startOutput(t, "remote model watch", cmd)
 	}
-	_, text := watch("reader")
-	waitText := func(what string, ok func(string) bool) {
-		deadline := time.Now().Add(15 * time.Second)
-		for !ok(text()) {
-			if time.Now().After(deadline) {
-				t.Fatalf("remote model watch never printed %s; it printed:\n%s", what, text())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitText("the protection rules", func(s string) bool {
+	_, reader := watch("reader")
+	reader.waitFor("the protection rules", func(s string) bool {
 		return strings.Contains(s, "+ chain input [") && strings.Contains(s, "@agent-ports jump agent-ports")
 	})
 	// Isolating the other pod (on node-1) adds it to the ingress dispatch map.
@@ -317,19 +270,19 @@ spec:
   podSelector: {matchLabels: {pod: %q}}
   policyTypes: [Ingress]
 `, name, ns, name))
-	waitText(other.Name+" joining the ingress dispatch map", func(s string) bool {
+	reader.waitFor(other.Name+" joining the ingress dispatch map", func(s string) bool {
 		return strings.Contains(s, "+ set ingress-pods4 "+otherAddr.String()+" : jump in.")
 	})
-	denied, deniedText := watch("nobody")
+	denied, deniedOut := watch("nobody")
 	done := make(chan error, 1)
 	go func() { done <- denied.Wait() }()
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(deniedText(), "403") {
-			t.Errorf("model watch without RBAC: exit %v, output %q; want a failure naming 403", err, deniedText())
+		if err == nil || !strings.Contains(deniedOut.String(), "403") {
+			t.Errorf("model watch without RBAC: exit %v, output %q; want a failure naming 403", err, deniedOut.String())
 		}
 	case <-time.After(15 * time.Second):
-		t.Errorf("model watch without RBAC still runs after 15s: %q", deniedText())
+		t.Errorf("model watch without RBAC still runs after 15s: %q", deniedOut.String())
 	}
 }
 

@@ -3,13 +3,13 @@
 package e2e
 
 import (
-	"bytes"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/netpol/netpol/internal/syncbuf"
 )
 
 // TestCRDsInstalledLater starts the agents on a cluster without the policy
@@ -36,43 +36,47 @@ spec:
 // model, then + and - lines as a change reaches the node.
 func TestModelWatch(t *testing.T) {
 	w := newWorld(t, "e2e")
-	cmd := exec.Command(netpolBin, "model", "watch", "--agent", w.agent["node-2"].debug, "--interval", "50ms")
-	var mu sync.Mutex
-	var out bytes.Buffer
-	cmd.Stdout = writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return out.Write(p)
+	watch := startOutput(t, "model watch", exec.Command(netpolBin, "model", "watch", "--agent", w.agent["node-2"].debug, "--interval", "50ms"))
+	watch.waitFor("the base chains", func(s string) bool {
+		return strings.Contains(s, "+ chain forward [0] ct state established,related accept")
 	})
+	// x/a (10.244.2.10) is on node-2: isolating x gives it an ingress class.
+	w.converged("isolate x", w.apply(isolateX))
+	watch.waitFor("x/a joining the ingress dispatch map", func(s string) bool { return strings.Contains(s, "+ set ingress-pods4 10.244.2.10 : jump in.") })
+	w.converged("un-isolate x", w.delete(gvrNetworkPolicy, "x", "from-x-only"))
+	watch.waitFor("x/a leaving it", func(s string) bool { return strings.Contains(s, "- set ingress-pods4 10.244.2.10 : jump in.") })
+}
+
+// cmdOutput is what a running command (a watch) printed so far, on stdout
+// and stderr.
+type cmdOutput struct {
+	t    testing.TB
+	name string // the command, in messages
+	syncbuf.Buffer
+}
+
+// startOutput starts cmd, called name in messages, collecting its output;
+// it is killed when the test ends.
+func startOutput(t testing.TB, name string, cmd *exec.Cmd) *cmdOutput {
+	o := &cmdOutput{t: t, name: name}
+	cmd.Stdout, cmd.Stderr = o, o
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	text := func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		return out.String()
-	}
-	waitFor := func(what string, ok func(string) bool) {
-		deadline := time.Now().Add(15 * time.Second)
-		for !ok(text()) {
-			if time.Now().After(deadline) {
-				t.Fatalf("model watch never printed %s; it printed:\n%s", what, text())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitFor("the base chains", func(s string) bool {
-		return strings.Contains(s, "+ chain forward [0] ct state established,related accept")
-	})
-	// x/a (10.244.2.10) is on node-2: isolating x gives it an ingress class.
-	w.converged("isolate x", w.apply(isolateX))
-	waitFor("x/a joining the ingress dispatch map", func(s string) bool { return strings.Contains(s, "+ set ingress-pods4 10.244.2.10 : jump in.") })
-	w.converged("un-isolate x", w.delete(gvrNetworkPolicy, "x", "from-x-only"))
-	waitFor("x/a leaving it", func(s string) bool { return strings.Contains(s, "- set ingress-pods4 10.244.2.10 : jump in.") })
+	return o
 }
 
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+// waitFor waits until the output satisfies ok; after 15s the test fails,
+// saying the command never printed what.
+func (o *cmdOutput) waitFor(what string, ok func(string) bool) {
+	o.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !ok(o.String()) {
+		if time.Now().After(deadline) {
+			o.t.Fatalf("%s never printed %s; it printed:\n%s", o.name, what, o.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

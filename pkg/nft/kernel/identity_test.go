@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	vnl "github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -29,14 +28,10 @@ func TestIdentitiesInKernel(t *testing.T) {
 		t.Errorf("second apply: %+v, %v", st, err)
 	}
 	h := netns.NsHandle(fd)
+	if err := nsexec.LoopbackUp(h); err != nil {
+		t.Fatal(err)
+	}
 	if err := nsexec.In(h, func() error {
-		lo, err := vnl.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		if err := vnl.LinkSetUp(lo); err != nil {
-			return err
-		}
 		if nftBin, err := exec.LookPath("nft"); err == nil {
 			// nft must be able to list what the Applier wrote (an
 			// operator's first look at a node).

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/mdlayher/netlink"
-	vnl "github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -163,13 +162,7 @@ func traceTestTables(port uint16) *nft.Table {
 func TestNFTraceInKernel(t *testing.T) {
 	fd := nfttest.NewNetNS(t)
 	h := netns.NsHandle(fd)
-	if err := nsexec.In(h, func() error {
-		lo, err := vnl.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		return vnl.LinkSetUp(lo)
-	}); err != nil {
+	if err := nsexec.LoopbackUp(h); err != nil {
 		t.Fatal(err)
 	}
 	const port = 9999

@@ -10,17 +10,11 @@ import (
 )
 
 func TestTraceIdentities(t *testing.T) {
-	tr, err := NewTracer(nfttest.IdentityTable())
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := newTracer(t, nfttest.IdentityTable())
 	for _, tc := range nfttest.IdentityCases {
 		t.Run(tc.Name, func(t *testing.T) {
 			pkt := Packet{Family: nft.IPv4, Src: tc.Src, Dst: nfttest.IdentityLoopback, L4Proto: unix.IPPROTO_UDP, SrcPort: 40000, DstPort: tc.Port, Mark: 0x4000}
-			rs, err := tr.Trace(nft.HookOutput, pkt)
-			if err != nil {
-				t.Fatal(err)
-			}
+			rs := mustTrace(t, tr, nft.HookOutput, pkt)
 			if len(rs) != 1 || rs[0].Verdict != Verdict(tc.Verdict) {
 				t.Fatalf("got %+v, want %s", rs, tc.Verdict)
 			}

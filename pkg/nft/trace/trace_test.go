@@ -57,11 +57,28 @@ func policyLike() *nft.Table {
 	return t
 }
 
-func TestTraceVerdicts(t *testing.T) {
-	tr, err := NewTracer(policyLike())
+// newTracer is a Tracer of tables, or the end of t.
+func newTracer(t *testing.T, tables ...*nft.Table) *Tracer {
+	t.Helper()
+	tr, err := NewTracer(tables...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tr
+}
+
+// mustTrace is what tr traces of pkt from hook, or the end of t.
+func mustTrace(t *testing.T, tr *Tracer, hook string, pkt Packet) []Result {
+	t.Helper()
+	rs, err := tr.Trace(hook, pkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+func TestTraceVerdicts(t *testing.T) {
+	tr := newTracer(t, policyLike())
 	established := tcpTo(podA, netip.MustParseAddr("192.0.2.1"), 1)
 	established.CtState = expr.CtStateBitESTABLISHED
 	udp := tcpTo(podA, podB, 80)
@@ -87,10 +104,7 @@ func TestTraceVerdicts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rs, err := tr.Trace(nft.HookForward, tc.pkt)
-			if err != nil {
-				t.Fatal(err)
-			}
+			rs := mustTrace(t, tr, nft.HookForward, tc.pkt)
 			if len(rs) != 1 {
 				t.Fatalf("%d results, want 1", len(rs))
 			}
@@ -127,14 +141,8 @@ func stepsText(steps []Step) string {
 func TestTraceRecordsElementAndComment(t *testing.T) {
 	tab := policyLike()
 	tab.Chains["class"].Rules[0].Comment = "anp/x ingress[0]: Pass"
-	tr, err := NewTracer(tab)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := tr.Trace(nft.HookForward, tcpTo(podA, podB, 80))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := newTracer(t, tab)
+	rs := mustTrace(t, tr, nft.HookForward, tcpTo(podA, podB, 80))
 	var found bool
 	for _, s := range rs[0].Steps {
 		if s.Chain == "class" && s.Rule == 0 {
@@ -181,15 +189,9 @@ func natLike() *nft.Table {
 }
 
 func TestTraceNATAlternatives(t *testing.T) {
-	tr, err := NewTracer(natLike(), policyLike())
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := newTracer(t, natLike(), policyLike())
 	client := netip.MustParseAddr("10.0.2.9")
-	rs, err := tr.Trace(nft.HookPrerouting, tcpTo(client, vip, 80))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := mustTrace(t, tr, nft.HookPrerouting, tcpTo(client, vip, 80))
 	var got []string
 	for i, r := range rs {
 		if r.Verdict != Accept || r.Packet.DstPort != 8080 || r.Packet.CtStatus&nft.IPSDstNAT == 0 || r.Packet.Mark != 0x4000 {
@@ -210,10 +212,7 @@ func TestTraceNATAlternatives(t *testing.T) {
 	// Postrouting masquerades what prerouting marked.
 	after := rs[1].Packet
 	after.MasqueradeTo = netip.MustParseAddr("192.168.1.1")
-	post, err := tr.Trace(nft.HookPostrouting, after)
-	if err != nil {
-		t.Fatal(err)
-	}
+	post := mustTrace(t, tr, nft.HookPostrouting, after)
 	if p := post[0].Packet; p.Src != after.MasqueradeTo || p.Mark != 0 {
 		t.Errorf("after postrouting: src %s mark %#x", p.Src, p.Mark)
 	}
@@ -272,10 +271,7 @@ func TestTraceBasePolicyDropAndJumpLimit(t *testing.T) {
 	tab.AddChain(&nft.Chain{Name: "in", Base: &nft.Hook{Type: "filter", Hook: nft.HookInput, Policy: "drop"},
 		Rules: []*nft.Rule{nft.NewRule().Verdict(nft.Verdict{Kind: nft.Jump, Chain: "loop"})}})
 	tab.AddChain(&nft.Chain{Name: "loop", Rules: []*nft.Rule{nft.NewRule().Verdict(nft.Verdict{Kind: nft.Jump, Chain: "loop"})}})
-	tr, err := NewTracer(tab)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := newTracer(t, tab)
 	if _, err := tr.Trace(nft.HookInput, tcpTo(podA, podB, 1)); err == nil || !strings.Contains(err.Error(), "jump stack") {
 		t.Errorf("error %v, want the jump stack limit", err)
 	}
@@ -300,10 +296,7 @@ func TestTraceInterfaceNames(t *testing.T) {
 	tab := nft.NewTable("x")
 	tab.AddChain(&nft.Chain{Name: "fwd", Base: &nft.Hook{Type: "filter", Hook: nft.HookForward, Policy: "accept"},
 		Rules: []*nft.Rule{name(expr.MetaKeyIIFNAME, "veth-a"), name(expr.MetaKeyOIFNAME, "eth0")}})
-	tr, err := NewTracer(tab)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := newTracer(t, tab)
 	tests := []struct {
 		iif, oif string
 		want     Verdict
@@ -329,14 +322,8 @@ func TestTraceContinueGoesOnInTheRule(t *testing.T) {
 	tab := nft.NewTable("x")
 	rule := &nft.Rule{Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictContinue}, &expr.Verdict{Kind: expr.VerdictDrop}}, Text: "continue drop"}
 	tab.AddChain(&nft.Chain{Name: "in", Base: &nft.Hook{Type: "filter", Hook: nft.HookInput, Policy: "accept"}, Rules: []*nft.Rule{rule}})
-	tr, err := NewTracer(tab)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := tr.Trace(nft.HookInput, tcpTo(podA, podB, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := newTracer(t, tab)
+	rs := mustTrace(t, tr, nft.HookInput, tcpTo(podA, podB, 1))
 	if len(rs) != 1 || rs[0].Verdict != "drop" {
 		t.Errorf("traced %+v, want the rule's drop", rs)
 	}

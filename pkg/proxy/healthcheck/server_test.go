@@ -16,11 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/netpol/netpol/internal/kerneltest"
-	"github.com/netpol/netpol/internal/nsexec"
 
 	"github.com/netpol/netpol/pkg/proxy"
 )
@@ -34,30 +32,7 @@ var (
 // the end of the test (the kernel frees it once no socket uses it).
 func newNetNS(t *testing.T) netns.NsHandle {
 	t.Helper()
-	kerneltest.Require(t, "it creates network namespaces")
-	h := netns.None()
-	err := nsexec.OnFreshThread(func() error {
-		var err error
-		if h, err = netns.New(); err != nil { // unshares this thread into the new namespace
-			return err
-		}
-		lo, err := netlink.LinkByName("lo")
-		if err == nil {
-			err = netlink.LinkSetUp(lo)
-		}
-		return err
-	})
-	if err != nil {
-		if h.IsOpen() && h != netns.None() {
-			h.Close()
-		}
-		if errors.Is(err, syscall.EPERM) {
-			t.Skipf("skipping: cannot create a network namespace: %v", err)
-		}
-		t.Fatalf("creating network namespace: %v", err)
-	}
-	t.Cleanup(func() { h.Close() })
-	return h
+	return kerneltest.NetNS(t, "it creates network namespaces")
 }
 
 // hasIPv6Loopback tells whether ::1 can be listened on inside h.
