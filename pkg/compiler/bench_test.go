@@ -48,13 +48,13 @@ func BenchmarkCompile(b *testing.B) {
 	}
 }
 
-// BenchmarkNodeTable is the agent's full policy compile of one node, the
-// model given (the agent's policy.Cache keeps it): resolved (the
-// evaluator's index of every pod, then Compile's Incremental: what the agent
-// does) against from-pods (NewIncrementalFromPods, a test helper: the node's
-// pods compiled alone and every set filled from the pods as Rebase fills
-// a new one; measured as a candidate for the first sync, and slower while
-// it matches selectors pod by pod). The cluster is the agent scale harness's at
+// BenchmarkNodeTable is the agent's full policy compile of one node in
+// the address layout, the model given (the agent's policy.Cache keeps it):
+// resolved (the evaluator of every pod for the classes, then
+// NewIncremental, which fills the pod-address sets pod by pod: what the
+// agent does) against from-pods (NewIncrementalFromPods, a test helper:
+// the evaluator of the node's pods alone, the sets filled the same way, as
+// a rebase fills a new one). The cluster is the agent scale harness's at
 // NETPOL_BENCH_PODS pods (default 10,000): one namespace and one node per
 // 100 pods, a NetworkPolicy per 10, an admin policy per 100. resolved also
 // reports the largest live heap one compile holds over what was live
