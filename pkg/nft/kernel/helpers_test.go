@@ -12,7 +12,6 @@ import (
 
 	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/pkg/nft"
-	"github.com/netpol/netpol/pkg/nft/internal/nfttest"
 )
 
 // requireRoot: the kernel tests run as root only (kerneltest.Require).
@@ -24,7 +23,7 @@ func requireRoot(tb testing.TB) {
 // newTestApplier returns an Applier for table "netpol" in a fresh netns.
 func newTestApplier(tb testing.TB) (*Applier, int) {
 	tb.Helper()
-	fd := nfttest.NewNetNS(tb)
+	fd := int(kerneltest.NetNS(tb, "these tests create network namespaces and program nftables"))
 	a, err := NewApplier(fd, "netpol")
 	if err != nil {
 		tb.Fatal(err)

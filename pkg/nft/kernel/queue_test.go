@@ -5,15 +5,15 @@ import (
 
 	"github.com/google/nftables"
 
+	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/pkg/nft"
-	"github.com/netpol/netpol/pkg/nft/internal/nfttest"
 )
 
 // TestDetectQueue: the kernel takes the kind DetectQueue names (a rule of
 // it loads and reads back with its queue number), the probe leaves no
 // table behind, and a kind the kernel lacks is refused when tried.
 func TestDetectQueue(t *testing.T) {
-	fd := nfttest.NewNetNS(t)
+	fd := int(kerneltest.NetNS(t, "these tests create network namespaces and program nftables"))
 	kind, err := DetectQueue(fd)
 	if kind == nft.QueueUnavailable {
 		t.Fatalf("this kernel takes no queue statement: %v", err)

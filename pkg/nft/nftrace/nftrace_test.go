@@ -15,9 +15,9 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/internal/nsexec"
 	"github.com/netpol/netpol/pkg/nft"
-	"github.com/netpol/netpol/pkg/nft/internal/nfttest"
 	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/nft/trace"
 )
@@ -160,7 +160,7 @@ func traceTestTables(port uint16) *nft.Table {
 // armed and checks the events name netpol's rules (by ID) in the order
 // and with the verdicts the Tracer computes for the same tables.
 func TestNFTraceInKernel(t *testing.T) {
-	fd := nfttest.NewNetNS(t)
+	fd := int(kerneltest.NetNS(t, "these tests create network namespaces and program nftables"))
 	h := netns.NsHandle(fd)
 	if err := nsexec.LoopbackUp(h); err != nil {
 		t.Fatal(err)
