@@ -579,7 +579,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		if ps := a.syncPolicyChanges(a.takeChanges()); ps.Kind != node.SyncFull {
 			r := ps.PolicyResult
 			a.metrics.policySyncs.WithLabelValues(ps.Kind.String()).Inc()
-			model, policies = ps.Model, ps.objects
+			model, policies = ps.model, ps.objects
 			if r.Err != nil {
 				a.forceFull("the last sync failed") // the retry compiles in full
 			}

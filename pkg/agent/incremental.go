@@ -94,9 +94,10 @@ func (a *Agent) forceFull(reason string) {
 // policySync is what syncPolicyChanges did.
 type policySync struct {
 	node.ChangeSync
-	// objects are the policy objects, when the sync built the model (a
-	// rebase, or a policy change on the status writer): the status is
-	// written from ChangeSync.Model and them.
+	// model and objects are the policy model and objects, when the sync
+	// built the model (a rebase, or a policy change on the status writer):
+	// the status is written from them.
+	model   *policy.Model
 	objects map[cluster.ObjectKey]policyObject
 }
 
@@ -115,9 +116,11 @@ func (a *Agent) syncPolicyChanges(ch *node.PolicyChanges) policySync {
 	switch {
 	case out.Kind == node.SyncFull:
 		a.log.Debug("full policy sync", "reason", out.NeedsFull)
-	case out.Kind == node.SyncIncremental && ch.HasPolicies() && out.Err == nil && a.status != nil && a.status.leader.Load():
+	case out.Kind == node.SyncRebase:
+		out.model = out.Model
+	case ch.HasPolicies() && out.Err == nil && a.status != nil && a.status.leader.Load():
 		// The status writer's model, after the kernel has the change.
-		out.Model, out.objects, _ = a.buildModel()
+		out.model, out.objects, _ = a.buildModel()
 	}
 	return out
 }
