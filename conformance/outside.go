@@ -88,9 +88,11 @@ func outsideCells(ev *eval.Evaluator, pods []string, outside []netip.Addr, probe
 
 // observeOutside probes the cells, Parallel at a time, and once more with
 // RetryTimeout those that failed for a reason a lost packet could explain,
-// as lab.Probe does. Cells of pods the lab does not run read
-// lab.ResultNotInLab. A probe the lab failed to make is an error.
-func (r *labRun) observeOutside(cells []outsideCell, inLab map[string]bool) ([]lab.Observation, error) {
+// as lab.Probe does; again (a mismatching cell's second probe) makes it
+// one attempt of RetryTimeout, as the pod pairs' second probe. Cells of
+// pods the lab does not run read lab.ResultNotInLab. A probe the lab
+// failed to make is an error.
+func (r *labRun) observeOutside(cells []outsideCell, inLab map[string]bool, again bool) ([]lab.Observation, error) {
 	obs := make([]lab.Observation, len(cells))
 	var all []int
 	for i, c := range cells {
@@ -103,14 +105,18 @@ func (r *labRun) observeOutside(cells []outsideCell, inLab map[string]bool) ([]l
 			all = append(all, i)
 		}
 	}
-	r.dialCells(cells, all, obs, r.opts.Timeout)
-	var failed []int
-	for _, i := range all {
-		if outsideRetryable(obs[i].Result) {
-			failed = append(failed, i)
+	if again {
+		r.dialCells(cells, all, obs, r.opts.RetryTimeout)
+	} else {
+		r.dialCells(cells, all, obs, r.opts.Timeout)
+		var failed []int
+		for _, i := range all {
+			if outsideRetryable(obs[i].Result) {
+				failed = append(failed, i)
+			}
 		}
+		r.dialCells(cells, failed, obs, r.opts.RetryTimeout)
 	}
-	r.dialCells(cells, failed, obs, r.opts.RetryTimeout)
 	if err := r.ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -177,7 +183,7 @@ func (r *labRun) probeOutside(ev *eval.Evaluator, pods []string) (*outsideProbe,
 	if err != nil {
 		return nil, err
 	}
-	obs, err := r.observeOutside(cells, r.podsInLab())
+	obs, err := r.observeOutside(cells, r.podsInLab(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -207,8 +213,8 @@ func (op *outsideProbe) addTo(want, got *eval.TruthTable, outside []netip.Addr) 
 	got.Results = append(got.Results, op.observed...)
 }
 
-// reprobeOutside probes the outside cells among diffs once more (with
-// one retry each), all at once.
+// reprobeOutside probes the outside cells among diffs once more (one
+// attempt of RetryTimeout each), all at once.
 func (r *labRun) reprobeOutside(outside map[cellID]outsideCell, diffs []Difference) (map[cellID]lab.Observation, error) {
 	var ids []cellID
 	var cells []outsideCell
@@ -221,7 +227,7 @@ func (r *labRun) reprobeOutside(outside map[cellID]outsideCell, diffs []Differen
 	if len(cells) == 0 {
 		return nil, nil
 	}
-	obs, err := r.observeOutside(cells, r.podsInLab())
+	obs, err := r.observeOutside(cells, r.podsInLab(), true)
 	if err != nil {
 		return nil, err
 	}

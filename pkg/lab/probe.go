@@ -113,21 +113,11 @@ func (l *Lab) Probe(ctx context.Context, opts ProbeOptions) (*eval.TruthTable, [
 		}
 	}
 
-	obs := make([]Observation, len(t.Results))
-	all := make([]int, len(t.Results))
-	for i := range all {
-		all[i] = i
+	cells := make([]Cell, len(t.Results))
+	for i, r := range t.Results {
+		cells[i] = Cell{From: r.From, To: r.To, Probe: l4.Port{Protocol: r.Protocol, Port: r.Port}}
 	}
-	l.observeCells(ctx, t, all, obs, opts.Family, opts.Timeout, opts.Parallel)
-	if !opts.NoRetry {
-		var failed []int
-		for i, o := range obs {
-			if retryable(o.Result) {
-				failed = append(failed, i)
-			}
-		}
-		l.observeCells(ctx, t, failed, obs, opts.Family, opts.RetryTimeout, opts.Parallel)
-	}
+	obs := l.observeCells(ctx, cells, opts)
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("lab %s: probing: %w", l.prefix, err)
 	}
@@ -162,12 +152,38 @@ func probeErrors(obs []Observation) error {
 	return fmt.Errorf("could not probe %d cell(s): %s", len(failed), strings.Join(failed, "; "))
 }
 
-// observeCells probes the given cells of t, parallel at a time, into obs.
-func (l *Lab) observeCells(ctx context.Context, t *eval.TruthTable, cells []int, obs []Observation, family ipfamily.Family, timeout time.Duration, parallel int) {
-	inParallel(ctx, cells, parallel, func(i int) {
-		r := t.Results[i]
-		obs[i] = l.observe(ctx, r.From, r.To, l4.Port{Protocol: r.Protocol, Port: r.Port}, family, timeout)
-	})
+// Cell is one cell of a truth table: a probe from one pod to another.
+type Cell struct {
+	From, To string // namespace/name
+	Probe    l4.Port
+}
+
+// observeCells probes cells, opts.Parallel at a time, and once more with
+// opts.RetryTimeout those whose result a lost packet could explain
+// (unless opts.NoRetry), all at once; the caller holds l.mu.
+func (l *Lab) observeCells(ctx context.Context, cells []Cell, opts ProbeOptions) []Observation {
+	obs := make([]Observation, len(cells))
+	observe := func(which []int, timeout time.Duration) {
+		inParallel(ctx, which, opts.Parallel, func(i int) {
+			c := cells[i]
+			obs[i] = l.observe(ctx, c.From, c.To, c.Probe, opts.Family, timeout)
+		})
+	}
+	all := make([]int, len(cells))
+	for i := range all {
+		all[i] = i
+	}
+	observe(all, opts.Timeout)
+	if !opts.NoRetry {
+		var failed []int
+		for i, o := range obs {
+			if retryable(o.Result) {
+				failed = append(failed, i)
+			}
+		}
+		observe(failed, opts.RetryTimeout)
+	}
+	return obs
 }
 
 // inParallel runs do for each of cells, workers at a time, and returns
@@ -203,36 +219,47 @@ func retryable(result string) bool {
 // ProbeOne probes one cell, as Probe does (default timeouts, one retry),
 // and reports what came back.
 func (l *Lab) ProbeOne(ctx context.Context, from, to string, probe l4.Port, family ipfamily.Family) (Observation, error) {
-	var opts ProbeOptions
+	obs, err := l.ProbeCells(ctx, []Cell{{From: from, To: to, Probe: probe}}, ProbeOptions{Family: family})
+	if err != nil {
+		return Observation{}, err
+	}
+	return obs[0], nil
+}
+
+// ProbeCells probes the given cells as Probe does (all at once,
+// opts.Parallel at a time; a failed cell once more with opts.RetryTimeout
+// unless opts.NoRetry) and returns what came back, in order. A cell whose
+// pods the lab does not run, or whose destination has no address of
+// opts.Family, is an error: these cells were asked for by name.
+func (l *Lab) ProbeCells(ctx context.Context, cells []Cell, opts ProbeOptions) ([]Observation, error) {
 	opts.defaults()
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.down {
-		return Observation{}, fmt.Errorf("lab %s is down", l.prefix)
+		return nil, fmt.Errorf("lab %s is down", l.prefix)
 	}
-	for _, key := range []string{from, to} {
-		if l.pods[key] != nil {
-			continue
+	for _, c := range cells {
+		for _, key := range []string{c.From, c.To} {
+			if l.pods[key] != nil {
+				continue
+			}
+			if why, left := l.plan.left[key]; left {
+				return nil, fmt.Errorf("pod %s is not in lab %s: %s", key, l.prefix, why)
+			}
+			return nil, fmt.Errorf("pod %s is not in lab %s's snapshot (or has finished)", key, l.prefix)
 		}
-		if why, left := l.plan.left[key]; left {
-			return Observation{}, fmt.Errorf("pod %s is not in lab %s: %s", key, l.prefix, why)
+		if ok, why := SCTPSupported(); !ok && isSCTP(c.Probe) {
+			return nil, fmt.Errorf("cannot probe %s: %s", c.Probe, why)
 		}
-		return Observation{}, fmt.Errorf("pod %s is not in lab %s's snapshot (or has finished)", key, l.prefix)
+		if _, ok := pick(l.pods[c.To].plan.addrs, opts.Family); !ok {
+			return nil, fmt.Errorf("pod %s has no %s address", c.To, familyName(opts.Family))
+		}
 	}
-	if ok, why := SCTPSupported(); !ok && isSCTP(probe) {
-		return Observation{}, fmt.Errorf("cannot probe %s: %s", probe, why)
-	}
-	if _, ok := pick(l.pods[to].plan.addrs, family); !ok {
-		return Observation{}, fmt.Errorf("pod %s has no %s address", to, familyName(family))
-	}
-	o := l.observe(ctx, from, to, probe, family, opts.Timeout)
-	if retryable(o.Result) {
-		o = l.observe(ctx, from, to, probe, family, opts.RetryTimeout)
-	}
+	obs := l.observeCells(ctx, cells, opts)
 	if err := ctx.Err(); err != nil {
-		return o, err
+		return obs, err
 	}
-	return o, probeErrors([]Observation{o})
+	return obs, probeErrors(obs)
 }
 
 // observe runs one probe; the caller holds l.mu.
