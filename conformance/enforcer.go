@@ -6,7 +6,12 @@ package conformance
 
 import (
 	"errors"
+	"fmt"
+	"reflect"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
@@ -36,6 +41,9 @@ type Enforcer struct {
 	DNS *node.DNSOptions
 	// Layout, set before the first Sync, is the policy tables' layout.
 	Layout compiler.Layout
+	// model is the policy model last synced (SyncPolicies sends what
+	// changed since).
+	model *policy.Model
 }
 
 // NewEnforcer prepares to program l's nodes.
@@ -85,7 +93,81 @@ func (e *Enforcer) Sync(snap *cluster.Snapshot) (*SyncReport, error) {
 			ProxyStats: res.Services.Stats, ProxyCounts: res.Services.Counts}
 	}
 	rep.Duration = time.Since(start)
+	e.model = in.Model
 	return rep, nil
+}
+
+// SyncPolicies programs every node for snap after a change of policies
+// alone, as the agent does: the changed policies (added, removed or
+// edited between the last model synced and snap's) go to the node's
+// programmer as typed changes, which updates or rebases the node's table
+// without a full compile when it can, and a full sync follows only when
+// the programmer asks for one. It returns each node's kind of sync.
+func (e *Enforcer) SyncPolicies(snap *cluster.Snapshot) (map[string]node.SyncKind, error) {
+	model := policy.Build(snap)
+	changed := changedPolicies(e.model, model)
+	pods := make(map[string]*corev1.Pod, len(snap.Pods))
+	for _, p := range snap.Pods {
+		pods[p.Namespace+"/"+p.Name] = p
+	}
+	in := node.ChangeInputs{
+		Pod: func(key string) (*corev1.Pod, error) { return pods[key], nil },
+		NamespaceLabels: func(name string) labels.Set {
+			if ns := snap.Namespace(name); ns != nil {
+				return ns.Labels
+			}
+			return nil
+		},
+		Model: func() (*policy.Model, error) { return model, nil },
+		Nodes: func() ([]*corev1.Node, error) { return snap.Nodes, nil },
+	}
+	kinds := map[string]node.SyncKind{}
+	for _, n := range e.lab.Nodes() {
+		p, err := e.programmer(n)
+		if err != nil {
+			return nil, err
+		}
+		ch := &node.PolicyChanges{}
+		ch.Policies(changed...)
+		cs := p.SyncPolicyChanges(ch, in)
+		if cs.Kind == node.SyncFull {
+			cs.PolicyResult = p.Sync(node.Prepare(snap), node.Policy).Policy
+		}
+		if err := cs.Err; err != nil {
+			return nil, fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		kinds[n.Name] = cs.Kind
+	}
+	e.model = model
+	return kinds, nil
+}
+
+// changedPolicies are the policies of before and after that the other
+// has not as they are (by reference and content): added, removed, edited.
+func changedPolicies(before, after *policy.Model) []*policy.Policy {
+	if before == nil {
+		return after.Policies
+	}
+	index := func(m *policy.Model) map[string]*policy.Policy {
+		out := make(map[string]*policy.Policy, len(m.Policies))
+		for _, p := range m.Policies {
+			out[p.Ref()] = p
+		}
+		return out
+	}
+	was, is := index(before), index(after)
+	var out []*policy.Policy
+	for ref, p := range is {
+		if q, ok := was[ref]; !ok || !reflect.DeepEqual(p, q) {
+			out = append(out, p)
+		}
+	}
+	for ref, p := range was {
+		if _, ok := is[ref]; !ok {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Verify checks every node's tables for changes made behind the
