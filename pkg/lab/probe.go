@@ -158,22 +158,27 @@ type Cell struct {
 	Probe    l4.Port
 }
 
-// observeCells probes cells, opts.Parallel at a time, and once more with
-// opts.RetryTimeout those whose result a lost packet could explain
-// (unless opts.NoRetry), all at once; the caller holds l.mu.
+// observeCells probes cells as observeAll does; the caller holds l.mu.
 func (l *Lab) observeCells(ctx context.Context, cells []Cell, opts ProbeOptions) []Observation {
-	obs := make([]Observation, len(cells))
-	observe := func(which []int, timeout time.Duration) {
-		inParallel(ctx, which, opts.Parallel, func(i int) {
-			c := cells[i]
-			obs[i] = l.observe(ctx, c.From, c.To, c.Probe, opts.Family, timeout)
-		})
+	return observeAll(ctx, len(cells), opts, func(i int, timeout time.Duration) Observation {
+		c := cells[i]
+		return l.observe(ctx, c.From, c.To, c.Probe, opts.Family, timeout)
+	})
+}
+
+// observeAll runs observe on cells 0..n-1, opts.Parallel at a time, and
+// once more with opts.RetryTimeout those whose result a lost packet could
+// explain (unless opts.NoRetry), all at once.
+func observeAll(ctx context.Context, n int, opts ProbeOptions, observe func(cell int, timeout time.Duration) Observation) []Observation {
+	obs := make([]Observation, n)
+	run := func(which []int, timeout time.Duration) {
+		inParallel(ctx, which, opts.Parallel, func(i int) { obs[i] = observe(i, timeout) })
 	}
-	all := make([]int, len(cells))
+	all := make([]int, n)
 	for i := range all {
 		all[i] = i
 	}
-	observe(all, opts.Timeout)
+	run(all, opts.Timeout)
 	if !opts.NoRetry {
 		var failed []int
 		for i, o := range obs {
@@ -181,7 +186,7 @@ func (l *Lab) observeCells(ctx context.Context, cells []Cell, opts ProbeOptions)
 				failed = append(failed, i)
 			}
 		}
-		observe(failed, opts.RetryTimeout)
+		run(failed, opts.RetryTimeout)
 	}
 	return obs
 }

@@ -78,7 +78,7 @@ func NodePortTo(node, namespace, name string) string {
 // SCTP ports are left out, with a note, when the kernel has no SCTP. The
 // notes also say what else was left out.
 func (l *Lab) ProbeServices(ctx context.Context, opts ServiceProbeOptions) ([]ServiceObservation, []string, error) {
-	po := ProbeOptions{Timeout: opts.Timeout, RetryTimeout: opts.RetryTimeout, Parallel: opts.Parallel}
+	po := ProbeOptions{Timeout: opts.Timeout, RetryTimeout: opts.RetryTimeout, Parallel: opts.Parallel, NoRetry: opts.NoRetry}
 	po.defaults()
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -158,27 +158,10 @@ func (l *Lab) ProbeServices(ctx context.Context, opts ServiceProbeOptions) ([]Se
 		notes = append(notes, fmt.Sprintf("without an %s address, these probe no %s Service: %s", fam, fam, strings.Join(list, ", ")))
 	}
 
-	obs := make([]Observation, len(out))
-	dialAll := func(cells []int, timeout time.Duration) {
-		inParallel(ctx, cells, po.Parallel, func(i int) {
-			c := out[i]
-			obs[i] = l.dial(ctx, c.From, netip.AddrPortFrom(c.ToAddr, uint16(c.Port)), c.Protocol, DialOptions{Timeout: timeout})
-		})
-	}
-	all := make([]int, len(out))
-	for i := range all {
-		all[i] = i
-	}
-	dialAll(all, po.Timeout)
-	if !opts.NoRetry {
-		var failed []int
-		for i, o := range obs {
-			if retryable(o.Result) {
-				failed = append(failed, i)
-			}
-		}
-		dialAll(failed, po.RetryTimeout)
-	}
+	obs := observeAll(ctx, len(out), po, func(i int, timeout time.Duration) Observation {
+		c := out[i]
+		return l.dial(ctx, c.From, netip.AddrPortFrom(c.ToAddr, uint16(c.Port)), c.Protocol, DialOptions{Timeout: timeout})
+	})
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("lab %s: probing Services: %w", l.prefix, err)
 	}
