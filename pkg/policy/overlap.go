@@ -35,17 +35,33 @@ func (o Overlap) String() string {
 // exceptions left aside); a named port meets the same name only. A pair
 // is listed once, in the model's order.
 func SamePriorityOverlaps(m *Model) []Overlap {
-	var out []Overlap
-	for i, p := range m.Policies {
+	type level struct {
+		tier     Tier
+		priority int32
+	}
+	var levels []level
+	byLevel := map[level][]*Policy{}
+	for _, p := range m.Policies {
 		if p.Tier == TierNetworkPolicy {
 			continue
 		}
-		for _, q := range m.Policies[i+1:] {
-			if q.Tier != p.Tier || q.Priority != p.Priority || !subjectsMeet(p.Subject, q.Subject) {
-				continue
-			}
-			if o, ok := rulesMeet(p, q); ok {
-				out = append(out, o)
+		l := level{p.Tier, p.Priority}
+		if _, ok := byLevel[l]; !ok {
+			levels = append(levels, l)
+		}
+		byLevel[l] = append(byLevel[l], p)
+	}
+	var out []Overlap
+	for _, l := range levels {
+		pols := byLevel[l]
+		for i, p := range pols {
+			for _, q := range pols[i+1:] {
+				if !subjectsMeet(p.Subject, q.Subject) {
+					continue
+				}
+				if o, ok := rulesMeet(p, q); ok {
+					out = append(out, o)
+				}
 			}
 		}
 	}
