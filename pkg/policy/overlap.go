@@ -90,11 +90,11 @@ func subjectsMeet(a, b Subject) bool {
 }
 
 func peersMeet(a, b *Rule) bool {
-	if a.FailClosed != "" || b.FailClosed != "" {
-		// A Deny or Pass rule that fails closed matches everything.
-		return a.Action != Accept || b.Action != Accept
+	// A rule that fails closed matches nothing (Accept) or everything.
+	if a.FailClosed != "" && a.Action == Accept || b.FailClosed != "" && b.Action == Accept {
+		return false
 	}
-	if a.AllPeers || b.AllPeers {
+	if a.FailClosed != "" || b.FailClosed != "" || a.AllPeers || b.AllPeers {
 		return true
 	}
 	for _, x := range a.Peers {
