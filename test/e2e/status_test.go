@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -230,5 +231,14 @@ spec:
 			t.Fatalf("bad-subject's events %+v, want its one event updated to name AlsoBogus", evs)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// The condition follows too (a rejected policy changed into another
+	// rejected form has no model of its own: the agent syncs in full).
+	obj, err := w.env.Dynamic.Resource(gvrCNP).Get(w.ctx, "bad-subject", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := accepted(obj); c == nil || !strings.Contains(fmt.Sprint(c["message"]), "AlsoBogus") {
+		t.Errorf("bad-subject's Accepted condition %v does not name AlsoBogus", c)
 	}
 }
