@@ -191,12 +191,20 @@ func testAgentRBAC(t *testing.T, env *testenv.Env) {
 				ObjectMeta: metav1.ObjectMeta{Name: "netpol-status-writer"}}, metav1.CreateOptions{})
 			return err
 		},
-		"create core event": func() error {
-			_, err := kube.CoreV1().Events("default").Create(ctx, &corev1.Event{
+		"create, get and update a core event": func() error {
+			ev, err := kube.CoreV1().Events("default").Create(ctx, &corev1.Event{
 				ObjectMeta:     metav1.ObjectMeta{GenerateName: "netpol-"},
 				InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: "node-1"},
 				Reason:         "Test", Message: "rbac test", Type: corev1.EventTypeNormal,
 			}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			if ev, err = kube.CoreV1().Events("default").Get(ctx, ev.Name, metav1.GetOptions{}); err != nil {
+				return err
+			}
+			ev.Message = "rbac test, updated"
+			_, err = kube.CoreV1().Events("default").Update(ctx, ev, metav1.UpdateOptions{})
 			return err
 		},
 		"create events.k8s.io event": func() error {

@@ -3,11 +3,14 @@ package agent
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netpol/netpol/pkg/cluster"
@@ -141,5 +144,78 @@ func TestClusterDNSSlice(t *testing.T) {
 		if got := clusterDNSSlice(c.objs); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+func TestDesiredEvents(t *testing.T) {
+	snap := cluster.New()
+	if r := snap.AddDocuments([]byte(`
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: deny-dev}
+spec:
+  tier: Admin
+  priority: 10
+  subject: {namespaces: {}}
+  ingress: [{name: dev, action: Deny, from: [{namespaces: {matchLabels: {env: dev}}}]}]
+---
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: allow-all}
+spec:
+  tier: Admin
+  priority: 10
+  subject: {namespaces: {matchLabels: {team: a}}}
+  ingress: [{name: all, action: Accept, from: [{namespaces: {}}]}]
+---
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: other-priority}
+spec:
+  tier: Admin
+  priority: 11
+  subject: {namespaces: {}}
+  ingress: [{name: all, action: Accept, from: [{namespaces: {}}]}]
+`), "test.yaml", false); len(r.Errors) > 0 {
+		t.Fatal(r.Errors)
+	}
+	model := policy.Build(snap)
+	np := cluster.ObjectKey{Kind: cluster.KindNetworkPolicy, Namespace: "x", Name: "bad"}
+	model.Errors = append(model.Errors, &policy.ObjectError{Object: np, Field: "spec.ingress[0].from[0].ipBlock.cidr", Message: "invalid CIDR (policy not loaded)", Rejected: true})
+	cnp := func(name string) cluster.ObjectKey {
+		return cluster.ObjectKey{Kind: cluster.KindClusterPolicy, Name: name}
+	}
+	model.ObjectWarnings[cnp("other-priority")] = []string{"spec.ingress[0]: unknown field; the rule fails closed"}
+	ref := func(k cluster.ObjectKey) policyObject {
+		return policyObject{ref: corev1.ObjectReference{Kind: k.Kind, Namespace: k.Namespace, Name: k.Name, UID: types.UID("uid-" + k.Name)}}
+	}
+	objs := map[cluster.ObjectKey]policyObject{np: ref(np)}
+	for _, name := range []string{"deny-dev", "allow-all", "other-priority"} {
+		objs[cnp(name)] = ref(cnp(name))
+	}
+	got := map[string]string{}
+	names := map[string]bool{}
+	for _, ev := range desiredEvents(objs, model) {
+		got[ev.ref.Name+" "+ev.reason] = ev.msg
+		if names[ev.name()] {
+			t.Errorf("two events named %s", ev.name())
+		}
+		names[ev.name()] = true
+		if ev.ref.UID != types.UID("uid-"+ev.ref.Name) {
+			t.Errorf("event %s names UID %q", ev.name(), ev.ref.UID)
+		}
+	}
+	for key, text := range map[string]string{
+		"bad " + reasonNotEnforced:                "not enforced: spec.ingress[0].from[0].ipBlock.cidr: invalid CIDR",
+		"other-priority " + reasonRulesFailClosed: "fail closed",
+		"deny-dev " + reasonPriorityAmbiguous:     "ClusterNetworkPolicy allow-all and ClusterNetworkPolicy deny-dev have the same priority 10",
+		"allow-all " + reasonPriorityAmbiguous:    "the API leaves their order undefined",
+	} {
+		if msg, ok := got[key]; !ok || !strings.Contains(msg, text) {
+			t.Errorf("event %s: %q, want it, saying %q", key, msg, text)
+		}
+	}
+	if len(got) != 4 {
+		t.Errorf("events %v, want 4", got)
 	}
 }

@@ -50,11 +50,17 @@ func (a *Agent) recordChange(objs []any) {
 			reason = "the cluster DNS's endpoints changed" // with no NAT table (Agent.changed)
 		case *networkingv1.NetworkPolicy, *policyRecord:
 			snap, problems := loadPolicy(obj)
+			model := policy.Build(snap)
+			if len(model.Policies) == 0 {
+				// Rejected: no model of its own carries the problem to the
+				// status writer; a full sync's does.
+				problems = append(problems, model.Errors...)
+			}
 			if len(problems) > 0 {
 				reason = "a policy object with a problem: " + errors.Join(problems...).Error()
 				continue
 			}
-			pols = append(pols, policy.Build(snap).Policies...)
+			pols = append(pols, model.Policies...)
 		default:
 			reason = fmt.Sprintf("a %T changed", obj)
 		}

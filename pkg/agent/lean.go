@@ -41,11 +41,11 @@ import (
 // nothing of what is kept (a pod's conditions, a node's heartbeat) then
 // is no event at all (sameLean).
 
-// leanMeta keeps what identifies an object and what selectors read. Not
-// the UID: nothing reads it (stores key objects by namespace and name; a
-// replaced object is a delete and an add, or an update of what is kept).
+// leanMeta keeps what identifies an object and what selectors read, and
+// the UID, which an Event about the object names (stores key objects by
+// namespace and name).
 func leanMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion,
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
 		Generation: m.Generation, Labels: m.Labels, DeletionTimestamp: m.DeletionTimestamp}
 }
 
@@ -396,7 +396,7 @@ func leanPolicy(obj any) (any, error) {
 	rec := &policyRecord{TypeMeta: metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()},
 		recordMeta: recordMeta{Name: u.GetName(), Namespace: u.GetNamespace(), ResourceVersion: u.GetResourceVersion(),
 			DeletionTimestamp: u.GetDeletionTimestamp()},
-		generation: u.GetGeneration(), accepted: acceptedCondition(u)}
+		uid: u.GetUID(), generation: u.GetGeneration(), accepted: acceptedCondition(u)}
 	out := maps.Clone(u.Object)
 	delete(out, "status")
 	if meta, ok := u.Object["metadata"].(map[string]any); ok {
@@ -417,6 +417,7 @@ func leanPolicy(obj any) (any, error) {
 type policyRecord struct {
 	metav1.TypeMeta
 	recordMeta
+	uid        types.UID // an Event about the policy names it
 	generation int64
 	// accepted is the object's Accepted condition, nil if it has none.
 	accepted *condition
@@ -449,6 +450,9 @@ func acceptedCondition(u *unstructured.Unstructured) *condition {
 }
 
 func (r *policyRecord) GetGeneration() int64 { return r.generation }
+
+// GetUID is the object's UID.
+func (r *policyRecord) GetUID() types.UID { return r.uid }
 
 // DeepCopyObject shares the JSON, which nothing changes.
 func (r *policyRecord) DeepCopyObject() k8sruntime.Object {

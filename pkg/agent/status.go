@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -47,22 +48,30 @@ type statusWriter struct {
 	// writes the latest (at client QPS, N changed policies take N/QPS
 	// seconds, which must not stall kernel programming).
 	mu      sync.Mutex
-	queued  []policyStatus
+	queued  queuedStatus
 	pending bool
 	kick    chan struct{}
 	// retry is how long a failed write waits before it is tried again.
 	retry time.Duration
+	// events are the Events written or found, by name (writeLoop's own).
+	events map[string]writtenEvent
+}
+
+// queuedStatus is what a sync asks the writer to write.
+type queuedStatus struct {
+	statuses []policyStatus
+	events   []policyEvent
 }
 
 func newStatusWriter(kube kubernetes.Interface, dyn dynamic.Interface, namespace, identity string, log func(string, ...any), onLeader func()) *statusWriter {
 	return &statusWriter{kube: kube, dyn: dyn, namespace: namespace, identity: identity, log: log, onLeader: onLeader,
-		kick: make(chan struct{}, 1), retry: 5 * time.Second}
+		kick: make(chan struct{}, 1), retry: 5 * time.Second, events: map[string]writtenEvent{}}
 }
 
-// enqueue replaces whatever is waiting to be written with statuses.
-func (w *statusWriter) enqueue(statuses []policyStatus) {
+// enqueue replaces whatever is waiting to be written with q.
+func (w *statusWriter) enqueue(q queuedStatus) {
 	w.mu.Lock()
-	w.queued, w.pending = statuses, true
+	w.queued, w.pending = q, true
 	w.mu.Unlock()
 	select {
 	case w.kick <- struct{}{}:
@@ -80,17 +89,17 @@ func (w *statusWriter) writeLoop(ctx context.Context) {
 		case <-w.kick:
 		}
 		w.mu.Lock()
-		statuses, ok := w.queued, w.pending
-		w.queued, w.pending = nil, false
+		q, ok := w.queued, w.pending
+		w.queued, w.pending = queuedStatus{}, false
 		w.mu.Unlock()
 		if !ok || !w.leader.Load() {
 			continue
 		}
-		if err := w.write(ctx, statuses); err != nil && ctx.Err() == nil {
+		if err := errors.Join(w.write(ctx, q.statuses), w.writeEvents(ctx, q.events)); err != nil && ctx.Err() == nil {
 			w.log("writing policy status failed; retrying", "err", err, "retry-in", w.retry)
 			w.mu.Lock()
 			if !w.pending {
-				w.queued, w.pending = statuses, true
+				w.queued, w.pending = q, true
 			}
 			w.mu.Unlock()
 			select {
@@ -143,42 +152,74 @@ type policyStatus struct {
 // that fail closed are True/RulesFailClosed, listing them; others
 // True/Valid.
 func desiredStatus(objs map[cluster.ObjectKey]policyObject, model *policy.Model) []policyStatus {
-	problems := map[cluster.ObjectKey][]string{}
-	rejected := map[cluster.ObjectKey]bool{}
-	for _, err := range model.Errors {
-		var oe *policy.ObjectError
-		if errors.As(err, &oe) {
-			problems[oe.Object] = append(problems[oe.Object], oe.Field+": "+oe.Message)
-			rejected[oe.Object] = rejected[oe.Object] || oe.Rejected
-		}
-	}
-	for key, ws := range model.ObjectWarnings {
-		problems[key] = append(problems[key], ws...)
-	}
+	problems := objectProblems(model)
 	var out []policyStatus
 	for key, o := range objs {
-		st := policyStatus{gvr: o.gvr, obj: o.obj, status: metav1.ConditionTrue, reason: "Valid", msg: "netpol enforces this policy"}
-		if ps := problems[key]; len(ps) > 0 {
-			sort.Strings(ps)
-			st.reason = "RulesFailClosed"
-			st.msg = "enforced; these entries fail closed (an Accept rule matches nothing, a Deny/Pass rule everything): " + strings.Join(ps, "; ")
-			if rejected[key] {
-				st.status, st.reason = metav1.ConditionFalse, "Invalid"
-				st.msg = "not enforced: " + strings.Join(ps, "; ")
-			}
+		if o.obj == nil {
+			continue // a NetworkPolicy: it has no status
 		}
-		if len(st.msg) > 32000 {
-			st.msg = st.msg[:32000] + "..."
+		st := policyStatus{gvr: o.gvr, obj: o.obj, status: metav1.ConditionTrue, reason: "Valid", msg: "netpol enforces this policy"}
+		if p, ok := problems[key]; ok {
+			st.reason, st.msg = "RulesFailClosed", p.message()
+			if p.rejected {
+				st.status, st.reason = metav1.ConditionFalse, "Invalid"
+			}
 		}
 		out = append(out, st)
 	}
 	return out
 }
 
-// policyObject is a policy as the informer holds it.
+// problems are what is wrong with one policy object: the entries that
+// fail closed or, when rejected, why netpol does not enforce it.
+type problems struct {
+	entries  []string // sorted
+	rejected bool
+}
+
+// message says it, as the Accepted condition and the Event do.
+func (p problems) message() string {
+	msg := "enforced; these entries fail closed (an Accept rule matches nothing, a Deny/Pass rule everything): " + strings.Join(p.entries, "; ")
+	if p.rejected {
+		msg = "not enforced: " + strings.Join(p.entries, "; ")
+	}
+	if len(msg) > 32000 {
+		msg = msg[:32000] + "..."
+	}
+	return msg
+}
+
+// objectProblems are the model's problems by object.
+func objectProblems(model *policy.Model) map[cluster.ObjectKey]problems {
+	out := map[cluster.ObjectKey]problems{}
+	for _, err := range model.Errors {
+		var oe *policy.ObjectError
+		if errors.As(err, &oe) {
+			p := out[oe.Object]
+			p.entries = append(p.entries, oe.Field+": "+oe.Message)
+			p.rejected = p.rejected || oe.Rejected
+			out[oe.Object] = p
+		}
+	}
+	for key, ws := range model.ObjectWarnings {
+		p := out[key]
+		p.entries = append(p.entries, ws...)
+		out[key] = p
+	}
+	for key, p := range out {
+		sort.Strings(p.entries)
+		out[key] = p
+	}
+	return out
+}
+
+// policyObject is a policy as the informer holds it: a NetworkPolicy has
+// its reference alone (ref, for Events), the other kinds their record too
+// (for their status).
 type policyObject struct {
 	gvr schema.GroupVersionResource
 	obj *policyRecord
+	ref corev1.ObjectReference
 }
 
 // write applies the conditions that differ from the objects' own; only

@@ -3,10 +3,12 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -112,4 +114,131 @@ func accepted(obj *unstructured.Unstructured) map[string]any {
 		}
 	}
 	return nil
+}
+
+// TestPolicyEvents: a policy netpol does not enforce as written and two
+// Admin policies of one priority whose rules overlap get Warning Events
+// (what `kubectl describe` shows), one per object and reason, written by
+// one agent (the Lease holder), not once per node and not again while
+// nothing changes; a changed problem updates its Event.
+func TestPolicyEvents(t *testing.T) {
+	w := newWorld(t, "e2e")
+	w.apply(`
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: deny-dev}
+spec:
+  tier: Admin
+  priority: 40
+  subject: {namespaces: {}}
+  ingress:
+  - {name: dev, action: Deny, from: [{namespaces: {matchLabels: {env: dev}}}]}
+---
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: accept-all}
+spec:
+  tier: Admin
+  priority: 40
+  subject: {namespaces: {}}
+  ingress:
+  - {name: all, action: Accept, from: [{namespaces: {}}]}
+---
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: bad-subject}
+spec:
+  tier: Admin
+  priority: 41
+  subject:
+    namespaces: {matchExpressions: [{key: team, operator: Bogus, values: [x]}]}
+  ingress:
+  - {name: deny-z, action: Deny, from: [{namespaces: {}}]}
+`)
+	want := map[string]struct{ reason, text string }{
+		"deny-dev":    {"PolicyPriorityAmbiguous", "the API leaves their order undefined"},
+		"accept-all":  {"PolicyPriorityAmbiguous", "ClusterNetworkPolicy accept-all and ClusterNetworkPolicy deny-dev have the same priority 40"},
+		"bad-subject": {"PolicyNotEnforced", "not enforced: spec.subject"},
+	}
+	events := func() map[string][]corev1.Event {
+		list, err := w.env.Client.CoreV1().Events(metav1.NamespaceDefault).List(w.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]corev1.Event{}
+		for _, ev := range list.Items {
+			if ev.InvolvedObject.Kind == "ClusterNetworkPolicy" {
+				out[ev.InvolvedObject.Name] = append(out[ev.InvolvedObject.Name], ev)
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := events()
+		ok := true
+		for name, wt := range want {
+			evs := got[name]
+			ok = ok && len(evs) == 1 && evs[0].Reason == wt.reason && strings.Contains(evs[0].Message, wt.text)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events %+v, want one per policy: %+v", got, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	got := events()
+	for name := range want {
+		ev := got[name][0]
+		obj, err := w.env.Dynamic.Resource(gvrCNP).Get(w.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.UID != obj.GetUID() || ev.Count != 1 {
+			t.Errorf("%s: event %s %s for UID %s, count %d; want a Warning for UID %s, count 1", name, ev.Type, ev.Reason, ev.InvolvedObject.UID, ev.Count, obj.GetUID())
+		}
+		t.Logf("%s: %s %s: %s", name, ev.Type, ev.Reason, ev.Message)
+	}
+	// Not written again while nothing changes, though every agent syncs.
+	time.Sleep(2 * time.Second)
+	for name, evs := range events() {
+		if evs[0].ResourceVersion != got[name][0].ResourceVersion {
+			t.Errorf("%s: the event was written again (resourceVersion %s -> %s)", name, got[name][0].ResourceVersion, evs[0].ResourceVersion)
+		}
+	}
+	// A changed problem updates its event, in place.
+	w.apply(`
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: bad-subject}
+spec:
+  tier: Admin
+  priority: 41
+  subject:
+    namespaces: {matchExpressions: [{key: team, operator: AlsoBogus, values: [x]}]}
+  ingress:
+  - {name: deny-z, action: Deny, from: [{namespaces: {}}]}
+`)
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		evs := events()["bad-subject"]
+		if len(evs) == 1 && strings.Contains(evs[0].Message, "AlsoBogus") {
+			break
+		}
+		if len(evs) != 1 || time.Now().After(deadline) {
+			t.Fatalf("bad-subject's events %+v, want its one event updated to name AlsoBogus", evs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The condition follows too (a rejected policy changed into another
+	// rejected form has no model of its own: the agent syncs in full).
+	obj, err := w.env.Dynamic.Resource(gvrCNP).Get(w.ctx, "bad-subject", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := accepted(obj); c == nil || !strings.Contains(fmt.Sprint(c["message"]), "AlsoBogus") {
+		t.Errorf("bad-subject's Accepted condition %v does not name AlsoBogus", c)
+	}
 }
