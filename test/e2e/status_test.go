@@ -30,17 +30,7 @@ spec:
   ingress:
   - {name: deny-z, action: Deny, from: [{namespaces: {matchLabels: {kubernetes.io/metadata.name: z}}}]}
 ---
-apiVersion: policy.networking.k8s.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {name: bad-subject}
-spec:
-  tier: Admin
-  priority: 31
-  subject:
-    namespaces: {matchExpressions: [{key: team, operator: Bogus, values: [x]}]}
-  ingress:
-  - {name: deny-z, action: Deny, from: [{namespaces: {}}]}
----
+` + badSubject(31, "Bogus") + `---
 apiVersion: policy.networking.k8s.io/v1beta1
 kind: ClusterNetworkPolicy
 metadata: {name: bad-peer}
@@ -106,6 +96,23 @@ spec:
 	}
 }
 
+// badSubject is ClusterNetworkPolicy bad-subject at priority prio, whose
+// subject's selector has the operator op (the API server's schema lets
+// any through; netpol does not enforce it).
+func badSubject(prio int, op string) string {
+	return fmt.Sprintf(`apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: bad-subject}
+spec:
+  tier: Admin
+  priority: %d
+  subject:
+    namespaces: {matchExpressions: [{key: team, operator: %s, values: [x]}]}
+  ingress:
+  - {name: deny-z, action: Deny, from: [{namespaces: {}}]}
+`, prio, op)
+}
+
 func accepted(obj *unstructured.Unstructured) map[string]any {
 	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
 	for _, c := range conds {
@@ -144,17 +151,7 @@ spec:
   ingress:
   - {name: all, action: Accept, from: [{namespaces: {}}]}
 ---
-apiVersion: policy.networking.k8s.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {name: bad-subject}
-spec:
-  tier: Admin
-  priority: 41
-  subject:
-    namespaces: {matchExpressions: [{key: team, operator: Bogus, values: [x]}]}
-  ingress:
-  - {name: deny-z, action: Deny, from: [{namespaces: {}}]}
-`)
+` + badSubject(41, "Bogus"))
 	want := map[string]struct{ reason, text string }{
 		"deny-dev":    {"PolicyPriorityAmbiguous", "the API leaves their order undefined"},
 		"accept-all":  {"PolicyPriorityAmbiguous", "ClusterNetworkPolicy accept-all and ClusterNetworkPolicy deny-dev have the same priority 40"},
@@ -209,18 +206,7 @@ spec:
 		}
 	}
 	// A changed problem updates its event, in place.
-	w.apply(`
-apiVersion: policy.networking.k8s.io/v1beta1
-kind: ClusterNetworkPolicy
-metadata: {name: bad-subject}
-spec:
-  tier: Admin
-  priority: 41
-  subject:
-    namespaces: {matchExpressions: [{key: team, operator: AlsoBogus, values: [x]}]}
-  ingress:
-  - {name: deny-z, action: Deny, from: [{namespaces: {}}]}
-`)
+	w.apply(badSubject(41, "AlsoBogus"))
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		evs := events()["bad-subject"]
