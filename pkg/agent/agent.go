@@ -645,7 +645,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		a.programmed.Store(&programmedTable{generation: gen, view: a.policyView})
 		a.models.publish()
 		if model != nil && a.status != nil && a.status.leader.Load() {
-			a.status.enqueue(queuedStatus{statuses: desiredStatus(policies, model), events: desiredEvents(policies, model)})
+			a.status.enqueue(queuedStatus{statuses: desiredStatus(policies, model), events: desiredEvents(policies, a.src.networkPolicyRef, model)})
 		}
 	}
 	if r := res.Services; r.Ran {

@@ -186,16 +186,20 @@ spec:
 		return cluster.ObjectKey{Kind: cluster.KindClusterPolicy, Name: name}
 	}
 	model.ObjectWarnings[cnp("other-priority")] = []string{"spec.ingress[0]: unknown field; the rule fails closed"}
-	ref := func(k cluster.ObjectKey) policyObject {
-		return policyObject{ref: corev1.ObjectReference{Kind: k.Kind, Namespace: k.Namespace, Name: k.Name, UID: types.UID("uid-" + k.Name)}}
-	}
-	objs := map[cluster.ObjectKey]policyObject{np: ref(np)}
+	objs := map[cluster.ObjectKey]policyObject{}
 	for _, name := range []string{"deny-dev", "allow-all", "other-priority"} {
-		objs[cnp(name)] = ref(cnp(name))
+		objs[cnp(name)] = policyObject{gvr: cluster.GVRClusterPolicyV1beta1, obj: &policyRecord{
+			TypeMeta:   metav1.TypeMeta{Kind: cluster.KindClusterPolicy, APIVersion: "policy.networking.k8s.io/v1beta1"},
+			recordMeta: recordMeta{Name: name}, uid: types.UID("uid-" + name)}}
+	}
+	var looked []string
+	npRef := func(namespace, name string) (corev1.ObjectReference, bool) {
+		looked = append(looked, namespace+"/"+name)
+		return corev1.ObjectReference{Kind: cluster.KindNetworkPolicy, Namespace: namespace, Name: name, UID: types.UID("uid-" + name)}, true
 	}
 	got := map[string]string{}
 	names := map[string]bool{}
-	for _, ev := range desiredEvents(objs, model) {
+	for _, ev := range desiredEvents(objs, npRef, model) {
 		got[ev.ref.Name+" "+ev.reason] = ev.msg
 		if names[ev.name()] {
 			t.Errorf("two events named %s", ev.name())
@@ -217,5 +221,9 @@ spec:
 	}
 	if len(got) != 4 {
 		t.Errorf("events %v, want 4", got)
+	}
+	// NetworkPolicies are looked up only when one has a problem.
+	if len(looked) != 1 || looked[0] != "x/bad" {
+		t.Errorf("NetworkPolicies looked up: %v, want x/bad alone", looked)
 	}
 }

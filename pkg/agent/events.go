@@ -66,11 +66,22 @@ func (e policyEvent) namespace() string {
 }
 
 // desiredEvents are the Events the model's problems call for, on the
-// objects of objs.
-func desiredEvents(objs map[cluster.ObjectKey]policyObject, model *policy.Model) []policyEvent {
+// admin and cluster policies of objs and the NetworkPolicies npRef finds
+// (only those with a problem are looked up).
+func desiredEvents(objs map[cluster.ObjectKey]policyObject, npRef func(namespace, name string) (corev1.ObjectReference, bool), model *policy.Model) []policyEvent {
+	refOf := func(key cluster.ObjectKey) (corev1.ObjectReference, bool) {
+		if key.Kind == cluster.KindNetworkPolicy {
+			return npRef(key.Namespace, key.Name)
+		}
+		o, ok := objs[key]
+		if !ok {
+			return corev1.ObjectReference{}, false
+		}
+		return o.ref(), true
+	}
 	var out []policyEvent
 	for key, p := range objectProblems(model) {
-		o, ok := objs[key]
+		ref, ok := refOf(key)
 		if !ok {
 			continue
 		}
@@ -78,7 +89,7 @@ func desiredEvents(objs map[cluster.ObjectKey]policyObject, model *policy.Model)
 		if p.rejected {
 			reason = reasonNotEnforced
 		}
-		out = append(out, policyEvent{ref: o.ref, reason: reason, msg: p.message()})
+		out = append(out, policyEvent{ref: ref, reason: reason, msg: p.message()})
 	}
 	ambiguous := map[cluster.ObjectKey][]string{}
 	for _, ov := range policy.SamePriorityOverlaps(model) {
@@ -88,9 +99,9 @@ func desiredEvents(objs map[cluster.ObjectKey]policyObject, model *policy.Model)
 		}
 	}
 	for key, msgs := range ambiguous {
-		if o, ok := objs[key]; ok {
+		if ref, ok := refOf(key); ok {
 			sort.Strings(msgs)
-			out = append(out, policyEvent{ref: o.ref, reason: reasonPriorityAmbiguous, msg: strings.Join(slices.Compact(msgs), "; ")})
+			out = append(out, policyEvent{ref: ref, reason: reasonPriorityAmbiguous, msg: strings.Join(slices.Compact(msgs), "; ")})
 		}
 	}
 	slices.SortFunc(out, func(a, b policyEvent) int { return strings.Compare(a.name(), b.name()) })

@@ -330,23 +330,19 @@ func (s *sources) nodes() ([]*corev1.Node, error) {
 }
 
 // policySources are the cached policy objects for a policy.Cache, each
-// identified by the cache's pointer (an update replaces it), and every
-// policy object by key: the admin and cluster policies as the API server
-// holds them (for their status), and each one's reference (for Events).
+// identified by the cache's pointer (an update replaces it), and the
+// admin and cluster policies as the API server holds them (for their
+// status and Events).
 func (s *sources) policySources() ([]any, map[cluster.ObjectKey]policyObject, error) {
 	ids, err := s.listers.networkPolicies.List(labels.Everything())
 	if err != nil {
 		return nil, nil, err
 	}
 	out := make([]any, len(ids))
-	policies := map[cluster.ObjectKey]policyObject{}
 	for i, o := range ids {
 		out[i] = o
-		if np, ok := o.(*networkingv1.NetworkPolicy); ok {
-			policies[cluster.ObjectKey{Kind: cluster.KindNetworkPolicy, Namespace: np.Namespace, Name: np.Name}] = policyObject{
-				ref: corev1.ObjectReference{Kind: cluster.KindNetworkPolicy, APIVersion: "networking.k8s.io/v1", Namespace: np.Namespace, Name: np.Name, UID: np.UID}}
-		}
 	}
+	policies := map[cluster.ObjectKey]policyObject{}
 	s.policyMu.RLock()
 	defer s.policyMu.RUnlock()
 	if s.policies == nil {
@@ -361,11 +357,21 @@ func (s *sources) policySources() ([]any, map[cluster.ObjectKey]policyObject, er
 				return nil, nil, fmt.Errorf("the %s informer holds a %T", gvr.Resource, o)
 			}
 			out = append(out, rec)
-			policies[cluster.ObjectKey{Kind: policyKinds[gvr.Resource], Name: rec.Name}] = policyObject{gvr: gvr, obj: rec,
-				ref: corev1.ObjectReference{Kind: rec.Kind, APIVersion: rec.APIVersion, Name: rec.Name, UID: rec.uid}}
+			policies[cluster.ObjectKey{Kind: policyKinds[gvr.Resource], Name: rec.Name}] = policyObject{gvr: gvr, obj: rec}
 		}
 	}
 	return out, policies, nil
+}
+
+// networkPolicyRef is what an Event about NetworkPolicy namespace/name
+// names, from the informer (false: the informer does not hold it).
+func (s *sources) networkPolicyRef(namespace, name string) (corev1.ObjectReference, bool) {
+	o, err := s.listers.networkPolicies.ByNamespace(namespace).Get(name)
+	np, ok := o.(*networkingv1.NetworkPolicy)
+	if err != nil || !ok {
+		return corev1.ObjectReference{}, false
+	}
+	return corev1.ObjectReference{Kind: cluster.KindNetworkPolicy, APIVersion: "networking.k8s.io/v1", Namespace: np.Namespace, Name: np.Name, UID: np.UID}, true
 }
 
 // loadPolicy is a snapshot holding one policy object of policySources

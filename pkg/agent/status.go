@@ -155,9 +155,6 @@ func desiredStatus(objs map[cluster.ObjectKey]policyObject, model *policy.Model)
 	problems := objectProblems(model)
 	var out []policyStatus
 	for key, o := range objs {
-		if o.obj == nil {
-			continue // a NetworkPolicy: it has no status
-		}
 		st := policyStatus{gvr: o.gvr, obj: o.obj, status: metav1.ConditionTrue, reason: "Valid", msg: "netpol enforces this policy"}
 		if p, ok := problems[key]; ok {
 			st.reason, st.msg = "RulesFailClosed", p.message()
@@ -213,13 +210,15 @@ func objectProblems(model *policy.Model) map[cluster.ObjectKey]problems {
 	return out
 }
 
-// policyObject is a policy as the informer holds it: a NetworkPolicy has
-// its reference alone (ref, for Events), the other kinds their record too
-// (for their status).
+// policyObject is an admin or cluster policy as the informer holds it.
 type policyObject struct {
 	gvr schema.GroupVersionResource
 	obj *policyRecord
-	ref corev1.ObjectReference
+}
+
+// ref is what an Event about the object names.
+func (o policyObject) ref() corev1.ObjectReference {
+	return corev1.ObjectReference{Kind: o.obj.Kind, APIVersion: o.obj.APIVersion, Name: o.obj.Name, UID: o.obj.uid}
 }
 
 // write applies the conditions that differ from the objects' own; only
