@@ -645,7 +645,9 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		a.programmed.Store(&programmedTable{generation: gen, view: a.policyView})
 		a.models.publish()
 		if model != nil && a.status != nil && a.status.leader.Load() {
-			a.status.enqueue(queuedStatus{statuses: desiredStatus(policies, model), events: desiredEvents(policies, a.src.networkPolicyRef, model)})
+			problems := objectProblems(model)
+			a.status.enqueue(queuedStatus{statuses: desiredStatus(policies, problems),
+				events: desiredEvents(policies, a.src.networkPolicyRef, model, problems)})
 		}
 	}
 	if r := res.Services; r.Ran {

@@ -62,7 +62,7 @@ func TestDesiredStatus(t *testing.T) {
 	}
 	objs := map[cluster.ObjectKey]policyObject{key("ok"): obj("ok"), key("rejected"): obj("rejected"), key("partial"): obj("partial"), key("warned"): obj("warned")}
 	want := map[string][2]string{"ok": {"True", "Valid"}, "rejected": {"False", "Invalid"}, "partial": {"True", "RulesFailClosed"}, "warned": {"True", "RulesFailClosed"}}
-	got := desiredStatus(objs, model)
+	got := desiredStatus(objs, objectProblems(model))
 	if len(got) != len(want) {
 		t.Fatalf("got %d statuses, want %d", len(got), len(want))
 	}
@@ -199,7 +199,7 @@ spec:
 	}
 	got := map[string]string{}
 	names := map[string]bool{}
-	for _, ev := range desiredEvents(objs, npRef, model) {
+	for _, ev := range desiredEvents(objs, npRef, model, objectProblems(model)) {
 		got[ev.ref.Name+" "+ev.reason] = ev.msg
 		if names[ev.name()] {
 			t.Errorf("two events named %s", ev.name())

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -65,10 +66,12 @@ func (e policyEvent) namespace() string {
 	return e.ref.Namespace
 }
 
-// desiredEvents are the Events the model's problems call for, on the
+// desiredEvents are the Events the model's problems (objectProblems) and
+// its same-priority overlaps call for, on the
 // admin and cluster policies of objs and the NetworkPolicies npRef finds
 // (only those with a problem are looked up).
-func desiredEvents(objs map[cluster.ObjectKey]policyObject, npRef func(namespace, name string) (corev1.ObjectReference, bool), model *policy.Model) []policyEvent {
+func desiredEvents(objs map[cluster.ObjectKey]policyObject, npRef func(namespace, name string) (corev1.ObjectReference, bool),
+	model *policy.Model, problems map[cluster.ObjectKey]problems) []policyEvent {
 	refOf := func(key cluster.ObjectKey) (corev1.ObjectReference, bool) {
 		if key.Kind == cluster.KindNetworkPolicy {
 			return npRef(key.Namespace, key.Name)
@@ -80,7 +83,7 @@ func desiredEvents(objs map[cluster.ObjectKey]policyObject, npRef func(namespace
 		return o.ref(), true
 	}
 	var out []policyEvent
-	for key, p := range objectProblems(model) {
+	for key, p := range problems {
 		ref, ok := refOf(key)
 		if !ok {
 			continue
@@ -121,6 +124,13 @@ type writtenEvent struct {
 func (w *statusWriter) writeEvents(ctx context.Context, events []policyEvent) error {
 	var errs []error
 	now := time.Now()
+	wanted := make(map[string]bool, len(events))
+	for _, ev := range events {
+		wanted[ev.name()] = true
+	}
+	// An Event no longer wanted stays until it expires; the writer
+	// forgets it (should its problem come back, it reads it again).
+	maps.DeleteFunc(w.events, func(name string, _ writtenEvent) bool { return !wanted[name] })
 	for _, ev := range events {
 		name := ev.name()
 		if last, ok := w.events[name]; ok && last.msg == ev.msg && last.uid == string(ev.ref.UID) && now.Sub(last.at) < eventRefresh {

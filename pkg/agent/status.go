@@ -148,11 +148,10 @@ type policyStatus struct {
 }
 
 // desiredStatus derives each policy object's Accepted condition from the
-// model's problems: rejected objects are False/Invalid; objects with rules
+// model's problems (objectProblems): rejected objects are False/Invalid; objects with rules
 // that fail closed are True/RulesFailClosed, listing them; others
 // True/Valid.
-func desiredStatus(objs map[cluster.ObjectKey]policyObject, model *policy.Model) []policyStatus {
-	problems := objectProblems(model)
+func desiredStatus(objs map[cluster.ObjectKey]policyObject, problems map[cluster.ObjectKey]problems) []policyStatus {
 	var out []policyStatus
 	for key, o := range objs {
 		st := policyStatus{gvr: o.gvr, obj: o.obj, status: metav1.ConditionTrue, reason: "Valid", msg: "netpol enforces this policy"}
