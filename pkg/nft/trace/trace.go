@@ -151,19 +151,42 @@ type op struct {
 }
 
 type tSet struct {
-	s        *nft.Set
-	keyLen   int
-	fields   []int // field lengths, unpadded
-	dataLen  int   // a data map's value, padded as a key
-	hash     map[string]int
-	sorted   []int // interval sets of one field: element indexes by Key
-	targets  []*tChain
-	interval bool
+	s       *nft.Set
+	keyLen  int
+	fields  []int // field lengths, unpadded
+	dataLen int   // a data map's value, padded as a key
+	hash    map[string]int
+	sorted  []int // interval sets of one field: element indexes by Key
+	// Concatenated interval sets: element indexes by their first field's
+	// start (byFirst), and the greatest first-field end among
+	// byFirst[:i+1] (firstEnds[i]), so that a lookup looks only at the
+	// elements whose first field can hold the key.
+	byFirst   []int
+	firstEnds [][]byte
+	targets   []*tChain
+	interval  bool
+	// all: a dynamic set traced as holding every key (Options).
+	all bool
 }
 
 // NewTracer prepares tables for tracing. It fails on any expression, set
 // or chain reference it cannot evaluate exactly.
 func NewTracer(tables ...*nft.Table) (*Tracer, error) {
+	return NewTracerWith(Options{}, tables...)
+}
+
+// Options change what a Tracer assumes of what the tables do not say.
+type Options struct {
+	// DynamicSetsHoldAll traces each dynamic set that is not a map (the
+	// kernel fills it from packets or the agent's DNS learning; the table
+	// leaves it empty) as holding every key, instead of none: a packet
+	// then passes every rule that only such a set could let it pass.
+	// Strict mode asks it: a flow that no learned address could admit.
+	DynamicSetsHoldAll bool
+}
+
+// NewTracerWith is NewTracer with opts.
+func NewTracerWith(opts Options, tables ...*nft.Table) (*Tracer, error) {
 	tr := &Tracer{hooks: map[string][]*tChain{}}
 	for _, t := range tables {
 		tt := &tTable{name: t.Name, chains: map[string]*tChain{}, sets: map[string]*tSet{}}
@@ -172,6 +195,7 @@ func NewTracer(tables ...*nft.Table) (*Tracer, error) {
 			if err != nil {
 				return nil, fmt.Errorf("table %s: %w", t.Name, err)
 			}
+			ts.all = opts.DynamicSetsHoldAll && s.Dynamic && len(s.Data) == 0 && !s.Verdict
 			tt.sets[name] = ts
 		}
 		for name, c := range t.Chains {
@@ -262,8 +286,35 @@ func newTSet(s *nft.Set) (*tSet, error) {
 		sort.Slice(ts.sorted, func(a, b int) bool {
 			return bytes.Compare(s.Elements[ts.sorted[a]].Key, s.Elements[ts.sorted[b]].Key) < 0
 		})
+	default:
+		ts.indexFirstField()
 	}
 	return ts, nil
+}
+
+// indexFirstField makes byFirst and firstEnds.
+func (s *tSet) indexFirstField() {
+	els, n := s.s.Elements, s.fields[0]
+	for i := range els {
+		if len(els[i].Key) < n || len(elementEnd(&els[i])) < n {
+			return // fieldsWithin refuses such an element: no index, the scan says so
+		}
+	}
+	s.byFirst = make([]int, len(els))
+	for i := range s.byFirst {
+		s.byFirst[i] = i
+	}
+	sort.SliceStable(s.byFirst, func(a, b int) bool {
+		return bytes.Compare(els[s.byFirst[a]].Key[:n], els[s.byFirst[b]].Key[:n]) < 0
+	})
+	s.firstEnds = make([][]byte, len(els))
+	for j, i := range s.byFirst {
+		end := elementEnd(&els[i])[:n]
+		if j > 0 && bytes.Compare(s.firstEnds[j-1], end) > 0 {
+			end = s.firstEnds[j-1]
+		}
+		s.firstEnds[j] = end
+	}
 }
 
 // resolve checks every expression of r, resolves the sets and chains it
@@ -987,6 +1038,15 @@ func (ev *evaluation) payload(o *op, e *expr.Payload) error {
 // the element's verdict; for a data map the value is loaded.
 func (ev *evaluation) lookup(o *op, e *expr.Lookup) (ruleResult, bool) {
 	s := o.set
+	if s.all {
+		if ev.record {
+			if ev.element != "" {
+				ev.element += ", "
+			}
+			ev.element += "any (dynamic, traced as holding every key)"
+		}
+		return ruleResult{matched: true}, !e.Invert
+	}
 	i := s.find(ev.regs[o.reg : o.reg+o.n])
 	if e.Invert {
 		return ruleResult{matched: true}, i < 0
@@ -1055,13 +1115,30 @@ func (s *tSet) find(key []byte) int {
 		}
 		return -1
 	}
-	// A concatenation of ranges: every field within its own range.
-	for i := range els {
-		if s.fieldsWithin(key, &els[i]) {
-			return i
+	// A concatenation of ranges: every field within its own range. Of
+	// several elements that hold the key, the first (a map's data is
+	// that element's, as the scan without an index finds it).
+	if s.byFirst == nil {
+		for i := range els {
+			if s.fieldsWithin(key, &els[i]) {
+				return i
+			}
+		}
+		return -1
+	}
+	n := s.fields[0]
+	first := key[:n]
+	// Candidates start at or below the key's first field, and end at or
+	// above it: walk down from the last start until no earlier element
+	// reaches it.
+	j := sort.Search(len(s.byFirst), func(j int) bool { return bytes.Compare(els[s.byFirst[j]].Key[:n], first) > 0 })
+	found := -1
+	for j--; j >= 0 && bytes.Compare(s.firstEnds[j], first) >= 0; j-- {
+		if i := s.byFirst[j]; (found < 0 || i < found) && s.fieldsWithin(key, &els[i]) {
+			found = i
 		}
 	}
-	return -1
+	return found
 }
 
 func elementEnd(e *nft.Element) []byte {

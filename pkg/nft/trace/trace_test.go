@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
@@ -326,5 +327,103 @@ func TestTraceContinueGoesOnInTheRule(t *testing.T) {
 	rs := mustTrace(t, tr, nft.HookInput, tcpTo(podA, podB, 1))
 	if len(rs) != 1 || rs[0].Verdict != "drop" {
 		t.Errorf("traced %+v, want the rule's drop", rs)
+	}
+}
+
+// TestDynamicSetsHoldAll: a dynamic set (a domain set the agent fills)
+// is empty to the tracer unless asked to hold every key; a dynamic map
+// stays empty either way, and an inverted lookup of a set that holds
+// everything never matches.
+func TestDynamicSetsHoldAll(t *testing.T) {
+	tb := nft.NewTable("pol")
+	tb.AddSet(&nft.Set{Name: "learned", Fields: []nft.FieldType{nft.FieldIPv4}, Dynamic: true})
+	tb.AddSet(&nft.Set{Name: "learned-map", Fields: []nft.FieldType{nft.FieldIPv4}, Data: []nft.FieldType{nft.FieldInteger}, Dynamic: true})
+	fwd := tb.AddChain(&nft.Chain{Name: "forward", Base: &nft.Hook{Type: "filter", Hook: nft.HookForward, Policy: "accept"}})
+	fwd.Rules = []*nft.Rule{
+		nft.NewRule().AddrInSet(nft.IPv4, nft.Dst, "learned").DstPortIs(443).Verdict(nft.Verdict{Kind: nft.Accept}),
+		nft.NewRule().Verdict(nft.Verdict{Kind: nft.Drop}),
+	}
+	inverted := tb.AddChain(&nft.Chain{Name: "input", Base: &nft.Hook{Type: "filter", Hook: nft.HookInput, Policy: "accept"}})
+	inverted.Rules = []*nft.Rule{
+		nft.NewRule().NotIn(nft.IPv4, "learned", nft.AddrOf(nft.IPv4, nft.Dst)).Verdict(nft.Verdict{Kind: nft.Drop}),
+	}
+	tests := []struct {
+		name string
+		opts Options
+		hook string
+		pkt  Packet
+		want Verdict
+	}{
+		{"empty: the accept never matches", Options{}, nft.HookForward, tcpTo(podA, podB, 443), Drop},
+		{"holding all: the accept matches", Options{DynamicSetsHoldAll: true}, nft.HookForward, tcpTo(podA, podB, 443), Accept},
+		{"holding all: the rule's other matches still apply", Options{DynamicSetsHoldAll: true}, nft.HookForward, tcpTo(podA, podB, 80), Drop},
+		{"empty: not in it", Options{}, nft.HookInput, tcpTo(podA, podB, 443), Drop},
+		{"holding all: never not in it", Options{DynamicSetsHoldAll: true}, nft.HookInput, tcpTo(podA, podB, 443), Accept},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := NewTracerWith(tc.opts, tb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs := mustTrace(t, tr, tc.hook, tc.pkt)
+			if len(rs) != 1 || rs[0].Verdict != tc.want {
+				t.Fatalf("got %v, want %s\n%s", rs, tc.want, stepsText(rs[0].Steps))
+			}
+		})
+	}
+	tr, err := NewTracerWith(Options{DynamicSetsHoldAll: true}, tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.hooks[nft.HookForward][0].table.sets["learned-map"].all {
+		t.Error("a dynamic map is traced as holding every key")
+	}
+}
+
+// TestConcatenatedIntervalIndex: a lookup in a concatenated interval
+// set, through the first-field index, finds the element the scan of
+// every element finds (the first that holds the key), on random sets
+// with overlapping first fields.
+func TestConcatenatedIntervalIndex(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	field := func(lo, hi uint32) ([]byte, []byte) {
+		return nft.IntegerBytes(lo), nft.IntegerBytes(hi)
+	}
+	for round := range 200 {
+		s := &nft.Set{Name: "ids-ports", Fields: []nft.FieldType{nft.FieldInteger, nft.FieldProto, nft.FieldPort}, Interval: true}
+		for range 1 + rng.IntN(40) {
+			lo := uint32(rng.IntN(64))
+			hi := lo + uint32(rng.IntN(16))
+			klo, khi := field(lo, hi)
+			proto := []uint8{6, 17}[rng.IntN(2)]
+			plo := uint16(rng.IntN(100))
+			phi := plo + uint16(rng.IntN(20))
+			s.Elements = append(s.Elements, nft.Element{
+				Key:    nft.Key(klo, nft.ProtoBytes(proto), nft.PortBytes(plo)),
+				KeyEnd: nft.Key(khi, nft.ProtoBytes(proto), nft.PortBytes(phi))})
+		}
+		ts, err := newTSet(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ts.byFirst == nil {
+			t.Fatal("no first-field index")
+		}
+		scan := func(key []byte) int {
+			for i := range s.Elements {
+				if ts.fieldsWithin(key, &s.Elements[i]) {
+					return i
+				}
+			}
+			return -1
+		}
+		for range 200 {
+			id, _ := field(uint32(rng.IntN(90)), 0)
+			key := nft.Key(id, nft.ProtoBytes([]uint8{6, 17}[rng.IntN(2)]), nft.PortBytes(uint16(rng.IntN(130))))
+			if got, want := ts.find(key), scan(key); got != want {
+				t.Fatalf("round %d: key %x: index finds %d, the scan %d", round, key, got, want)
+			}
+		}
 	}
 }
