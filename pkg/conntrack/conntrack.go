@@ -1,5 +1,7 @@
-// Package conntrack removes stale UDP conntrack entries after a service-proxy
-// sync, the way kube-proxy's pkg/proxy/conntrack does.
+// Package conntrack deletes conntrack entries by tuple: the stale UDP
+// entries after a service-proxy sync, the way kube-proxy's
+// pkg/proxy/conntrack does (below), and for strict mode the open flows a
+// policy change denies (EndFlows, flows.go).
 //
 // The proxy's DNAT rules only ever see the first packet of a flow: later
 // packets follow the conntrack entry that packet created. UDP has no
