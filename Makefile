@@ -64,6 +64,7 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./pkg/nft/kernel
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./pkg/proxy
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 ./pkg/dnssnoop
+	$(GO) test -run '^$$' -bench . -benchtime 10x -count 1 ./pkg/node
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 -timeout 1h ./conformance
 	$(MAKE) e2e-deps
 	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -count 1 -v ./test/e2e

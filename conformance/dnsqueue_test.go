@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/node"
@@ -64,7 +65,11 @@ func TestDNSQueueSurvivesSyncs(t *testing.T) {
 }
 
 func dnsQueueSurvivesSyncs(t *testing.T, layout compiler.Layout) {
-	_, l, enf := domainLabFrom(t, layout, domainsFixture, web)
+	// Strict mode is on, as in the agent, and checks the open flows (the
+	// resolutions' thousands of UDP entries among them) at most every
+	// 250 ms, as the agent does every second: a check after each of
+	// these syncs would leave a tenth of them.
+	_, l, enf := domainLabWith(t, layout, domainsFixture, func(e *conformance.Enforcer) { e.StrictInterval = 250 * time.Millisecond }, web)
 	snaps := make([]*cluster.Snapshot, len(dnsQueueVariants))
 	for i, extra := range dnsQueueVariants {
 		snap, report := cluster.LoadPaths([]string{domainsFixture}, nil)
@@ -144,7 +149,10 @@ func dnsQueueSurvivesSyncs(t *testing.T, layout compiler.Layout) {
 	if syncErr != nil {
 		t.Fatalf("sync %d: %v", syncs, syncErr)
 	}
-	t.Logf("%d syncs (node syncs by kind: %v), %d resolutions answered, %d failed", syncs, kinds, answered.Load(), failed.Load())
+	t.Logf("%d syncs (node syncs by kind: %v), %d resolutions answered, %d failed; strict mode traced %d open flows", syncs, kinds, answered.Load(), failed.Load(), enf.StrictChecked)
+	if enf.StrictChecked == 0 {
+		t.Error("strict mode traced no open flow during the syncs: the test says nothing of it")
+	}
 	if n := failed.Load(); n > 0 {
 		t.Errorf("%d resolutions were not answered while the nodes were synced; the first: %v", n, firstErr.Load())
 	}

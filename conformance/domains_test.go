@@ -39,6 +39,13 @@ func domainLab(t *testing.T) (*cluster.Snapshot, *lab.Lab, *conformance.Enforcer
 // ports.
 func domainLabFrom(t *testing.T, layout compiler.Layout, path string, ports ...l4.Port) (*cluster.Snapshot, *lab.Lab, *conformance.Enforcer) {
 	t.Helper()
+	return domainLabWith(t, layout, path, nil, ports...)
+}
+
+// domainLabWith is domainLabFrom with the Enforcer configured by
+// configure (when not nil) before its first Sync.
+func domainLabWith(t *testing.T, layout compiler.Layout, path string, configure func(*conformance.Enforcer), ports ...l4.Port) (*cluster.Snapshot, *lab.Lab, *conformance.Enforcer) {
+	t.Helper()
 	requireRoot(t)
 	snap, report := cluster.LoadPaths([]string{path}, nil)
 	if len(report.Errors) > 0 {
@@ -48,6 +55,9 @@ func domainLabFrom(t *testing.T, layout compiler.Layout, path string, ports ...l
 	enf := conformance.NewEnforcer(l)
 	enf.DNS = &node.DNSOptions{}
 	enf.Layout = layout
+	if configure != nil {
+		configure(enf)
+	}
 	t.Cleanup(enf.Close)
 	if _, err := enf.Sync(snap); err != nil {
 		t.Fatal(err)

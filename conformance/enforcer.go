@@ -15,6 +15,7 @@ import (
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/conntrack"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/nft/kernel"
@@ -36,11 +37,22 @@ type Enforcer struct {
 	// entries after a sync (the agent always does it; tests turn it off
 	// to show what it is for).
 	NoConntrackCleanup bool
+	// NoStrict, set before the first Sync, turns strict mode off: a
+	// policy change then leaves the open flows it denies running (the
+	// agent's --strict=false; tests turn it off to show what it is for).
+	NoStrict bool
+	// StrictInterval, set before the first Sync, is the least time
+	// between two strict checks (node.Options.StrictInterval; 0, the
+	// default: after every sync, so that a Sync's report has them).
+	StrictInterval time.Duration
 	// DNS, set before the first Sync, makes every node learn domainNames
 	// addresses from the cluster DNS's answers, as the agent does.
 	DNS *node.DNSOptions
 	// Layout, set before the first Sync, is the policy tables' layout.
 	Layout compiler.Layout
+	// StrictChecked counts the open flows strict mode traced, over every
+	// sync.
+	StrictChecked int
 	// model is the policy model last synced (SyncPolicies sends what
 	// changed since).
 	model *policy.Model
@@ -69,6 +81,9 @@ type NodeSync struct {
 	// ProxyStats and ProxyCounts are the service NAT table's.
 	ProxyStats  kernel.Stats
 	ProxyCounts nft.Counts
+	// Ended are the flows strict mode ended after the policy table's
+	// change.
+	Ended []conntrack.Flow
 }
 
 // Sync compiles snap for every lab node and applies it. Unlike the agent,
@@ -85,12 +100,13 @@ func (e *Enforcer) Sync(snap *cluster.Snapshot) (*SyncReport, error) {
 		}
 		p.NoConntrackCleanup = e.NoConntrackCleanup
 		res := p.Sync(in, node.All)
-		if err := errors.Join(res.Err(), errors.Join(res.Services.Failures...)); err != nil {
+		if err := errors.Join(res.Err(), res.Policy.Strict.Err, errors.Join(res.Services.Failures...)); err != nil {
 			return nil, err
 		}
+		e.StrictChecked += res.Policy.Strict.Checked
 		rep.Services[n.Name] = res.Services.Model
 		rep.Nodes[n.Name] = NodeSync{Stats: res.Policy.Stats, Counts: res.Policy.Counts,
-			ProxyStats: res.Services.Stats, ProxyCounts: res.Services.Counts}
+			ProxyStats: res.Services.Stats, ProxyCounts: res.Services.Counts, Ended: res.Policy.Strict.Ended}
 	}
 	rep.Duration = time.Since(start)
 	e.model = in.Model
@@ -133,9 +149,10 @@ func (e *Enforcer) SyncPolicies(snap *cluster.Snapshot) (map[string]node.SyncKin
 		if cs.Kind == node.SyncFull {
 			cs.PolicyResult = p.Sync(node.Prepare(snap), node.Policy).Policy
 		}
-		if err := cs.Err; err != nil {
+		if err := errors.Join(cs.Err, cs.Strict.Err); err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
+		e.StrictChecked += cs.Strict.Checked
 		kinds[n.Name] = cs.Kind
 	}
 	e.model = model
@@ -190,12 +207,27 @@ func (e *Enforcer) programmer(n *lab.Node) (*node.Programmer, error) {
 	if p, ok := e.nodes[n.Name]; ok {
 		return p, nil
 	}
-	p, err := node.New(node.Options{Node: n.Name, NetNS: n.Handle, DNS: e.DNS, Layout: e.Layout})
+	p, err := node.New(node.Options{Node: n.Name, NetNS: n.Handle, DNS: e.DNS, Layout: e.Layout, Strict: !e.NoStrict, StrictInterval: e.StrictInterval})
 	if err != nil {
 		return nil, err
 	}
 	e.nodes[n.Name] = p
 	return p, nil
+}
+
+// EndDeniedFlows runs each node's pending strict check now, whatever
+// StrictInterval says (node.Programmer.EndDeniedFlows), and returns what
+// each did.
+func (e *Enforcer) EndDeniedFlows() (map[string]node.StrictResult, error) {
+	out := map[string]node.StrictResult{}
+	var errs []error
+	for name, p := range e.nodes {
+		r := p.EndDeniedFlows()
+		out[name] = r
+		e.StrictChecked += r.Checked
+		errs = append(errs, r.Err)
+	}
+	return out, errors.Join(errs...)
 }
 
 // DNSStatus is each node's DNS side (node.Programmer.DNS), by node name.

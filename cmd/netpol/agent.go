@@ -25,6 +25,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 		portsAllow   []string
 		dnsServers   []string
 		memoryRatio  float64
+		verbosity    int
 		layout       = layoutFlag{compiler.DefaultLayout}
 	)
 	cmd := &cobra.Command{
@@ -39,6 +40,9 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 			"  netpol agent --cleanup   # remove the table and exit",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if verbosity >= 2 && !cmd.Flags().Changed("log-level") {
+				logLevel = "debug"
+			}
 			logger, err := newLogger(cmd, logFormat, logLevel)
 			if err != nil {
 				return err
@@ -135,9 +139,12 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 	f.StringSliceVar(&dnsServers, "dns-server", nil, "DNS servers besides the endpoints of Service kube-system/kube-dns whose answers teach domainNames addresses, as ADDRESS or ADDRESS:PORT (port 53 by default), comma-separated (a node-local cache)")
 	f.DurationVar(&opts.DNSTTLCeiling, "dns-ttl-ceiling", 0, "keep a learned address at most this long (default 0: its record's TTL, however long)")
 	f.Float64Var(&memoryRatio, "memory-limit-ratio", agent.DefaultMemoryLimitRatio, "the Go runtime's soft memory limit, as a share of the container's (cgroup's) memory limit: the garbage collector works harder near it instead of letting garbage grow the heap to twice what is live (0: off; GOMEMLIMIT, when set, wins)")
+	f.BoolVar(&opts.Strict, "strict", true, "after each policy change the kernel takes, end the open connections (TCP, UDP, SCTP; their conntrack entries) that the new table denies; connections it still allows are never touched (--strict=false: a tightened policy applies to new connections only)")
+	f.DurationVar(&opts.StrictInterval, "strict-interval", agent.DefaultStrictInterval, "with --strict: the least time between two checks of the open connections; changes sooner are checked together when it ends (0: after every change)")
 	f.BoolVar(&cleanup, "cleanup", false, "remove everything the agent programmed (both tables) and exit")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.IntVarP(&verbosity, "v", "v", 0, "klog-style verbosity: 2 or more logs at debug level (each connection strict mode ends, among others) unless --log-level says otherwise")
 	// --kubeconfig is the root command's; without it the agent uses the
 	// in-cluster config.
 	return cmd

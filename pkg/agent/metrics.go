@@ -30,6 +30,8 @@ type metrics struct {
 	// liveMismatches counts periodic resyncs whose full compile differed
 	// from the incremental state (a bug: the full table is applied).
 	liveMismatches prometheus.Counter
+	// strictEnded counts the flows strict mode ended.
+	strictEnded prometheus.Counter
 }
 
 // newDNSLatency is the histogram of the DNS queue's verdict latency.
@@ -103,9 +105,11 @@ func newMetrics(prog *node.Programmer, dnsLatency prometheus.Histogram) *metrics
 			Help: "Policy table syncs by path: incremental (only the elements of the pods and namespaces that changed), rebase (the classes of this node's pods compiled again, for a policy or a pod of this node) or full (the whole snapshot compiled)."}, []string{"path"}),
 		liveMismatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "netpol_incremental_mismatches_total",
 			Help: "Periodic resyncs whose full compile differed from the incremental table (always a bug; the full table is applied)."}),
+		strictEnded: prometheus.NewCounter(prometheus.CounterOpts{Name: "netpol_strict_connections_ended_total",
+			Help: "Open connections (TCP, UDP, SCTP) whose conntrack entries strict mode deleted because a policy change the kernel took denies them."}),
 	}
 	m.registry.MustRegister(m.syncDuration, m.programmingLatency, m.syncs, m.events, m.kernelObjects,
-		m.transactionSize, m.lastSuccess, m.policyErrors, m.serviceErrors, m.policySyncs, m.liveMismatches,
+		m.transactionSize, m.lastSuccess, m.policyErrors, m.serviceErrors, m.policySyncs, m.liveMismatches, m.strictEnded,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if prog != nil {
 		m.registry.MustRegister(dnsCollector{prog})

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
@@ -51,8 +52,15 @@ type Options struct {
 	// DNS, when set, enforces domainNames rules by learning from the
 	// cluster DNS's answers (dns.go). Only New takes it (it needs the
 	// kernel's queue).
-	DNS    *DNSOptions
-	Logger *slog.Logger
+	DNS *DNSOptions
+	// Strict ends the open flows that a policy change the kernel took
+	// denies (strict.go); the agent and the lab turn it on by default.
+	// StrictInterval is the least time between two of its checks: a
+	// change sooner is checked when the interval ends (StrictDue,
+	// EndDeniedFlows); 0 checks after every change.
+	Strict         bool
+	StrictInterval time.Duration
+	Logger         *slog.Logger
 }
 
 // Tables is a set of the node's tables.
@@ -109,6 +117,12 @@ type Programmer struct {
 	// why not).
 	dns    *dnsSnooper
 	dnsErr error
+	// strict holds strict mode's sockets (nil without Options.Strict);
+	// strictPending says a change the kernel took was not checked yet,
+	// strictLast when the last check ran.
+	strict        *strictMode
+	strictPending bool
+	strictLast    time.Time
 }
 
 // New opens the node's tables in opts.NetNS; nothing is sent yet.
@@ -144,14 +158,21 @@ func NewWith(opts Options, policyTable, nat kernel.Table) (*Programmer, error) {
 func newProgrammer(opts Options, policyTable, nat kernel.Table) (*Programmer, error) {
 	opts.DNS = nil // New starts the DNS side (startDNS)
 	p := &Programmer{opts: opts, policy: policyTable}
+	var err error
+	if opts.Strict {
+		if p.strict, err = openStrictMode(opts.NetNS); err != nil {
+			policyTable.Close()
+			return nil, fmt.Errorf("node %s: %w", opts.Node, err)
+		}
+	}
 	if opts.NoProxy {
 		return p, nil
 	}
-	var err error
 	p.proxy, err = proxier.New(proxier.Options{Node: opts.Node, NetNS: opts.NetNS, Build: opts.Build, Table: opts.ProxyTable,
 		HealthChecks: opts.HealthChecks, Logger: opts.Logger, Kernel: nat})
 	if err != nil {
 		policyTable.Close()
+		p.strict.close()
 		return nil, fmt.Errorf("node %s: %w", opts.Node, err)
 	}
 	return p, nil
@@ -236,6 +257,8 @@ type PolicyResult struct {
 	IncrementalDiffers bool
 	// Err means the kernel kept its previous table.
 	Err error
+	// Strict is what strict mode ended after the kernel took the table.
+	Strict StrictResult
 }
 
 // ServicesResult is the NAT table's share of a sync; Result.Failures
@@ -435,6 +458,13 @@ func (p *Programmer) applyPolicy(r *PolicyResult, err error) {
 	p.applied = err == nil
 	if err != nil {
 		r.Err = fmt.Errorf("node %s: policy table %s: %w", p.opts.Node, p.opts.Table, err)
+		return
+	}
+	if p.opts.Strict && r.Stats.Messages > 0 {
+		p.strictPending = true
+		if _, due := p.StrictDue(time.Now()); due {
+			r.Strict = p.EndDeniedFlows()
+		}
 	}
 }
 
@@ -468,6 +498,7 @@ func (p *Programmer) Close() {
 		p.opts.Logger.Warn("domainNames: closing the queue", "err", err)
 	}
 	p.policy.Close()
+	p.strict.close()
 	if p.proxy != nil {
 		p.proxy.Close()
 	}
