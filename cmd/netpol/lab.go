@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"os/signal"
 	"sort"
 	"strings"
@@ -108,7 +109,10 @@ func startLabWith(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefi
 }
 
 func newLabUpCommand(in *inputFlags) *cobra.Command {
-	var prefix string
+	var (
+		prefix string
+		watch  bool
+	)
 	cmd := &cobra.Command{
 		Use:   "up -f PATH",
 		Short: "Bring a lab up from a state file and keep it until interrupted",
@@ -121,6 +125,8 @@ func newLabUpCommand(in *inputFlags) *cobra.Command {
 			"  sudo ip netns exec POD-NETNS timeout 2 bash -c 'cat </dev/tcp/POD-IP/PORT'\n" +
 			"which prints the answering pod, or fails after 2 seconds when policy drops it.",
 		Example: "  sudo netpol lab up -f examples/demo\n" +
+			"  sudo netpol lab up -f examples/demo --watch   # edit the files: each change is programmed, open flows it denies ended\n" +
+			"  sudo netpol lab status -o json                 # each pod's network namespace and addresses, for scripts\n" +
 			"  # in another terminal (lab up prints the namespaces and addresses):\n" +
 			"  sudo ip netns exec netpol-1a2b3c-p-0 timeout 2 bash -c 'cat </dev/tcp/10.244.2.10/8080'",
 		Args: cobra.NoArgs,
@@ -138,9 +144,25 @@ func newLabUpCommand(in *inputFlags) *cobra.Command {
 			if try := tryCommand(lb); try != "" {
 				fmt.Fprintf(out, "try (in another terminal):\n  %s\n", try)
 			}
+			status := lb.Status()
+			status.PID, status.Files, status.Synced = os.Getpid(), absPaths(in.files), time.Now().UTC()
+			if err := lab.WriteStatus(status); err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "note:", err)
+			}
 			fmt.Fprintf(out, "lab is up; press Ctrl-C (or run `netpol lab down --prefix %s`) to tear it down\n", lb.Prefix())
 			size := labSize(lb)
+			watchCtx, stopWatch := context.WithCancel(ctx)
+			watched := make(chan error, 1)
+			if watch {
+				go func() { watched <- watchLabFiles(watchCtx, in, lb, enf, status, out, cmd.ErrOrStderr()) }()
+			} else {
+				watched <- nil
+			}
 			gone := waitLab(ctx, lb, time.Second)
+			stopWatch()
+			if err := <-watched; err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "error:", err)
+			}
 			enf.Close()
 			if err := lb.Down(); err != nil {
 				return err
@@ -154,7 +176,21 @@ func newLabUpCommand(in *inputFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&prefix, "prefix", "", "namespace name prefix for this lab (default: "+labPrefix+"<random>)")
+	cmd.Flags().BoolVar(&watch, "watch", false, "re-read the files when they change and program the running lab from them, as the agent does (a difference applied; strict mode ends the open flows a change denies); files that do not load without an error are not synced")
 	return cmd
+}
+
+// absPaths are paths made absolute (the lab's status names its files for
+// other directories' processes).
+func absPaths(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		out[i] = p
+		if abs, err := filepath.Abs(p); err == nil && p != "-" {
+			out[i] = abs
+		}
+	}
+	return out
 }
 
 func writeLabStatus(w io.Writer, lb *lab.Lab) {
@@ -508,37 +544,94 @@ func writeComparison(out io.Writer, c comparisonInput, format string) error {
 }
 
 func newLabStatusCommand() *cobra.Command {
-	var prefix string
+	var prefix, output string
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "List the labs on this machine and their network namespaces",
-		Args:  cobra.NoArgs,
+		Short: "List the labs on this machine: their nodes and pods, with network namespaces and addresses",
+		Long: "List the labs on this machine. A lab that `netpol lab up` runs describes itself (its nodes\n" +
+			"and pods, each with its network namespace and addresses, and the files it was made from);\n" +
+			"for any other (a leftover of a process that died, or a test's) only its namespaces are known.\n" +
+			"-o json prints {\"labs\": [{\"prefix\", \"running\", \"namespaces\", \"pid\", \"files\", \"synced\",\n" +
+			"\"nodes\": [{\"name\", \"netns\", \"addresses\"}], \"pods\": [{\"name\", \"node\", \"hostNetwork\", \"netns\",\n" +
+			"\"addresses\", \"serves\"}], \"outside\": {\"netns\", \"addresses\"}}]}, so that scripts can open\n" +
+			"connections from a given pod.",
+		Example: "  sudo netpol lab status\n" +
+			"  sudo netpol lab status -o json | jq -r '.labs[0].pods[] | select(.name == \"x/a\") | .netns'\n" +
+			"  sudo ip netns exec \"$NETNS\" timeout 2 bash -c 'cat </dev/tcp/10.244.2.10/80'",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			labs, err := lab.List(prefix)
+			if err := checkFormat(output, "table", "json", "yaml"); err != nil {
+				return err
+			}
+			labs, err := labStatuses(prefix)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
+			if ok, err := writeStructured(out, output, struct {
+				Labs []labStatus `json:"labs"`
+			}{labs}); ok {
+				return err
+			}
 			if len(labs) == 0 {
 				fmt.Fprintln(out, "no labs")
 				return nil
 			}
-			names := make([]string, 0, len(labs))
-			for n := range labs {
-				names = append(names, n)
-			}
-			sort.Strings(names)
-			for _, n := range names {
-				fmt.Fprintf(out, "lab %s: %d namespaces\n", n, len(labs[n]))
-				for _, ns := range labs[n] {
-					fmt.Fprintf(out, "  %s\n", ns)
+			for _, l := range labs {
+				if l.Status == nil {
+					fmt.Fprintf(out, "lab %s: %d namespaces (no status: not run by a live `netpol lab up`)\n", l.Prefix, len(l.Namespaces))
+					for _, ns := range l.Namespaces {
+						fmt.Fprintf(out, "  %s\n", ns)
+					}
+					continue
 				}
+				fmt.Fprintf(out, "lab %s: %d namespaces, run by pid %d from %s\n", l.Prefix, len(l.Namespaces), l.PID, strings.Join(l.Files, ", "))
+				for _, n := range l.Nodes {
+					fmt.Fprintf(out, "  node %-20s netns %-28s %v\n", n.Name, n.NetNS, n.Addrs)
+				}
+				for _, p := range l.Pods {
+					fmt.Fprintf(out, "  pod  %-20s netns %-28s %v\n", p.Name, p.NetNS, p.Addrs)
+				}
+				fmt.Fprintf(out, "  %-25s netns %-28s %v\n", "outside ("+lab.ExternalSource+")", l.Outside.NetNS, l.Outside.Addrs)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&prefix, "prefix", labPrefix, "only labs whose namespaces start with this")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table, json or yaml")
 	return cmd
+}
+
+// labStatus is a lab as `lab status` lists it: its namespaces, and its
+// status when a live process wrote one.
+type labStatus struct {
+	Prefix     string   `json:"prefix"`
+	Running    bool     `json:"running"`
+	Namespaces []string `json:"namespaces"`
+	*lab.Status
+}
+
+// labStatuses lists the labs whose namespaces start with prefix, sorted,
+// each with its status when the process that wrote it still runs.
+func labStatuses(prefix string) ([]labStatus, error) {
+	labs, err := lab.List(prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := []labStatus{}
+	for name, namespaces := range labs {
+		l := labStatus{Prefix: name, Namespaces: namespaces}
+		st, ok, err := lab.ReadStatus(name)
+		if err != nil {
+			return nil, err
+		}
+		if ok && st.Running() {
+			l.Status, l.Running = &st, true
+		}
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Prefix < out[j].Prefix })
+	return out, nil
 }
 
 func newLabDownCommand() *cobra.Command {

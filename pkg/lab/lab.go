@@ -246,6 +246,7 @@ func (l *Lab) Down() error {
 		errs = append(errs, l.underlay.delete())
 	}
 	l.pods, l.nodes = map[string]*labPod{}, map[string]*labNode{}
+	errs = append(errs, RemoveStatus(l.prefix))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("lab %s down: %w", l.prefix, err)
 	}

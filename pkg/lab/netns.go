@@ -3,6 +3,7 @@ package lab
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -214,6 +215,13 @@ func DownAll(prefix string) ([]string, error) {
 	}
 	removed, err := deleteNames(names)
 	sort.Strings(removed)
+	// The status files of the labs whose namespaces went (WriteStatus).
+	files, _ := filepath.Glob(filepath.Join(StatusDir, prefix+"*.json"))
+	for _, f := range files {
+		if rmErr := os.Remove(f); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
+			err = errors.Join(err, fmt.Errorf("lab status: %w", rmErr))
+		}
+	}
 	return removed, err
 }
 
