@@ -799,3 +799,59 @@ func TestCompileDNS(t *testing.T) {
 		t.Error("--dns yes: no error")
 	}
 }
+
+// `netpol lint` on the demo warns of nothing; on examples/lint's
+// policies, of each kind once, in text and JSON; --exit-code makes a
+// warning exit 1.
+func TestLintCLI(t *testing.T) {
+	out, _, err := run(t, "", "lint", "-f", demo)
+	if err != nil || !strings.Contains(out, "0 warning(s) in 4 policies") {
+		t.Fatalf("lint on the demo: %v\n%s", err, out)
+	}
+	if _, _, err := run(t, "", "lint", "-f", demo, "--exit-code"); err != nil {
+		t.Errorf("lint --exit-code without a warning: %v", err)
+	}
+	files := []string{"-f", demo + "/cluster.yaml", "-f", "../../examples/lint/policies.yaml"}
+	out, _, err = run(t, "", append([]string{"lint", "-o", "json"}, files...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Warnings []struct {
+			Kind   string `json:"kind"`
+			Object struct {
+				Kind, Namespace, Name string
+			} `json:"object"`
+			Field   string `json:"field"`
+			Message string `json:"message"`
+		} `json:"warnings"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var kinds []string
+	for _, w := range got.Warnings {
+		kinds = append(kinds, w.Kind+" "+w.Object.Namespace+"/"+w.Object.Name+" "+w.Field)
+		if w.Message == "" {
+			t.Errorf("warning without a message: %+v", w)
+		}
+	}
+	want := []string{
+		"domain-names /baseline-egress spec.egress[0].to[0].domainNames",
+		"ambiguous-priority /frontend-debug spec.ingress[0]",
+		"peer-matches-nothing /frontend-debug spec.ingress[1].from[0]",
+		"shadowed-rule api/orders-ingress spec.ingress[1]",
+		"selects-nothing db/postgress-from-api spec.podSelector",
+		"named-port-unresolved web/frontend-egress spec.egress[0].ports[0]",
+	}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("warnings:\n got %q\nwant %q", kinds, want)
+	}
+	text, _, err := run(t, "", append([]string{"lint", "--exit-code"}, files...)...)
+	var warned *lintWarningsError
+	if !errors.As(err, &warned) || warned.n != len(want) {
+		t.Errorf("lint --exit-code with warnings: %v", err)
+	}
+	wantContains(t, "lint text", text, "warning: NetworkPolicy api/orders-ingress: spec.ingress[1]: never decides: ingress[0] allows every connection it allows (shadowed-rule)",
+		fmt.Sprintf("%d warning(s) in 6 policies", len(want)))
+}

@@ -31,7 +31,8 @@ func exitStatus(err error, stderr *os.File) int {
 		fmt.Fprintln(stderr, status.msg)
 		return status.code
 	}
-	if !errors.As(err, &partial) && !errors.As(err, &denied) {
+	var warned *lintWarningsError
+	if !errors.As(err, &partial) && !errors.As(err, &denied) && !errors.As(err, &warned) {
 		fmt.Fprintln(stderr, "error:", err)
 	}
 	return 1
@@ -65,14 +66,15 @@ func newRootCommand() *cobra.Command {
 		Long: "Kubernetes network policy: explain, truth tables, enforcement.\n\n" +
 			"Exit status: 0 on success; 1 on an error, when some input object was invalid (the rest\n" +
 			"is still evaluated and printed; each problem is on stderr), when `lab probe --compare`\n" +
-			"finds a difference, or when `explain --exit-code` finds the connection denied;\n" +
+			"finds a difference, when `explain --exit-code` finds the connection denied, or when\n" +
+			"`lint --exit-code` warns;\n" +
 			"3 when `trace` finds the traced tables and explain disagree.",
 		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in), newAgentCommand(in), newModelCommand(in), newVersionCommand(), newTraceCommand(in), newConformanceCommand(), newProbeCommand())
+	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in), newAgentCommand(in), newModelCommand(in), newVersionCommand(), newTraceCommand(in), newConformanceCommand(), newProbeCommand(), newLintCommand(in))
 	for _, c := range root.Commands() {
 		switch c.Name() {
 		case "agent", "model":

@@ -206,19 +206,21 @@ func SelectorsMeet(a, b labels.Selector) bool {
 }
 
 func satisfiable(key string, reqs []labels.Requirement) bool {
-	candidates := []labels.Set{{}, {key: "netpol-none-of-the-named-values"}}
+	return slices.ContainsFunc(candidates(key, reqs), func(c labels.Set) bool { return matchesAll(reqs, c) })
+}
+
+// candidates are label sets with one value of key (or none) that stand
+// for every value as reqs see it: the values they name, a value none
+// names, the integers next to their bounds, and the key's absence.
+func candidates(key string, reqs []labels.Requirement) []labels.Set {
+	out := []labels.Set{{}, {key: "netpol-none-of-the-named-values"}}
 	for _, r := range reqs {
 		for v := range r.Values() {
-			candidates = append(candidates, labels.Set{key: v})
+			out = append(out, labels.Set{key: v})
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				candidates = append(candidates, labels.Set{key: strconv.FormatInt(n+1, 10)}, labels.Set{key: strconv.FormatInt(n-1, 10)})
+				out = append(out, labels.Set{key: strconv.FormatInt(n+1, 10)}, labels.Set{key: strconv.FormatInt(n-1, 10)})
 			}
 		}
 	}
-	for _, c := range candidates {
-		if !slices.ContainsFunc(reqs, func(r labels.Requirement) bool { return !r.Matches(c) }) {
-			return true
-		}
-	}
-	return false
+	return out
 }
