@@ -94,7 +94,9 @@ func TestRuleCovers(t *testing.T) {
 	domains := func(names ...string) policy.Peer {
 		return policy.Peer{Kind: policy.PeerDomainNames, DomainNames: names}
 	}
-	tcp := func(start, end int32) policy.Port { return policy.Port{Protocol: corev1.ProtocolTCP, Start: start, End: end} }
+	tcp := func(start, end int32) policy.Port {
+		return policy.Port{Protocol: corev1.ProtocolTCP, Start: start, End: end}
+	}
 	named := func(name string) policy.Port { return policy.Port{Name: name} }
 	rule := func(ports []policy.Port, peers ...policy.Peer) *policy.Rule {
 		return &policy.Rule{Peers: peers, Ports: ports, AllPorts: ports == nil}
