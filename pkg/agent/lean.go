@@ -37,7 +37,7 @@ import (
 // becomes a leanPod: its name, namespace, labels (interned), node, host
 // networking, container ports, phase and addresses; an EndpointSlice a
 // leanSlice, parsed as the NAT table reads it; a node keeps its labels,
-// pod CIDRs and addresses; the rest lose managedFields and annotations. An update that changes
+// pod CIDRs and addresses; the rest lose managedFields and annotations (but netpol.io/ ones). An update that changes
 // nothing of what is kept (a pod's conditions, a node's heartbeat) then
 // is no event at all (sameLean).
 
@@ -46,7 +46,7 @@ import (
 // namespace and name).
 func leanMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
-		Generation: m.Generation, Labels: m.Labels, DeletionTimestamp: m.DeletionTimestamp}
+		Generation: m.Generation, Labels: m.Labels, Annotations: cluster.OwnAnnotations(m.Annotations), DeletionTimestamp: m.DeletionTimestamp}
 }
 
 // leanPod is what the pod informer stores. Every node's agent holds every
@@ -384,7 +384,7 @@ func leanObject(obj any, node string) any {
 // leanPolicy is the transform of the admin, baseline and cluster policy
 // informers, whose objects are unstructured. It keeps a policyRecord: the
 // object as JSON, without managedFields (a decoded map of every field the
-// policy sets, per manager), annotations and status, which is what the
+// policy sets, per manager), annotations but netpol's own and status, which is what the
 // model is built from, and what the status writer reads. A decoded
 // unstructured object is a tree of maps and interfaces several times the
 // size of its JSON. The input is not changed.
@@ -405,6 +405,9 @@ func leanPolicy(obj any) (any, error) {
 			if k != "managedFields" && k != "annotations" {
 				lean[k] = v
 			}
+		}
+		if own := cluster.OwnAnnotations(u.GetAnnotations()); own != nil {
+			lean["annotations"] = own // netpol's own (policy.AuditAnnotation)
 		}
 		out["metadata"] = lean
 	}

@@ -26,7 +26,7 @@ import (
 func trim(obj any) {
 	if a, ok := obj.(metav1.ObjectMetaAccessor); ok {
 		if m, ok := a.GetObjectMeta().(*metav1.ObjectMeta); ok {
-			*m = metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, Labels: m.Labels, Annotations: ownAnnotations(m.Annotations),
+			*m = metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, Labels: m.Labels, Annotations: OwnAnnotations(m.Annotations),
 				ResourceVersion: m.ResourceVersion, Generation: m.Generation, DeletionTimestamp: m.DeletionTimestamp}
 		}
 	}
@@ -51,9 +51,9 @@ func trimContainers(cs []corev1.Container) []corev1.Container {
 	return cs
 }
 
-// ownAnnotations are the annotations under netpol.io/ (nil when none):
-// the ones netpol may read.
-func ownAnnotations(all map[string]string) map[string]string {
+// OwnAnnotations are the annotations under netpol.io/ (nil when none):
+// the ones netpol may read (policy.AuditAnnotation).
+func OwnAnnotations(all map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range all {
 		if strings.HasPrefix(k, "netpol.io/") {

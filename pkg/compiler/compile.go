@@ -60,6 +60,9 @@ type Options struct {
 	// identities its pod-ids maps give the pods are kept, so that the
 	// compile sends the kernel nothing it already holds.
 	Adopt *nft.Table
+	// Audit, when set, writes the connections policy decides to the
+	// verdict log (audit.go; the identity layout only).
+	Audit *Audit
 }
 
 // Names of the fixed objects.
@@ -75,6 +78,9 @@ const (
 // Compile builds the desired nftables table for one node from the
 // evaluator's resolution of a snapshot and its policy model.
 func Compile(r *eval.Resolved, opts Options) (*nft.Table, error) {
+	if opts.Audit != nil && opts.Layout != LayoutIdentities {
+		return nil, errAuditLayout
+	}
 	if opts.Layout == LayoutIdentities {
 		if opts.Table == "" {
 			opts.Table = DefaultTable

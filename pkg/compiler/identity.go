@@ -523,6 +523,8 @@ type idCompiler struct {
 	chainSig map[string]string
 	// from is set when r holds the node's pods alone (IdentityIncremental.Rebase).
 	from *fromLast
+	// audit, when set, puts the verdict log on the deciding rules (audit.go).
+	audit *Audit
 }
 
 // fromLast is what a compile whose evaluator holds only the node's pods
@@ -624,7 +626,7 @@ func buildIdentitiesFrom(r *eval.Resolved, opts Options, node int, relevant []st
 		policyRecipes: map[string]policyRecipe{}, npRecipes: map[string]npRecipe{}, uses: map[string]map[string]bool{},
 		namedIDSets: map[string][]policy.Port{}, chainSig: map[string]string{},
 		ingressNamed: map[string][]policy.Port{}, namedNets: map[*nft.Family][]addrRange{},
-		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}}}
+		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}}, audit: opts.Audit}
 	c.fixedObjects()
 	if opts.DNS != nil {
 		if err := c.rules.dnsChains(opts.DNS); err != nil {
@@ -820,7 +822,7 @@ func (c *idCompiler) class(pod int, d policy.Direction) idClass {
 	next := c.nextTier(plan, pod, named)
 	cl := idClass{chain: directionPrefix(d) + "." + contentID(key), dnsClient: d == policy.Egress && c.namesDomains(plan)}
 	if len(plan.Admin) > 0 {
-		v := allowed(d)
+		v := c.defaultAllow(d)
 		if next != "" {
 			v = nft.Verdict{Kind: nft.Goto, Chain: next}
 		}
@@ -831,7 +833,7 @@ func (c *idCompiler) class(pod int, d policy.Direction) idClass {
 	for _, group := range byPolicy(plan.Admin) {
 		jumps = append(jumps, c.policyChain(group, d, policy.TierAdmin))
 	}
-	end := nft.NewRule().Verdict(allowed(d))
+	end := nft.NewRule().Verdict(c.defaultAllow(d))
 	end.Comment = "no policy decided: the default allows"
 	if next != "" {
 		end = nft.NewRule().Verdict(nft.Verdict{Kind: nft.Goto, Chain: next})
@@ -1016,7 +1018,7 @@ func (c *idCompiler) fillPolicyChain(ch *nft.Chain, rc policyRecipe) {
 	p := c.pols[rc.rules[0].Policy]
 	var pass *nft.Verdict // nil: through the pass map
 	if rc.tier == policy.TierBaseline {
-		v := allowed(rc.d)
+		v := c.defaultAllow(rc.d)
 		pass = &v // a Baseline Pass goes to the default
 	}
 	for _, pr := range rc.rules {
@@ -1025,9 +1027,14 @@ func (c *idCompiler) fillPolicyChain(ch *nft.Chain, rc policyRecipe) {
 		if r.FailClosed != "" {
 			comment += " (fails closed: " + r.FailClosed + ")"
 		}
-		for _, nr := range c.ruleMatches(pr, rc.d, pr.Action, pass) {
+		var log *auditLog
+		if pr.Action != policy.Pass {
+			log = c.audit.logOf(p, nft.Attribution{Verdict: verdictWord(pr.Action), Direction: rc.d.String(), Tier: rc.tier.String(),
+				Policy: p.Ref(), Rule: r.Ref(rc.d), Action: pr.Action.String()})
+		}
+		for _, nr := range c.ruleMatches(pr, rc.d, pr.Action, pass, log) {
 			nr.Comment = comment
-			ch.Rules = append(ch.Rules, nr)
+			ch.Rules = append(ch.Rules, log.mark(nr))
 		}
 	}
 }
@@ -1035,13 +1042,13 @@ func (c *idCompiler) fillPolicyChain(ch *nft.Chain, rc policyRecipe) {
 // ruleMatches compiles one Admin or Baseline rule: its peers (identities,
 // networks, learned domains) and ports as lookups, ending in the action's
 // verdict (a Pass without a pass verdict ends in the pass map).
-func (c *idCompiler) ruleMatches(pr eval.PlanRule, d policy.Direction, action policy.Action, pass *nft.Verdict) []*nft.Rule {
+func (c *idCompiler) ruleMatches(pr eval.PlanRule, d policy.Direction, action policy.Action, pass *nft.Verdict, log *auditLog) []*nft.Rule {
 	end := func(match func() *nft.Builder, f *nft.Family) []*nft.Rule {
 		switch {
 		case action == policy.Accept:
-			return []*nft.Rule{match().Verdict(allowed(d))}
+			return []*nft.Rule{log.add(match()).Verdict(allowed(d))}
 		case action == policy.Deny:
-			return []*nft.Rule{match().Verdict(verdictDrop)}
+			return []*nft.Rule{log.add(match()).Verdict(verdictDrop)}
 		case pass != nil:
 			return []*nft.Rule{match().Verdict(*pass)}
 		case f != nil:
@@ -1334,7 +1341,7 @@ func (c *idCompiler) nextTier(plan *eval.Plan, pod int, named string) string {
 	for _, group := range byPolicy(plan.Baseline) {
 		jumps = append(jumps, c.policyChain(group, plan.Direction, policy.TierBaseline))
 	}
-	end := nft.NewRule().Verdict(allowed(plan.Direction))
+	end := nft.NewRule().Verdict(c.defaultAllow(plan.Direction))
 	end.Comment = "no Baseline rule decided: the default allows"
 	if c.reuseJumps(name, jumps, end) {
 		return name

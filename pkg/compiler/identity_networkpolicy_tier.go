@@ -48,14 +48,53 @@ type npRecipe struct {
 }
 
 func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
-	plan, pod, refs, list := rc.plan, rc.pod, rc.refs, ch.Name
+	plan, pod, refs := rc.plan, rc.pod, rc.refs
 	d := plan.Direction
 	comment := "NetworkPolicy tier: every rule of " + strings.Join(refs, ", ") + ", by port profile"
+	// The verdict log: as much as any isolating policy asks.
+	mode := policy.AuditOff
+	if c.audit != nil {
+		isolating := make([]*policy.Policy, len(plan.Isolating))
+		for i, pi := range plan.Isolating {
+			isolating[i] = c.pols[pi]
+		}
+		mode = c.audit.npModeOf(isolating)
+	}
+	logOf := func(verdict, pol, rule string, action policy.Action) *auditLog {
+		return c.audit.logFor(mode, nft.Attribution{Verdict: verdict, Direction: d.String(), Tier: policy.TierNetworkPolicy.String(),
+			Policy: pol, Rule: rule, Action: action.String()})
+	}
 	if plan.OwnNodeAllowed {
-		own := nft.NewRule().FibSaddrLocal().Verdict(verdictAccept)
+		log := logOf("allow", "", "", policy.Accept)
+		own := log.mark(log.add(nft.NewRule().FibSaddrLocal()).Verdict(verdictAccept))
 		own.Comment = "NetworkPolicy tier: ingress from the pod's own node is always allowed"
 		ch.Rules = append(ch.Rules, own)
 	}
+	if c.audit != nil && logs(mode, true) {
+		// A rule at a time, in the evaluator's order: the first that
+		// matches is the one logged, as explain names it.
+		for i, pr := range plan.Allow {
+			one := *plan
+			one.Allow = []eval.PlanRule{pr}
+			p, r := c.pols[pr.Policy], c.rules.rule(pr, d)
+			c.allowRules(ch, &one, pod, fmt.Sprintf("r%d", i), "NetworkPolicy tier: "+p.Ref()+" "+r.Ref(d), logOf("allow", p.Ref(), r.Ref(d), policy.Accept))
+		}
+	} else {
+		c.allowRules(ch, plan, pod, "", comment, nil)
+	}
+	log := logOf("deny", strings.Join(refs, ", "), "", policy.Deny)
+	deny := log.mark(log.add(nft.NewRule()).Verdict(verdictDrop))
+	deny.Comment = "NetworkPolicy tier: isolated, and no rule allows"
+	ch.Rules = append(ch.Rules, deny)
+}
+
+// allowRules appends to ch the rules that allow what plan's rules allow:
+// their identity ranges and networks flattened to disjoint pieces with the
+// ports each is allowed, per port profile one rule that looks the peer's
+// identity up in an interval set, and one per family its address in the
+// networks (named with tag). Each logs with log, when not nil.
+func (c *idCompiler) allowRules(ch *nft.Chain, plan *eval.Plan, pod int, tag, comment string, log *auditLog) {
+	list, d := ch.Name, plan.Direction
 	idItems, netItems := c.allowItems(plan, pod)
 	profiles := map[string][]portBox{}
 	profileOf := func(ports []portBox) string {
@@ -98,7 +137,7 @@ func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
 			return b.L4ProtoPortInSet(set)
 		}
 		if rs := idSets[id]; len(rs) > 0 {
-			r := withPorts(nft.NewRule().In(nil, c.idSetOf(rs), nft.MarkKey())).Verdict(allowed(d))
+			r := log.mark(log.add(withPorts(nft.NewRule().In(nil, c.idSetOf(rs), nft.MarkKey()))).Verdict(allowed(d)))
 			r.Comment = comment
 			ch.Rules = append(ch.Rules, r)
 		}
@@ -107,17 +146,14 @@ func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
 			if len(rs) == 0 {
 				continue
 			}
-			name := allowSetName(list, "nets", id, f)
+			name := allowSetName(list, "nets"+tag, id, f)
 			c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{f.Field}, Interval: true, Elements: rangeElements(rs, f)})
 			c.use(name)
-			r := withPorts(nft.NewRule().AddrInSet(f, peerSide(d), name)).Verdict(allowed(d))
+			r := log.mark(log.add(withPorts(nft.NewRule().AddrInSet(f, peerSide(d), name))).Verdict(allowed(d)))
 			r.Comment = comment
 			ch.Rules = append(ch.Rules, r)
 		}
 	}
-	deny := nft.NewRule().Verdict(verdictDrop)
-	deny.Comment = "NetworkPolicy tier: isolated, and no rule allows"
-	ch.Rules = append(ch.Rules, deny)
 }
 
 // allowItems lists what the plan's NetworkPolicy rules allow: identity

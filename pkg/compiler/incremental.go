@@ -147,6 +147,9 @@ var revisions atomic.Uint64
 // NewIncremental compiles the node's table (as Compile) and keeps what it needs
 // to update it.
 func NewIncremental(r *eval.Resolved, opts Options) (*Incremental, error) {
+	if opts.Audit != nil {
+		return nil, errAuditLayout
+	}
 	c, err := compile(r, opts)
 	if err != nil {
 		return nil, err

@@ -57,6 +57,8 @@ type Options struct {
 	AgentPorts *compiler.AgentPorts
 	// Layout: the policy tables' layout (compiler.Layout).
 	Layout compiler.Layout
+	// Audit: the policy tables log decisions (`--audit`, compiler.Audit).
+	Audit *compiler.Audit
 }
 
 // NewWith is New with the agents' options.
@@ -66,7 +68,7 @@ func NewWith(snap *cluster.Snapshot, ev *eval.Evaluator, opts Options) (*Cluster
 	for i := 0; i < r.NumNodes(); i++ {
 		n := &Node{Name: r.NodeName(i), Addrs: r.NodeAddrs(i)}
 		var err error
-		if n.Policy, err = compiler.Compile(r, compiler.Options{Node: n.Name, AgentPorts: opts.AgentPorts, Layout: opts.Layout}); err != nil {
+		if n.Policy, err = compiler.Compile(r, compiler.Options{Node: n.Name, AgentPorts: opts.AgentPorts, Layout: opts.Layout, Audit: opts.Audit}); err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
 		tables := []*nft.Table{n.Policy}

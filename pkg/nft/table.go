@@ -139,6 +139,9 @@ type Rule struct {
 	// one origin); it is not sent to the kernel and is not part of the
 	// rule's identity.
 	Comment string
+	// Attribution, on a rule that logs to the verdict log, is what its
+	// verdict decides (see Attribution).
+	Attribution *Attribution
 
 	// id is the rule's ID: made with the rule (Builder), read back from
 	// the kernel (its comment) or kept in the Applier's cache (a rule

@@ -166,6 +166,34 @@ func (b *builder) applyUnknownFields(key cluster.ObjectKey, p *Policy, o *object
 	}
 }
 
+// AuditAnnotation sets, on any policy object, how the verdict log treats
+// its rules (off, deny or all); it wins over the agent's --audit.
+const AuditAnnotation = "netpol.io/audit"
+
+// Audit modes: which of a policy's decisions the verdict log writes.
+const (
+	AuditOff  = "off"
+	AuditDeny = "deny"
+	AuditAll  = "all"
+)
+
+// audit reads the object's AuditAnnotation into p.Audit; a value it does
+// not know is a warning, and the agent's mode applies.
+func (b *builder) audit(key cluster.ObjectKey, p *Policy, annotations map[string]string) {
+	v, ok := annotations[AuditAnnotation]
+	if !ok {
+		return
+	}
+	switch v {
+	case AuditOff, AuditDeny, AuditAll:
+		p.Audit = v
+	default:
+		msg := fmt.Sprintf("%s: metadata.annotations[%s]: unknown value %q (off, deny or all); the verdict log's default applies", key, AuditAnnotation, v)
+		b.model.Warnings = append(b.model.Warnings, msg)
+		b.model.ObjectWarnings[key] = append(b.model.ObjectWarnings[key], msg)
+	}
+}
+
 func selector(sel *metav1.LabelSelector, field string, o *objectErrors) labels.Selector {
 	if sel == nil {
 		return labels.Everything()
@@ -221,6 +249,7 @@ func (b *builder) networkPolicy(np *networkingv1.NetworkPolicy) *Policy {
 		Kind: key.Kind, APIVersion: "networking.k8s.io/v1", Namespace: np.Namespace, Name: np.Name,
 		Tier: TierNetworkPolicy,
 	}
+	b.audit(key, p, np.Annotations)
 	p.Subject = Subject{Namespace: np.Namespace, Namespaces: labels.Everything(),
 		Pods: selector(&np.Spec.PodSelector, "spec.podSelector", o)}
 	if p.Subject.Pods == nil {
@@ -367,6 +396,7 @@ func (b *builder) adminPolicy(anp *anpv1alpha1.AdminNetworkPolicy) *Policy {
 	o := b.newObject(key)
 	p := &Policy{Kind: key.Kind, APIVersion: "policy.networking.k8s.io/v1alpha1", Name: anp.Name,
 		Tier: TierAdmin, Priority: anp.Spec.Priority}
+	b.audit(key, p, anp.Annotations)
 	checkPriority(anp.Spec.Priority, o)
 	p.Subject = subject(anp.Spec.Subject.Namespaces, v1alpha1Pods(anp.Spec.Subject.Pods), o)
 	for i, r := range anp.Spec.Ingress {
@@ -393,6 +423,7 @@ func (b *builder) baselinePolicy(banp *anpv1alpha1.BaselineAdminNetworkPolicy) *
 	o := b.newObject(key)
 	p := &Policy{Kind: key.Kind, APIVersion: "policy.networking.k8s.io/v1alpha1", Name: banp.Name,
 		Tier: TierBaseline, Priority: baselineLastPrio}
+	b.audit(key, p, banp.Annotations)
 	if banp.Name != bannedBANPName {
 		o.rejectf("metadata.name", "a BaselineAdminNetworkPolicy must be named %q, not %q", bannedBANPName, banp.Name)
 	}
@@ -658,6 +689,7 @@ func (b *builder) clusterPolicy(cnp *cnpv1beta1.ClusterNetworkPolicy) *Policy {
 	key := cluster.ObjectKey{Kind: cluster.KindClusterPolicy, Name: cnp.Name}
 	o := b.newObject(key)
 	p := &Policy{Kind: key.Kind, APIVersion: b.snap.Origin[key].APIVersion, Name: cnp.Name, Priority: cnp.Spec.Priority}
+	b.audit(key, p, cnp.Annotations)
 	switch cnp.Spec.Tier {
 	case cnpv1beta1.AdminTier:
 		p.Tier = TierAdmin

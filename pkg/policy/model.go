@@ -94,6 +94,9 @@ type Policy struct {
 	Isolates [2]bool
 	// Rules per Direction, in API order.
 	Rules [2][]Rule
+	// Audit is the object's AuditAnnotation (off, deny or all), "" when
+	// it has none: what the verdict log writes of its decisions.
+	Audit string
 	// ref is Ref, made once by Build.
 	ref string
 }
