@@ -7,12 +7,15 @@ package conformance
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/netpol/netpol/pkg/audit"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/conntrack"
@@ -50,6 +53,11 @@ type Enforcer struct {
 	DNS *node.DNSOptions
 	// Layout, set before the first Sync, is the policy tables' layout.
 	Layout compiler.Layout
+	// Audit, set before the first Sync, writes the connections policy
+	// decides to the verdict log, as the agent's --audit does; each Sync
+	// names the lines' addresses from its snapshot (Audit.Name is set).
+	Audit *node.AuditOptions
+	names atomic.Pointer[audit.Names]
 	// StrictChecked counts the open flows strict mode traced, over every
 	// sync.
 	StrictChecked int
@@ -91,6 +99,7 @@ type NodeSync struct {
 // Service failures after the commit (conntrack, health checks) included.
 func (e *Enforcer) Sync(snap *cluster.Snapshot) (*SyncReport, error) {
 	start := time.Now()
+	e.nameFrom(snap)
 	in := node.Prepare(snap)
 	rep := &SyncReport{Model: in.Model, Nodes: map[string]NodeSync{}, Services: map[string]*proxy.Model{}}
 	for _, n := range e.lab.Nodes() {
@@ -120,6 +129,7 @@ func (e *Enforcer) Sync(snap *cluster.Snapshot) (*SyncReport, error) {
 // without a full compile when it can, and a full sync follows only when
 // the programmer asks for one. It returns each node's kind of sync.
 func (e *Enforcer) SyncPolicies(snap *cluster.Snapshot) (map[string]node.SyncKind, error) {
+	e.nameFrom(snap)
 	model := policy.Build(snap)
 	changed := changedPolicies(e.model, model)
 	pods := make(map[string]*corev1.Pod, len(snap.Pods))
@@ -203,11 +213,30 @@ func (e *Enforcer) Verify() (map[string]node.Tables, error) {
 	return drifted, errors.Join(errs...)
 }
 
+// nameFrom names the verdict log's addresses from snap.
+func (e *Enforcer) nameFrom(snap *cluster.Snapshot) {
+	if e.Audit != nil {
+		names := audit.NamesOf(snap)
+		e.names.Store(&names)
+	}
+}
+
 func (e *Enforcer) programmer(n *lab.Node) (*node.Programmer, error) {
 	if p, ok := e.nodes[n.Name]; ok {
 		return p, nil
 	}
-	p, err := node.New(node.Options{Node: n.Name, NetNS: n.Handle, DNS: e.DNS, Layout: e.Layout, Strict: !e.NoStrict, StrictInterval: e.StrictInterval})
+	var auditOpts *node.AuditOptions
+	if e.Audit != nil {
+		a := *e.Audit
+		a.Name = func(addr netip.Addr) string {
+			if names := e.names.Load(); names != nil {
+				return names.Name(addr)
+			}
+			return ""
+		}
+		auditOpts = &a
+	}
+	p, err := node.New(node.Options{Node: n.Name, NetNS: n.Handle, DNS: e.DNS, Layout: e.Layout, Strict: !e.NoStrict, StrictInterval: e.StrictInterval, Audit: auditOpts})
 	if err != nil {
 		return nil, err
 	}

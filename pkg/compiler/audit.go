@@ -36,10 +36,6 @@ const DefaultAuditGroup = 100
 // errAuditLayout: the address layout has no verdict log.
 var errAuditLayout = errors.New("the verdict log (--audit) needs the identity layout (--layout identities, the default)")
 
-// auditPrefix starts every log prefix of the verdict log: a reader can
-// tell netpol's lines from another tool's on the same group.
-const auditPrefix = "netpol "
-
 // modeOf is what is logged of p's decisions (p nil: the default allow's).
 func (a *Audit) modeOf(p *policy.Policy) string {
 	if p != nil && p.Audit != "" {
@@ -72,7 +68,7 @@ func (a *Audit) logFor(mode string, at nft.Attribution) *auditLog {
 // rules (AuditAttributions).
 func (l *auditLog) prefix() string {
 	at := l.at
-	return auditPrefix + contentID(fmt.Sprintf("%s|%s|%s|%s|%s|%s", at.Verdict, at.Direction, at.Tier, at.Policy, at.Rule, at.Action))
+	return nft.AuditPrefix + contentID(fmt.Sprintf("%s|%s|%s|%s|%s|%s", at.Verdict, at.Direction, at.Tier, at.Policy, at.Rule, at.Action))
 }
 
 // add puts the log statement on a rule being built.

@@ -16,6 +16,11 @@ func (b *Builder) Log(group uint16, prefix string) *Builder {
 	return b
 }
 
+// AuditPrefix starts the log prefix of every rule of netpol's verdict log
+// (compiler.Audit): a copy with another prefix on the same NFLOG group is
+// another tool's.
+const AuditPrefix = "netpol "
+
 // LogPrefix is the prefix of a rule's log statement ("" when it has
 // none).
 func (r *Rule) LogPrefix() string {

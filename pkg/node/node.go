@@ -14,11 +14,13 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/netpol/netpol/pkg/audit"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
@@ -60,7 +62,11 @@ type Options struct {
 	// EndDeniedFlows); 0 checks after every change.
 	Strict         bool
 	StrictInterval time.Duration
-	Logger         *slog.Logger
+	// Audit, when set, writes the connections policy decides to the
+	// verdict log (audit.go). Only New takes it (it reads the kernel's
+	// NFLOG group).
+	Audit  *AuditOptions
+	Logger *slog.Logger
 }
 
 // Tables is a set of the node's tables.
@@ -117,6 +123,11 @@ type Programmer struct {
 	// why not).
 	dns    *dnsSnooper
 	dnsErr error
+	// audit reads the verdict log (nil without Options.Audit);
+	// attributions are the applied table's, by log prefix.
+	audit        *audit.Reader
+	attributions atomic.Pointer[map[string]nft.Attribution]
+	lastAttr     map[string]nft.Attribution
 	// strict holds strict mode's sockets (nil without Options.Strict);
 	// strictPending says a change the kernel took was not checked yet,
 	// strictLast when the last check ran.
@@ -137,8 +148,17 @@ func New(opts Options) (*Programmer, error) {
 		return nil, fmt.Errorf("node %s: %w", opts.Node, err)
 	}
 	p, err := newProgrammer(opts, a, nil)
-	if err != nil || opts.DNS == nil {
-		return p, err
+	if err != nil {
+		return nil, err
+	}
+	if opts.Audit != nil {
+		if err := p.startAudit(fd); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("node %s: %w", opts.Node, err)
+		}
+	}
+	if opts.DNS == nil {
+		return p, nil
 	}
 	if err := p.startDNS(fd, *opts.DNS); err != nil {
 		// The node is still policed; its domainNames rules admit nothing.
@@ -156,6 +176,10 @@ func NewWith(opts Options, policyTable, nat kernel.Table) (*Programmer, error) {
 }
 
 func newProgrammer(opts Options, policyTable, nat kernel.Table) (*Programmer, error) {
+	if opts.Audit != nil && opts.Layout != compiler.LayoutIdentities {
+		policyTable.Close()
+		return nil, fmt.Errorf("node %s: the verdict log needs the identity layout (--layout identities)", opts.Node)
+	}
 	opts.DNS = nil // New starts the DNS side (startDNS)
 	p := &Programmer{opts: opts, policy: policyTable}
 	var err error
@@ -313,7 +337,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		built := in.Resolved == nil
 		r := &res.Policy
 		r.Ran = true
-		opts := compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts, DNS: p.compilerDNS(in)}
+		opts := compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts, DNS: p.compilerDNS(in), Audit: p.compilerAudit()}
 		var live incrementalTable
 		var err error
 		if p.opts.Layout == compiler.LayoutIdentities && p.live == nil && p.identities.Empty() {
@@ -453,6 +477,7 @@ func (p *Programmer) selectsLocal(pols []*policy.Policy) bool {
 func (p *Programmer) applyPolicy(r *PolicyResult, err error) {
 	if err == nil {
 		r.Counts = r.Table.Count()
+		p.noteAttributions(r.Table) // before the kernel logs with them
 		r.Stats, err = p.policy.Apply(r.Table)
 	}
 	p.applied = err == nil
@@ -499,6 +524,9 @@ func (p *Programmer) Close() {
 	}
 	p.policy.Close()
 	p.strict.close()
+	if err := p.audit.Close(); err != nil {
+		p.opts.Logger.Warn("the verdict log: closing its NFLOG socket", "err", err)
+	}
 	if p.proxy != nil {
 		p.proxy.Close()
 	}
