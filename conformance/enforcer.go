@@ -240,6 +240,10 @@ func (e *Enforcer) programmer(n *lab.Node) (*node.Programmer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := p.AuditErr(); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("node %s: %w", n.Name, err)
+	}
 	e.nodes[n.Name] = p
 	return p, nil
 }

@@ -49,6 +49,9 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 			}
 			opts.Logger = logger
 			opts.Kubeconfig = in.kubeconfig
+			if err := opts.Audit.Validate(); err != nil {
+				return err
+			}
 			opts.Layout = layout.layout
 			if opts.NoProxy && opts.Layout == compiler.LayoutIdentities {
 				// The identity layout writes the packet mark of a new
@@ -141,6 +144,12 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 	f.Float64Var(&memoryRatio, "memory-limit-ratio", agent.DefaultMemoryLimitRatio, "the Go runtime's soft memory limit, as a share of the container's (cgroup's) memory limit: the garbage collector works harder near it instead of letting garbage grow the heap to twice what is live (0: off; GOMEMLIMIT, when set, wins)")
 	f.BoolVar(&opts.Strict, "strict", true, "after each policy change the kernel takes, end the open connections (TCP, UDP, SCTP; their conntrack entries) that the new table denies; connections it still allows are never touched (--strict=false: a tightened policy applies to new connections only)")
 	f.DurationVar(&opts.StrictInterval, "strict-interval", agent.DefaultStrictInterval, "with --strict: the least time between two checks of the open connections; changes sooner are checked together when it ends (0: after every change)")
+	f.StringVar(&opts.Audit.Mode, "audit", "off", "the verdict log: which decisions of policy it writes, one JSON line per new connection's deciding side: off, deny or all (a policy's annotation netpol.io/audit: off|deny|all wins for its rules; needs --layout identities)")
+	f.Uint16Var(&opts.Audit.Group, "audit-group", compiler.DefaultAuditGroup, "NFLOG group the policy table's deciding rules log to")
+	f.StringVar(&opts.Audit.Log, "audit-log", "", "file the verdict log is written to, rotated by size (default: standard output)")
+	f.IntVar(&opts.Audit.MaxSizeMB, "audit-log-max-size", 100, "size in MB at which --audit-log is rotated")
+	f.IntVar(&opts.Audit.MaxFiles, "audit-log-max-files", 5, "rotated --audit-log files kept")
+	f.Float64Var(&opts.Audit.Rate, "audit-rate", 1000, "most verdict log lines a second (twice that at once); the same decision within a second is one line with \"repeats\"; lines past the rate are counted (netpol_audit_lines_dropped_total), never held against traffic")
 	f.BoolVar(&cleanup, "cleanup", false, "remove everything the agent programmed (both tables) and exit")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

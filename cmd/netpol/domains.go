@@ -66,7 +66,7 @@ func writeDomainRows(out io.Writer, rows []conformance.DomainRow, format string)
 // connecting; with compare, the evaluator's rows too and an error when
 // they differ.
 func probeDomains(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []l4.Port, tcp, compare bool, output string) error {
-	l, lb, enf, probes, err := startLabWith(ctx, cmd, in, prefix, probes, true)
+	l, lb, enf, probes, err := startLabWith(ctx, cmd, in, prefix, probes, true, nil)
 	if err != nil {
 		return err
 	}

@@ -16,12 +16,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/netpol/netpol/conformance"
+	"github.com/netpol/netpol/pkg/agent"
+	"github.com/netpol/netpol/pkg/audit"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/node"
+	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/report"
 )
 
@@ -51,14 +54,14 @@ func signalContext(parent context.Context) (context.Context, context.CancelFunc)
 // as upstream's test servers do, so a closed port is never mistaken for a
 // policy denial.
 func startLab(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []l4.Port) (*loaded, *lab.Lab, *conformance.Enforcer, error) {
-	l, lb, enf, _, err := startLabWith(ctx, cmd, in, prefix, probes, false)
+	l, lb, enf, _, err := startLabWith(ctx, cmd, in, prefix, probes, false, nil)
 	return l, lb, enf, err
 }
 
 // startLabWith is startLab, and returns the probes served; with domains
 // the outside serves them on the zone's addresses and the nodes learn
 // from DNS answers, as the agent does.
-func startLabWith(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []l4.Port, domains bool) (*loaded, *lab.Lab, *conformance.Enforcer, []l4.Port, error) {
+func startLabWith(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefix string, probes []l4.Port, domains bool, configure func(*conformance.Enforcer)) (*loaded, *lab.Lab, *conformance.Enforcer, []l4.Port, error) {
 	if len(in.files) == 0 {
 		return nil, nil, nil, nil, errors.New("the lab is built from a state file: give -f PATH")
 	}
@@ -101,6 +104,9 @@ func startLabWith(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefi
 	if domains {
 		enf.DNS = &node.DNSOptions{}
 	}
+	if configure != nil {
+		configure(enf)
+	}
 	if _, err := enf.Sync(l.snap); err != nil {
 		enf.Close()
 		return nil, nil, nil, nil, errors.Join(err, lb.Down())
@@ -110,8 +116,12 @@ func startLabWith(ctx context.Context, cmd *cobra.Command, in *inputFlags, prefi
 
 func newLabUpCommand(in *inputFlags) *cobra.Command {
 	var (
-		prefix string
-		watch  bool
+		prefix     string
+		watch      bool
+		auditMode  string
+		auditPath  string
+		auditGroup uint16
+		auditRate  float64
 	)
 	cmd := &cobra.Command{
 		Use:   "up -f PATH",
@@ -133,7 +143,26 @@ func newLabUpCommand(in *inputFlags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
-			l, lb, enf, err := startLab(ctx, cmd, in, prefix, nil)
+			var auditLog *audit.Logger
+			var configure func(*conformance.Enforcer)
+			if auditMode != policy.AuditOff {
+				a := agent.AuditOptions{Mode: auditMode, Group: auditGroup, Log: auditPath, Rate: auditRate}
+				if err := a.Validate(); err != nil {
+					return err
+				}
+				w, err := labAuditWriter(cmd, auditPath)
+				if err != nil {
+					return err
+				}
+				defer w.Close()
+				auditLog = audit.NewLogger(w, audit.LoggerOptions{Rate: auditRate})
+				defer auditLog.Close()
+				configure = func(e *conformance.Enforcer) {
+					e.Layout = compiler.LayoutIdentities
+					e.Audit = &node.AuditOptions{Audit: compiler.Audit{Mode: auditMode, Group: auditGroup}, Logger: auditLog}
+				}
+			}
+			l, lb, enf, _, err := startLabWith(ctx, cmd, in, prefix, nil, false, configure)
 			if err != nil {
 				return err
 			}
@@ -176,9 +205,30 @@ func newLabUpCommand(in *inputFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&prefix, "prefix", "", "namespace name prefix for this lab (default: "+labPrefix+"<random>)")
+	cmd.Flags().StringVar(&auditMode, "audit", "off", "the verdict log, as the agent's --audit: off, deny or all (netpol.io/audit on a policy wins for its rules)")
+	cmd.Flags().StringVar(&auditPath, "audit-log", "", "file the verdict log is written to (default: standard output)")
+	cmd.Flags().Uint16Var(&auditGroup, "audit-group", compiler.DefaultAuditGroup, "NFLOG group the nodes' deciding rules log to")
+	cmd.Flags().Float64Var(&auditRate, "audit-rate", audit.DefaultRate, "most verdict log lines a second")
 	cmd.Flags().BoolVar(&watch, "watch", false, "re-read the files when they change and program the running lab from them, as the agent does (a difference applied; strict mode ends the open flows a change denies); files that do not load without an error are not synced")
 	return cmd
 }
+
+// labAuditWriter is where `lab up --audit` writes: the file, or standard
+// output.
+func labAuditWriter(cmd *cobra.Command, path string) (io.WriteCloser, error) {
+	if path == "" || path == "-" {
+		return nopWriteCloser{cmd.OutOrStdout()}, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("--audit-log: %w", err)
+	}
+	return f, nil
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
 
 // absPaths are paths made absolute (the lab's status names its files for
 // other directories' processes).

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/netpol/netpol/pkg/audit"
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/dnssnoop"
@@ -112,14 +114,19 @@ type Options struct {
 	// and --strict-interval, default DefaultStrictInterval).
 	Strict         bool
 	StrictInterval time.Duration
-	Logger         *slog.Logger
+	// Audit is the verdict log (--audit ...; audit.go).
+	Audit  AuditOptions
+	Logger *slog.Logger
 
 	// dnsLatency observes the queue's verdict latency (New makes it
 	// before the programmer, which reports to it).
 	dnsLatency prometheus.Histogram
+	// auditLog writes the verdict log's lines (New makes it).
+	auditLog *audit.Logger
 }
 
 func (o *Options) defaults() {
+	o.Audit.defaults()
 	if o.Table == "" {
 		o.Table = compiler.DefaultTable
 	}
@@ -148,14 +155,16 @@ func (o *Options) defaults() {
 
 // Agent programs one node.
 type Agent struct {
-	opts    Options
-	log     *slog.Logger
-	kube    kubernetes.Interface // the secure port's TokenReviews and SubjectAccessReviews
-	models  modelHub             // /debug/model watchers
-	src     *sources
-	prog    *node.Programmer
-	metrics *metrics
-	status  *statusWriter
+	// closeAudit flushes and closes the verdict log (nil: none).
+	closeAudit func()
+	opts       Options
+	log        *slog.Logger
+	kube       kubernetes.Interface // the secure port's TokenReviews and SubjectAccessReviews
+	models     modelHub             // /debug/model watchers
+	src        *sources
+	prog       *node.Programmer
+	metrics    *metrics
+	status     *statusWriter
 	// tables are the node's tables (services absent with NoProxy), each
 	// with its own pending changes and backoff.
 	tables []*tableState
@@ -252,11 +261,33 @@ func New(opts Options) (*Agent, error) {
 		defer ns.Close() // the programmer keeps its own copies
 	}
 	opts.dnsLatency = newDNSLatency()
-	prog, err := node.New(programmerOptions(opts, ns))
+	popts := programmerOptions(opts, ns)
+	// The verdict log runs in the identity layout whatever --audit says:
+	// a policy's netpol.io/audit asks for its own lines.
+	var names *addrNames
+	var auditOut io.WriteCloser
+	if opts.Layout == compiler.LayoutIdentities {
+		auditOut = opts.Audit.writer()
+		opts.auditLog = audit.NewLogger(auditOut, audit.LoggerOptions{Rate: opts.Audit.Rate})
+		names = &addrNames{at: map[netip.Addr]cachedName{}}
+		popts.Audit = opts.Audit.programmerAudit(opts.auditLog, names)
+	} else if opts.Audit.Mode != policy.AuditOff {
+		return nil, errors.New("--audit needs --layout identities (the default)")
+	}
+	prog, err := node.New(popts)
 	if err != nil {
 		return nil, err
 	}
-	return newAgent(opts, kube, dyn, prog), nil
+	a := newAgent(opts, kube, dyn, prog)
+	if names != nil {
+		names.src = a.src
+		a.metrics.registry.MustRegister(auditCollector{opts.auditLog})
+		a.closeAudit = func() {
+			opts.auditLog.Close()
+			auditOut.Close()
+		}
+	}
+	return a, nil
 }
 
 // programmerOptions are the node programmer's options for the agent's.
@@ -404,6 +435,9 @@ func (a *Agent) trigger() {
 // Run serves health and metrics, waits for the caches, and syncs until ctx
 // ends. The kernel tables are left in place on return (fail-static).
 func (a *Agent) Run(ctx context.Context) error {
+	if a.closeAudit != nil {
+		defer a.closeAudit() // after the programmer closes: its reader writes to it
+	}
 	defer a.prog.Close()
 	stopServers, err := a.serve()
 	if err != nil {

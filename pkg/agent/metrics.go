@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/netpol/netpol/pkg/audit"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/node"
 )
@@ -118,6 +119,28 @@ func newMetrics(prog *node.Programmer, dnsLatency prometheus.Histogram) *metrics
 		m.registry.MustRegister(dnsLatency)
 	}
 	return m
+}
+
+// auditCollector exports the verdict log's counts.
+type auditCollector struct{ l *audit.Logger }
+
+var (
+	auditLinesDesc = prometheus.NewDesc("netpol_audit_lines_total",
+		"Lines of the verdict log: written, or folded into a line's repeats (the same decision within a second).", []string{"result"}, nil)
+	auditDroppedDesc = prometheus.NewDesc("netpol_audit_lines_dropped_total",
+		"Lines of the verdict log not written: over --audit-rate, unwritable, or copies the kernel dropped or that named no rule of the table (the packets themselves are never held).", nil, nil)
+)
+
+func (c auditCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- auditLinesDesc
+	ch <- auditDroppedDesc
+}
+
+func (c auditCollector) Collect(ch chan<- prometheus.Metric) {
+	st := &c.l.Stats
+	ch <- prometheus.MustNewConstMetric(auditLinesDesc, prometheus.CounterValue, float64(st.Written.Load()), "written")
+	ch <- prometheus.MustNewConstMetric(auditLinesDesc, prometheus.CounterValue, float64(st.Folded.Load()), "folded")
+	ch <- prometheus.MustNewConstMetric(auditDroppedDesc, prometheus.CounterValue, float64(st.Dropped.Load()))
 }
 
 func (m *metrics) setCounts(c nft.Counts) {

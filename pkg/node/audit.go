@@ -40,6 +40,10 @@ func (p *Programmer) startAudit(netnsFd int) error {
 	return nil
 }
 
+// AuditErr is why the verdict log is not read (nil: it is, or was not
+// asked for).
+func (p *Programmer) AuditErr() error { return p.auditErr }
+
 // compilerAudit is the compiler's view of the verdict log; nil when off.
 func (p *Programmer) compilerAudit() *compiler.Audit {
 	if p.opts.Audit == nil {

@@ -126,6 +126,7 @@ type Programmer struct {
 	// audit reads the verdict log (nil without Options.Audit);
 	// attributions are the applied table's, by log prefix.
 	audit        *audit.Reader
+	auditErr     error
 	attributions atomic.Pointer[map[string]nft.Attribution]
 	lastAttr     map[string]nft.Attribution
 	// strict holds strict mode's sockets (nil without Options.Strict);
@@ -153,8 +154,9 @@ func New(opts Options) (*Programmer, error) {
 	}
 	if opts.Audit != nil {
 		if err := p.startAudit(fd); err != nil {
-			p.Close()
-			return nil, fmt.Errorf("node %s: %w", opts.Node, err)
+			// The node is policed as ever; its rules' copies go unread.
+			p.auditErr = err
+			opts.Logger.Error("the verdict log is not read", "err", err)
 		}
 	}
 	if opts.DNS == nil {
