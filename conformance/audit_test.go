@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/internal/labtest"
+	"github.com/netpol/netpol/internal/nsexec"
 	"github.com/netpol/netpol/pkg/audit"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
@@ -189,4 +191,97 @@ func lineText(ls []audit.Line) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// TestVerdictLogOverload: a pod sends denied SYNs to x/b as fast as it
+// can (about 10,000 a second here, each to another port: no two fold)
+// while x/c's connections to x/b, which policy allows, go on. The log
+// writes at most its rate (500 a second, 1,000 at once) and counts the
+// rest; x/c's connections all succeed meanwhile (the copies the kernel
+// makes are dropped, never the packets).
+func TestVerdictLogOverload(t *testing.T) {
+	requireRoot(t)
+	snap := strictSnapshot(t, npOnlyFromC, nil)
+	l := labtest.Up(t, snap, lab.Options{})
+	out := &lineBuffer{}
+	const lineRate, burst = 500, 1000
+	logger := audit.NewLogger(out, audit.LoggerOptions{Rate: lineRate, Burst: burst})
+	enf := conformance.NewEnforcer(l)
+	enf.Layout = compiler.LayoutIdentities
+	enf.Audit = &node.AuditOptions{Audit: compiler.Audit{Mode: policy.AuditAll, Group: compiler.DefaultAuditGroup}, Logger: logger}
+	defer enf.Close()
+	if _, err := enf.Sync(snap); err != nil {
+		t.Fatal(err)
+	}
+	dst := podAddr(t, labPod(t, l, "x/b"), false)
+	from := labPod(t, l, "x/a")
+	const flood = 2 * time.Second
+	start := time.Now()
+	var sent int
+	var floodErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		floodErr = nsexec.In(from.Handle, func() error {
+			sa := &unix.SockaddrInet4{Addr: dst.As4()}
+			for i := 0; time.Since(start) < flood; i++ {
+				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK, 0)
+				if err != nil {
+					return err
+				}
+				sa.Port = 1024 + i%60000
+				if err := unix.Connect(fd, sa); err != nil && err != unix.EINPROGRESS {
+					unix.Close(fd)
+					return err
+				}
+				unix.Close(fd) // the SYN is out; no retransmission
+				sent++
+			}
+			return nil
+		})
+	})
+	var allowed, failed int
+	ctx := context.Background()
+	for time.Since(start) < flood {
+		o := l.Dial(ctx, "x/c", netip.AddrPortFrom(dst, 80), corev1.ProtocolTCP, lab.DialOptions{Timeout: time.Second})
+		if o.Allowed {
+			allowed++
+		} else {
+			failed++
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if floodErr != nil {
+		t.Fatal(floodErr)
+	}
+	time.Sleep(300 * time.Millisecond) // the last copies reach the reader
+	decisions, err := enf.AuditDecisions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	enf.Close()
+	logger.Close()
+	written, dropped, folded := logger.Stats.Written.Load(), logger.Stats.Dropped.Load(), logger.Stats.Folded.Load()
+	t.Logf("%d denied SYNs in %v (%.0f/s); %d decisions counted by the kernel, %d lines written, %d dropped, %d folded; x/c's connections meanwhile: %d allowed, %d failed",
+		sent, elapsed.Round(time.Millisecond), float64(sent)/elapsed.Seconds(), decisions, written, dropped, folded, allowed, failed)
+	if float64(sent)/elapsed.Seconds() < 2000 {
+		t.Fatalf("only %d SYNs in %v: the test did not flood", sent, elapsed)
+	}
+	if limit := uint64(burst + lineRate*(elapsed.Seconds()+1)); written > limit {
+		t.Errorf("%d lines written, more than the rate allows (%d)", written, limit)
+	}
+	if lines := len(out.lines(t)); uint64(lines) != written {
+		t.Errorf("%d lines in the log, %d counted written", lines, written)
+	}
+	// Every SYN is an x/b ingress decision (x/a's egress is not policed),
+	// as each of x/c's connections is: the kernel counts each, copied or
+	// not, so that every line not written is counted (the agent's
+	// netpol_audit_lines_dropped_total is decisions less lines written or
+	// folded).
+	if want := uint64(sent + allowed); decisions < want {
+		t.Errorf("%d decisions counted, want %d or more (%d SYNs, %d allowed connections)", decisions, want, sent, allowed)
+	}
+	if failed > 0 || allowed == 0 {
+		t.Errorf("x/c's allowed connections during the flood: %d allowed, %d failed", allowed, failed)
+	}
 }

@@ -263,6 +263,19 @@ func (e *Enforcer) EndDeniedFlows() (map[string]node.StrictResult, error) {
 	return out, errors.Join(errs...)
 }
 
+// AuditDecisions is how many decisions the nodes' verdict log rules made
+// (node.Programmer.AuditDecisions), summed.
+func (e *Enforcer) AuditDecisions() (uint64, error) {
+	var total uint64
+	var errs []error
+	for _, p := range e.nodes {
+		n, err := p.AuditDecisions()
+		total += n
+		errs = append(errs, err)
+	}
+	return total, errors.Join(errs...)
+}
+
 // DNSStatus is each node's DNS side (node.Programmer.DNS), by node name.
 func (e *Enforcer) DNSStatus() map[string]*node.DNSStatus {
 	out := map[string]*node.DNSStatus{}

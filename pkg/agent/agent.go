@@ -281,7 +281,7 @@ func New(opts Options) (*Agent, error) {
 	a := newAgent(opts, kube, dyn, prog)
 	if names != nil {
 		names.src = a.src
-		a.metrics.registry.MustRegister(auditCollector{opts.auditLog})
+		a.metrics.registry.MustRegister(&auditCollector{l: opts.auditLog, prog: prog})
 		a.closeAudit = func() {
 			opts.auditLog.Close()
 			auditOut.Close()

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -121,26 +123,47 @@ func newMetrics(prog *node.Programmer, dnsLatency prometheus.Histogram) *metrics
 	return m
 }
 
-// auditCollector exports the verdict log's counts.
-type auditCollector struct{ l *audit.Logger }
+// auditCollector exports the verdict log's counts: the decisions its
+// rules made (the kernel counts them), the lines written and folded, and
+// the rest, dropped.
+type auditCollector struct {
+	l    *audit.Logger
+	prog *node.Programmer
+	mu   sync.Mutex
+	// dropped is the last value exported (the decisions' count is read
+	// after the lines': a copy on its way makes the difference dip).
+	dropped uint64
+}
 
 var (
+	auditDecisionsDesc = prometheus.NewDesc("netpol_audit_decisions_total",
+		"Decisions of the policy rules the verdict log writes (the kernel counts each, logged or not).", nil, nil)
 	auditLinesDesc = prometheus.NewDesc("netpol_audit_lines_total",
 		"Lines of the verdict log: written, or folded into a line's repeats (the same decision within a second).", []string{"result"}, nil)
 	auditDroppedDesc = prometheus.NewDesc("netpol_audit_lines_dropped_total",
-		"Lines of the verdict log not written: over --audit-rate, unwritable, or copies the kernel dropped or that named no rule of the table (the packets themselves are never held).", nil, nil)
+		"Decisions the verdict log did not write nor fold: past a rule's copy rate or --audit-rate, or copies the kernel or the reader lost (the packets themselves are never held).", nil, nil)
 )
 
-func (c auditCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *auditCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- auditDecisionsDesc
 	ch <- auditLinesDesc
 	ch <- auditDroppedDesc
 }
 
-func (c auditCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *auditCollector) Collect(ch chan<- prometheus.Metric) {
 	st := &c.l.Stats
-	ch <- prometheus.MustNewConstMetric(auditLinesDesc, prometheus.CounterValue, float64(st.Written.Load()), "written")
-	ch <- prometheus.MustNewConstMetric(auditLinesDesc, prometheus.CounterValue, float64(st.Folded.Load()), "folded")
-	ch <- prometheus.MustNewConstMetric(auditDroppedDesc, prometheus.CounterValue, float64(st.Dropped.Load()))
+	written, folded := st.Written.Load(), st.Folded.Load()
+	decisions, _ := c.prog.AuditDecisions() // a chain that went keeps its count
+	c.mu.Lock()
+	if decisions > written+folded && decisions-written-folded > c.dropped {
+		c.dropped = decisions - written - folded
+	}
+	dropped := c.dropped
+	c.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(auditDecisionsDesc, prometheus.CounterValue, float64(decisions))
+	ch <- prometheus.MustNewConstMetric(auditLinesDesc, prometheus.CounterValue, float64(written), "written")
+	ch <- prometheus.MustNewConstMetric(auditLinesDesc, prometheus.CounterValue, float64(folded), "folded")
+	ch <- prometheus.MustNewConstMetric(auditDroppedDesc, prometheus.CounterValue, float64(dropped))
 }
 
 func (m *metrics) setCounts(c nft.Counts) {

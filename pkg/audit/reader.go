@@ -47,6 +47,7 @@ const snaplen = 64
 const (
 	queueThreshold = 64
 	flushTimeout   = 10 // hundredths of a second
+	readBuffer     = 4 << 20
 )
 
 // Open starts reading cfg's group into l. Copies the kernel could not
@@ -61,6 +62,14 @@ func Open(cfg ReaderConfig, l *Logger) (*Reader, error) {
 		QThresh: queueThreshold, Timeout: flushTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("verdict log: opening NFLOG group %d: %w", cfg.Group, err)
+	}
+	// A burst of decisions is read in batches; a socket buffer of 4 MiB
+	// (forced past rmem_max: the agent runs privileged) holds tens of
+	// thousands of copies before the kernel drops any.
+	if rc, err := nf.Con.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, readBuffer)
+		})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	hook := func(a nflog.Attribute) int {

@@ -28,7 +28,15 @@ type Audit struct {
 	Mode string
 	// Group is the NFLOG group.
 	Group uint16
+	// Rate is the most copies a second each logging rule makes, twice
+	// that at once (default DefaultAuditRate): past it a decision is
+	// counted, not copied, so that a flood costs the kernel and the reader
+	// a bounded amount, whatever the traffic.
+	Rate uint64
 }
+
+// DefaultAuditRate is a logging rule's copies a second unless told.
+const DefaultAuditRate = 1000
 
 // DefaultAuditGroup is the verdict log's NFLOG group unless told.
 const DefaultAuditGroup = 100
@@ -53,6 +61,7 @@ func logs(mode string, allow bool) bool {
 // when the verdict log does not write it.
 type auditLog struct {
 	group uint16
+	rate  uint64
 	at    nft.Attribution
 }
 
@@ -61,7 +70,11 @@ func (a *Audit) logFor(mode string, at nft.Attribution) *auditLog {
 	if a == nil || !logs(mode, at.Verdict == "allow") {
 		return nil
 	}
-	return &auditLog{group: a.Group, at: at}
+	rate := a.Rate
+	if rate == 0 {
+		rate = DefaultAuditRate
+	}
+	return &auditLog{group: a.Group, rate: rate, at: at}
 }
 
 // prefix names the attribution: a reader finds it among the table's
@@ -71,21 +84,19 @@ func (l *auditLog) prefix() string {
 	return nft.AuditPrefix + contentID(fmt.Sprintf("%s|%s|%s|%s|%s|%s", at.Verdict, at.Direction, at.Tier, at.Policy, at.Rule, at.Action))
 }
 
-// add puts the log statement on a rule being built.
-func (l *auditLog) add(b *nft.Builder) *nft.Builder {
+// decide is the rules of a match that decides with verdict v. With a
+// log, two: one that copies the packet to the log within the rate (and
+// does nothing else), then the one that decides and counts its decisions
+// (copied or not: AuditDecisions).
+func (l *auditLog) decide(match func() *nft.Builder, v nft.Verdict) []*nft.Rule {
 	if l == nil {
-		return b
+		return []*nft.Rule{match().Verdict(v)}
 	}
-	return b.Log(l.group, l.prefix())
-}
-
-// mark records the attribution on a built rule.
-func (l *auditLog) mark(r *nft.Rule) *nft.Rule {
-	if l != nil {
-		at := l.at
-		r.Attribution = &at
-	}
-	return r
+	at := l.at
+	copyRule := match().LimitRate(l.rate, uint32(2*l.rate)).Log(l.group, l.prefix()).Done()
+	decision := match().Counter().Verdict(v)
+	copyRule.Attribution, decision.Attribution = &at, &at
+	return []*nft.Rule{copyRule, decision}
 }
 
 func verdictWord(a policy.Action) string {
@@ -101,8 +112,8 @@ func AuditAttributions(t *nft.Table) map[string]nft.Attribution {
 	out := map[string]nft.Attribution{}
 	for _, ch := range t.Chains {
 		for _, r := range ch.Rules {
-			if r.Attribution != nil {
-				out[r.LogPrefix()] = *r.Attribution
+			if prefix := r.LogPrefix(); r.Attribution != nil && prefix != "" {
+				out[prefix] = *r.Attribution
 			}
 		}
 	}
@@ -142,9 +153,11 @@ func (c *idCompiler) defaultAllow(d policy.Direction) nft.Verdict {
 	}
 	name := "audit-default-" + directionPrefix(d)
 	if c.t.Chains[name] == nil {
-		r := log.mark(log.add(nft.NewRule()).Verdict(allowed(d)))
-		r.Comment = "no policy decided: the default allows (the verdict log)"
-		c.t.AddChain(&nft.Chain{Name: name, Rules: []*nft.Rule{r}})
+		rules := log.decide(nft.NewRule, allowed(d))
+		for _, r := range rules {
+			r.Comment = "no policy decided: the default allows (the verdict log)"
+		}
+		c.t.AddChain(&nft.Chain{Name: name, Rules: rules})
 	}
 	return nft.Verdict{Kind: nft.Goto, Chain: name}
 }

@@ -1034,7 +1034,7 @@ func (c *idCompiler) fillPolicyChain(ch *nft.Chain, rc policyRecipe) {
 		}
 		for _, nr := range c.ruleMatches(pr, rc.d, pr.Action, pass, log) {
 			nr.Comment = comment
-			ch.Rules = append(ch.Rules, log.mark(nr))
+			ch.Rules = append(ch.Rules, nr)
 		}
 	}
 }
@@ -1046,9 +1046,9 @@ func (c *idCompiler) ruleMatches(pr eval.PlanRule, d policy.Direction, action po
 	end := func(match func() *nft.Builder, f *nft.Family) []*nft.Rule {
 		switch {
 		case action == policy.Accept:
-			return []*nft.Rule{log.add(match()).Verdict(allowed(d))}
+			return log.decide(match, allowed(d))
 		case action == policy.Deny:
-			return []*nft.Rule{log.add(match()).Verdict(verdictDrop)}
+			return log.decide(match, verdictDrop)
 		case pass != nil:
 			return []*nft.Rule{match().Verdict(*pass)}
 		case f != nil:

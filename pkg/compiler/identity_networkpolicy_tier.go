@@ -66,9 +66,10 @@ func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
 	}
 	if plan.OwnNodeAllowed {
 		log := logOf("allow", "", "", policy.Accept)
-		own := log.mark(log.add(nft.NewRule().FibSaddrLocal()).Verdict(verdictAccept))
-		own.Comment = "NetworkPolicy tier: ingress from the pod's own node is always allowed"
-		ch.Rules = append(ch.Rules, own)
+		for _, own := range log.decide(func() *nft.Builder { return nft.NewRule().FibSaddrLocal() }, verdictAccept) {
+			own.Comment = "NetworkPolicy tier: ingress from the pod's own node is always allowed"
+			ch.Rules = append(ch.Rules, own)
+		}
 	}
 	if c.audit != nil && logs(mode, true) {
 		// A rule at a time, in the evaluator's order: the first that
@@ -83,9 +84,10 @@ func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
 		c.allowRules(ch, plan, pod, "", comment, nil)
 	}
 	log := logOf("deny", strings.Join(refs, ", "), "", policy.Deny)
-	deny := log.mark(log.add(nft.NewRule()).Verdict(verdictDrop))
-	deny.Comment = "NetworkPolicy tier: isolated, and no rule allows"
-	ch.Rules = append(ch.Rules, deny)
+	for _, deny := range log.decide(nft.NewRule, verdictDrop) {
+		deny.Comment = "NetworkPolicy tier: isolated, and no rule allows"
+		ch.Rules = append(ch.Rules, deny)
+	}
 }
 
 // allowRules appends to ch the rules that allow what plan's rules allow:
@@ -137,9 +139,10 @@ func (c *idCompiler) allowRules(ch *nft.Chain, plan *eval.Plan, pod int, tag, co
 			return b.L4ProtoPortInSet(set)
 		}
 		if rs := idSets[id]; len(rs) > 0 {
-			r := log.mark(log.add(withPorts(nft.NewRule().In(nil, c.idSetOf(rs), nft.MarkKey()))).Verdict(allowed(d)))
-			r.Comment = comment
-			ch.Rules = append(ch.Rules, r)
+			for _, r := range log.decide(func() *nft.Builder { return withPorts(nft.NewRule().In(nil, c.idSetOf(rs), nft.MarkKey())) }, allowed(d)) {
+				r.Comment = comment
+				ch.Rules = append(ch.Rules, r)
+			}
 		}
 		for _, f := range nft.Families {
 			rs := netSets[id][f]
@@ -149,9 +152,10 @@ func (c *idCompiler) allowRules(ch *nft.Chain, plan *eval.Plan, pod int, tag, co
 			name := allowSetName(list, "nets"+tag, id, f)
 			c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{f.Field}, Interval: true, Elements: rangeElements(rs, f)})
 			c.use(name)
-			r := log.mark(log.add(withPorts(nft.NewRule().AddrInSet(f, peerSide(d), name))).Verdict(allowed(d)))
-			r.Comment = comment
-			ch.Rules = append(ch.Rules, r)
+			for _, r := range log.decide(func() *nft.Builder { return withPorts(nft.NewRule().AddrInSet(f, peerSide(d), name)) }, allowed(d)) {
+				r.Comment = comment
+				ch.Rules = append(ch.Rules, r)
+			}
 		}
 	}
 }

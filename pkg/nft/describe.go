@@ -146,6 +146,8 @@ func DescribeExprs(exprs []expr.Any) string {
 			w = append(w, "reject")
 		case *expr.Counter:
 			w = append(w, "counter")
+		case *expr.Limit:
+			w = append(w, fmt.Sprintf("limit rate %d/second burst %d packets", e.Rate, e.Burst))
 		case *expr.Log:
 			w = append(w, fmt.Sprintf("log prefix %q group %d", e.Data, e.Group))
 		case *expr.Numgen:

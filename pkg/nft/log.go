@@ -16,6 +16,15 @@ func (b *Builder) Log(group uint16, prefix string) *Builder {
 	return b
 }
 
+// LimitRate matches while the rule's packets stay within rate a second,
+// burst at once (`limit rate R/second burst B packets`): each rule has its
+// own bucket.
+func (b *Builder) LimitRate(rate uint64, burst uint32) *Builder {
+	b.exprs = append(b.exprs, &expr.Limit{Type: expr.LimitTypePkts, Rate: rate, Unit: expr.LimitTimeSecond, Burst: burst})
+	b.words = append(b.words, fmt.Sprintf("limit rate %d/second burst %d packets", rate, burst))
+	return b
+}
+
 // AuditPrefix starts the log prefix of every rule of netpol's verdict log
 // (compiler.Audit): a copy with another prefix on the same NFLOG group is
 // another tool's.

@@ -1,12 +1,19 @@
 package node
 
 import (
+	"errors"
+	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
+	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/netpol/netpol/pkg/audit"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 )
 
 // AuditOptions turn the verdict log on: the node's policy table logs the
@@ -24,6 +31,14 @@ type AuditOptions struct {
 // startAudit reads the verdict log's group in the node's namespace.
 func (p *Programmer) startAudit(netnsFd int) error {
 	a := p.opts.Audit
+	p.auditNS = -1
+	if netnsFd >= 0 {
+		fd, err := unix.Dup(netnsFd)
+		if err != nil {
+			return fmt.Errorf("the verdict log: %w", err)
+		}
+		p.auditNS = fd
+	}
 	r, err := audit.Open(audit.ReaderConfig{NetNS: netnsFd, Group: a.Group, Node: p.opts.Node, Name: a.Name,
 		Attribution: func(prefix string) (nft.Attribution, bool) {
 			m := p.attributions.Load()
@@ -34,6 +49,9 @@ func (p *Programmer) startAudit(netnsFd int) error {
 			return at, ok
 		}}, a.Logger)
 	if err != nil {
+		if p.auditNS >= 0 {
+			unix.Close(p.auditNS)
+		}
 		return err
 	}
 	p.audit = r
@@ -54,14 +72,66 @@ func (p *Programmer) compilerAudit() *compiler.Audit {
 }
 
 // noteAttributions names the lines of table, about to be applied, and of
-// the table before it (whose copies may still be on their way).
+// the table before it (whose copies may still be on their way), and
+// notes the chains of its deciding rules (AuditDecisions).
 func (p *Programmer) noteAttributions(table *nft.Table) {
 	if p.opts.Audit == nil {
 		return
 	}
+	var chains []string
+	for name, ch := range table.Chains {
+		if slices.ContainsFunc(ch.Rules, func(r *nft.Rule) bool { return r.Attribution != nil }) {
+			chains = append(chains, name)
+		}
+	}
+	p.decisions.mu.Lock()
+	p.decisions.chains = chains
+	p.decisions.mu.Unlock()
 	m := compiler.AuditAttributions(table)
 	both := maps.Clone(m)
 	maps.Copy(both, p.lastAttr)
 	p.attributions.Store(&both)
 	p.lastAttr = m
+}
+
+// decisionCounts is the count of the verdict log's decisions, kept
+// across chain rewrites (which start a chain's counters again).
+type decisionCounts struct {
+	mu     sync.Mutex
+	chains []string          // the chains of the deciding rules, as applied
+	last   map[string]uint64 // each chain's count when last read
+	base   map[string]uint64 // what its counters held before they restarted
+}
+
+// AuditDecisions is how many decisions the rules of the verdict log made
+// since the Programmer started (each such rule counts them, logged or
+// not: a copy past the rule's rate is counted here only). It reads the
+// kernel; it may run while a sync does.
+func (p *Programmer) AuditDecisions() (uint64, error) {
+	if p.audit == nil {
+		return 0, nil
+	}
+	d := &p.decisions
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last == nil {
+		d.last, d.base = map[string]uint64{}, map[string]uint64{}
+	}
+	var errs []error
+	for _, chain := range d.chains {
+		n, err := kernel.RuleCounters(p.auditNS, p.opts.Table, chain)
+		if err != nil {
+			errs = append(errs, err) // a chain gone since: its count stays
+			continue
+		}
+		if n < d.last[chain] {
+			d.base[chain] += d.last[chain]
+		}
+		d.last[chain] = n
+	}
+	var total uint64
+	for chain, n := range d.last {
+		total += d.base[chain] + n
+	}
+	return total, errors.Join(errs...)
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/pkg/audit"
@@ -127,6 +128,8 @@ type Programmer struct {
 	// attributions are the applied table's, by log prefix.
 	audit        *audit.Reader
 	auditErr     error
+	auditNS      int // a copy of the namespace's descriptor (-1: the current one)
+	decisions    decisionCounts
 	attributions atomic.Pointer[map[string]nft.Attribution]
 	lastAttr     map[string]nft.Attribution
 	// strict holds strict mode's sockets (nil without Options.Strict);
@@ -528,6 +531,9 @@ func (p *Programmer) Close() {
 	p.strict.close()
 	if err := p.audit.Close(); err != nil {
 		p.opts.Logger.Warn("the verdict log: closing its NFLOG socket", "err", err)
+	}
+	if p.audit != nil && p.auditNS >= 0 {
+		unix.Close(p.auditNS)
 	}
 	if p.proxy != nil {
 		p.proxy.Close()

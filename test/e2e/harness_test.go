@@ -243,7 +243,7 @@ func freeAddrs(t testing.TB, n int) []string {
 // startAgent starts (or restarts) the agent of a lab node and waits until
 // it is ready. The process runs in the host namespace, where the API
 // server listens on loopback, and programs the node's namespace (--netns).
-func (w *world) startAgent(n *lab.Node) *agentProc {
+func (w *world) startAgent(n *lab.Node, extra ...string) *agentProc {
 	addrs := freeAddrs(w.t, 3)
 	a := &agentProc{node: n, health: addrs[0], metrics: addrs[1], debug: addrs[2]}
 	if old := w.agent[n.Name]; old != nil {
@@ -252,6 +252,7 @@ func (w *world) startAgent(n *lab.Node) *agentProc {
 	a.cmd = exec.Command(netpolBin, "agent", "--kubeconfig", w.kcfg, "--node-name", n.Name, "--netns", n.NetNS,
 		"--health-bind-address", a.health, "--metrics-bind-address", a.metrics, "--debug-bind-address", a.debug,
 		"--log-format", "json")
+	a.cmd.Args = append(a.cmd.Args, extra...)
 	if w.agentCgroup != "" {
 		a.cmd = inCgroup(a.cmd, w.agentCgroup)
 	}

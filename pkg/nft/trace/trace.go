@@ -421,7 +421,7 @@ func (tt *tTable) resolveOp(o *op, e expr.Any) error {
 		}
 		o.n = len(e.FromData)
 		o.reg = at(e.Register, o.n)
-	case *expr.Counter, *expr.Log:
+	case *expr.Counter, *expr.Log, *expr.Limit:
 	case *expr.Immediate:
 		if e.Register == 0 {
 			return fmt.Errorf("immediate verdicts are not modelled")
@@ -990,6 +990,12 @@ func (ev *evaluation) rule(r *tRule) (ruleResult, error) {
 				t = unix.RTN_LOCAL
 			}
 			ev.storeUint32(o.reg, t)
+		case *expr.Limit:
+			// One packet is within any rate: `limit rate` matches,
+			// `limit rate over` does not.
+			if e.Over {
+				return noMatch, nil
+			}
 		case *expr.Counter, *expr.Log:
 		}
 	}

@@ -1,0 +1,97 @@
+package conformance_test
+
+import (
+	"io"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/netpol/netpol/internal/benchstat"
+	"github.com/netpol/netpol/internal/synth"
+	"github.com/netpol/netpol/pkg/audit"
+	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/eval"
+	"github.com/netpol/netpol/pkg/l4"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/policy"
+)
+
+// BenchmarkConnRateAudit is what the verdict log costs allowed traffic:
+// TCP connections/s between two pods of node-001 that policy lets talk,
+// through node-001's identity table of the realistic 10,000-pod cluster,
+// with the verdict log at `all` (every connection's decision copied to
+// NFLOG and read by a Logger writing to io.Discard at its default rate:
+// nearly all lines are over it, and counted) against the same table
+// without it, NETPOL_CONNRATE_ROUNDS rounds (default 5) in turn, 3 s
+// each; the median of each and of the rounds' ratios, and their spread.
+func BenchmarkConnRateAudit(b *testing.B) {
+	requireRoot(b)
+	const node = "node-001"
+	rounds, err := benchstat.EnvInts("NETPOL_CONNRATE_ROUNDS", []int{5})
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap := synthSnapshot(b, synth.RealisticScale)
+	ev := eval.New(snap, policy.Build(snap))
+	all := &compiler.Audit{Mode: policy.AuditAll, Group: compiler.DefaultAuditGroup}
+	tables := map[bool]*nft.Table{}
+	for _, audited := range []bool{false, true} {
+		opts := compiler.Options{Node: node, Layout: compiler.LayoutIdentities}
+		if audited {
+			opts.Audit = all
+		}
+		t, err := compiler.Compile(ev.Resolved(), opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tables[audited] = t
+	}
+	declared := func(dst *corev1.Pod) []l4.Port {
+		var out []l4.Port
+		for _, c := range dst.Spec.Containers {
+			for _, p := range c.Ports {
+				if p.Protocol == "" || p.Protocol == corev1.ProtocolTCP {
+					out = append(out, l4.Port{Protocol: "TCP", Port: p.ContainerPort})
+				}
+			}
+		}
+		return out
+	}
+	from, to, probe := dispatchedAllowedPairPort(b, snap, ev, tables[false], node, declared)
+	b.Logf("%s -> %s on %s", from, to, probe)
+	l := nodeOnlyLabOf(b, snap, node, from, to)
+	a := nodeApplierOf(b, l, node)
+	logger := audit.NewLogger(io.Discard, audit.LoggerOptions{})
+	attributions := compiler.AuditAttributions(tables[true])
+	reader, err := audit.Open(audit.ReaderConfig{NetNS: int(l.Node(node).Handle), Group: all.Group, Node: node,
+		Attribution: func(prefix string) (nft.Attribution, bool) { at, ok := attributions[prefix]; return at, ok }}, logger)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer reader.Close()
+	rate := func() float64 { return probeRate(b, l, from, to, probe) }
+	var off, on, ratio []float64
+	for b.Loop() {
+		for range rounds[0] {
+			if _, err := a.Apply(tables[false]); err != nil {
+				b.Fatal(err)
+			}
+			r0 := rate()
+			if _, err := a.Apply(tables[true]); err != nil {
+				b.Fatal(err)
+			}
+			r1 := rate()
+			off, on, ratio = append(off, r0), append(on, r1), append(ratio, r1/r0)
+		}
+	}
+	logger.Close()
+	median := func(xs []float64) float64 { s := slices.Sorted(slices.Values(xs)); return s[len(s)/2] }
+	b.ReportMetric(median(off), "conn/s-audit-off")
+	b.ReportMetric(median(on), "conn/s-audit-all")
+	b.ReportMetric(median(ratio), "ratio")
+	b.ReportMetric(slices.Min(ratio), "ratio-min")
+	b.ReportMetric(slices.Max(ratio), "ratio-max")
+	b.ReportMetric(float64(logger.Stats.Written.Load()), "lines-written")
+	b.ReportMetric(float64(logger.Stats.Dropped.Load()+logger.Stats.Folded.Load()), "lines-dropped-or-folded")
+}
