@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"gopkg.in/natefinch/lumberjack.v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"gopkg.in/natefinch/lumberjack.v2"
 
 	"github.com/netpol/netpol/pkg/audit"
 	"github.com/netpol/netpol/pkg/compiler"

@@ -59,7 +59,7 @@ spec:
 	}
 	w.lab.Dial(context.Background(), "x/c", to, corev1.ProtocolUDP, lab.DialOptions{Timeout: 300 * time.Millisecond})
 	want := map[string]bool{
-		`deny x/a x/b UDP 80 NetworkPolicy "NetworkPolicy x/b-from-c" "" Deny node-1`:                 false,
+		`deny x/a x/b UDP 80 NetworkPolicy "NetworkPolicy x/b-from-c" "" Deny node-1`:              false,
 		`allow x/c x/b UDP 80 NetworkPolicy "NetworkPolicy x/b-from-c" "ingress[0]" Accept node-1`: false,
 	}
 	var lines []audit.Line
