@@ -3,6 +3,7 @@ package dataplane_test
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -32,8 +33,14 @@ func TestCorpusAuditedTracedEqualsEvaluator(t *testing.T) {
 // explain names: one line per side the tables decide (the source's egress,
 // then, if it allowed, the destination's ingress), with explain's tier,
 // policy, rule and action and the side's verdict; none for a side no
-// policy selects.
+// policy selects. At `deny`, the same lines but the allows.
 func TestCorpusAuditAttribution(t *testing.T) {
+	for _, mode := range []string{policy.AuditAll, policy.AuditDeny} {
+		t.Run(mode, func(t *testing.T) { corpusAuditAttribution(t, &compiler.Audit{Mode: mode, Group: compiler.DefaultAuditGroup}) })
+	}
+}
+
+func corpusAuditAttribution(t *testing.T, a *compiler.Audit) {
 	cases, err := corpus.LoadDir(testdata)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +54,7 @@ func TestCorpusAuditAttribution(t *testing.T) {
 					return
 				}
 				ev := eval.New(snap, policy.Build(snap))
-				dp, err := dataplane.NewWith(snap, ev, dataplane.Options{Layout: compiler.LayoutIdentities, Audit: auditAll})
+				dp, err := dataplane.NewWith(snap, ev, dataplane.Options{Layout: compiler.LayoutIdentities, Audit: a})
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
@@ -83,6 +90,9 @@ func TestCorpusAuditAttribution(t *testing.T) {
 							return plan != nil && !plan.Empty()
 						}
 						want := expectedLines(v, policed(src, policy.Egress), policed(dst, policy.Ingress))
+						if a.Mode == policy.AuditDeny {
+							want = slices.DeleteFunc(want, func(l string) bool { return strings.Contains(l, " allow: ") })
+						}
 						paths, err := dp.Paths(src, dst, probe)
 						if err != nil {
 							t.Fatal(err)
