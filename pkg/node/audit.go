@@ -73,7 +73,9 @@ func (p *Programmer) compilerAudit() *compiler.Audit {
 
 // noteAttributions names the lines of table, about to be applied, and of
 // the table before it (whose copies may still be on their way), and
-// notes the chains of its deciding rules (AuditDecisions).
+// notes the chains of its deciding rules (AuditDecisions). A full compile
+// and a rebase call it; an update changes elements, and chains it builds
+// again are made from the same policies, with the same attributions.
 func (p *Programmer) noteAttributions(table *nft.Table) {
 	if p.opts.Audit == nil {
 		return

@@ -384,6 +384,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 				r.IncrementalDiffers = !kernel.Diff(p.live.Table(), r.Table).Empty()
 			}
 			p.live = live
+			p.noteAttributions(r.Table) // before the kernel logs with them
 		}
 		p.applyPolicy(r, err)
 		if r.Err == nil {
@@ -444,6 +445,7 @@ func (p *Programmer) rebasePolicy(ch compiler.Changes, model *policy.Model, node
 		return r
 	}
 	r.Table = t
+	p.noteAttributions(t) // before the kernel logs with them
 	p.applyPolicy(&r, nil)
 	if r.Err == nil {
 		r.Err = p.learnPatterns(model, t)
@@ -482,7 +484,6 @@ func (p *Programmer) selectsLocal(pols []*policy.Policy) bool {
 func (p *Programmer) applyPolicy(r *PolicyResult, err error) {
 	if err == nil {
 		r.Counts = r.Table.Count()
-		p.noteAttributions(r.Table) // before the kernel logs with them
 		r.Stats, err = p.policy.Apply(r.Table)
 	}
 	p.applied = err == nil
