@@ -36,7 +36,9 @@ func TestCorpusAuditedTracedEqualsEvaluator(t *testing.T) {
 // policy selects. At `deny`, the same lines but the allows.
 func TestCorpusAuditAttribution(t *testing.T) {
 	for _, mode := range []string{policy.AuditAll, policy.AuditDeny} {
-		t.Run(mode, func(t *testing.T) { corpusAuditAttribution(t, &compiler.Audit{Mode: mode, Group: compiler.DefaultAuditGroup}) })
+		t.Run(mode, func(t *testing.T) {
+			corpusAuditAttribution(t, &compiler.Audit{Mode: mode, Group: compiler.DefaultAuditGroup})
+		})
 	}
 }
 
