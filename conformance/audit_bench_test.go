@@ -5,14 +5,11 @@ import (
 	"slices"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/netpol/netpol/internal/benchstat"
 	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/audit"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
-	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -47,18 +44,7 @@ func BenchmarkConnRateAudit(b *testing.B) {
 		}
 		tables[audited] = t
 	}
-	declared := func(dst *corev1.Pod) []l4.Port {
-		var out []l4.Port
-		for _, c := range dst.Spec.Containers {
-			for _, p := range c.Ports {
-				if p.Protocol == "" || p.Protocol == corev1.ProtocolTCP {
-					out = append(out, l4.Port{Protocol: "TCP", Port: p.ContainerPort})
-				}
-			}
-		}
-		return out
-	}
-	from, to, probe := dispatchedAllowedPairPort(b, snap, ev, tables[false], node, declared)
+	from, to, probe := dispatchedAllowedPairPort(b, snap, ev, tables[false], node, declaredTCP)
 	b.Logf("%s -> %s on %s", from, to, probe)
 	l := nodeOnlyLabOf(b, snap, node, from, to)
 	a := nodeApplierOf(b, l, node)

@@ -1,7 +1,6 @@
 package conformance_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/netip"
@@ -17,6 +16,7 @@ import (
 	"github.com/netpol/netpol/conformance"
 	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/internal/nsexec"
+	"github.com/netpol/netpol/internal/syncbuf"
 	"github.com/netpol/netpol/pkg/audit"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
@@ -27,33 +27,14 @@ import (
 	"github.com/netpol/netpol/pkg/policy"
 )
 
-// lineBuffer is a verdict log the test reads while nodes write it.
-type lineBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lineBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lineBuffer) lines(t *testing.T) []audit.Line {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []audit.Line
-	for _, s := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
-		if s == "" {
-			continue
-		}
-		var line audit.Line
-		if err := json.Unmarshal([]byte(s), &line); err != nil {
-			t.Fatalf("%v: %s", err, s)
-		}
-		out = append(out, line)
+// logLines are the lines of a verdict log the nodes write to out.
+func logLines(t *testing.T, out *syncbuf.Buffer) []audit.Line {
+	t.Helper()
+	ls, err := audit.ParseLines(out.String())
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return ls
 }
 
 // The policies of the verdict log's lab test: x/b admits ingress from x/c
@@ -106,7 +87,7 @@ func TestVerdictLogInKernel(t *testing.T) {
 func verdictLogInKernel(t *testing.T, mode string) {
 	snap := strictSnapshot(t, auditPolicies, nil)
 	l := labtest.Up(t, snap, lab.Options{})
-	out := &lineBuffer{}
+	out := &syncbuf.Buffer{}
 	logger := audit.NewLogger(out, audit.LoggerOptions{})
 	enf := conformance.NewEnforcer(l)
 	enf.Layout = compiler.LayoutIdentities
@@ -159,13 +140,13 @@ func verdictLogInKernel(t *testing.T, mode string) {
 	// connection's SYN is sent again after a second, a line of the same
 	// decision that folds (repeats), so Close writes what came.
 	deadline := time.Now().Add(3 * time.Second)
-	for len(out.lines(t)) < len(want) && time.Now().Before(deadline) {
+	for len(logLines(t, out)) < len(want) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	enf.Close()
 	logger.Close()
 	var got []audit.Line
-	for _, line := range out.lines(t) {
+	for _, line := range logLines(t, out) {
 		if line.Time.IsZero() || time.Since(line.Time) > time.Minute {
 			t.Errorf("line time %v", line.Time)
 		}
@@ -203,7 +184,7 @@ func TestVerdictLogOverload(t *testing.T) {
 	requireRoot(t)
 	snap := strictSnapshot(t, npOnlyFromC, nil)
 	l := labtest.Up(t, snap, lab.Options{})
-	out := &lineBuffer{}
+	out := &syncbuf.Buffer{}
 	const lineRate, burst = 500, 1000
 	logger := audit.NewLogger(out, audit.LoggerOptions{Rate: lineRate, Burst: burst})
 	enf := conformance.NewEnforcer(l)
@@ -270,7 +251,7 @@ func TestVerdictLogOverload(t *testing.T) {
 	if limit := uint64(burst + lineRate*(elapsed.Seconds()+1)); written > limit {
 		t.Errorf("%d lines written, more than the rate allows (%d)", written, limit)
 	}
-	if lines := len(out.lines(t)); uint64(lines) != written {
+	if lines := len(logLines(t, out)); uint64(lines) != written {
 		t.Errorf("%d lines in the log, %d counted written", lines, written)
 	}
 	// Every SYN is an x/b ingress decision (x/a's egress is not policed),

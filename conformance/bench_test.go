@@ -238,19 +238,7 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 		}
 		tables[layout] = t
 	}
-	// A TCP port the destination declares (the lab serves those).
-	declared := func(dst *corev1.Pod) []l4.Port {
-		var out []l4.Port
-		for _, c := range dst.Spec.Containers {
-			for _, p := range c.Ports {
-				if p.Protocol == "" || p.Protocol == corev1.ProtocolTCP {
-					out = append(out, l4.Port{Protocol: "TCP", Port: p.ContainerPort})
-				}
-			}
-		}
-		return out
-	}
-	from, to, probe := dispatchedAllowedPairPort(b, snap, ev, tables[compiler.LayoutIdentities], node, declared)
+	from, to, probe := dispatchedAllowedPairPort(b, snap, ev, tables[compiler.LayoutIdentities], node, declaredTCP)
 	b.Logf("%s -> %s on %s", from, to, probe)
 	l := nodeOnlyLabOf(b, snap, node, from, to)
 	a := nodeApplierOf(b, l, node)
@@ -338,6 +326,19 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 	}
 	spread(idCt, "ratio-identities-vs-conntrack")
 	b.ReportMetric(median(addrCt), "ratio-addresses-vs-conntrack")
+}
+
+// declaredTCP are the TCP ports dst declares (the lab serves those).
+func declaredTCP(dst *corev1.Pod) []l4.Port {
+	var out []l4.Port
+	for _, c := range dst.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Protocol == "" || p.Protocol == corev1.ProtocolTCP {
+				out = append(out, l4.Port{Protocol: "TCP", Port: p.ContainerPort})
+			}
+		}
+	}
+	return out
 }
 
 // probeRate is connRate of probes from one lab pod to another, each of

@@ -15,6 +15,7 @@ import (
 
 	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/internal/nsexec"
+	"github.com/netpol/netpol/internal/syncbuf"
 	"github.com/netpol/netpol/pkg/audit"
 	"github.com/netpol/netpol/pkg/lab"
 )
@@ -30,7 +31,7 @@ func TestLabUpAudit(t *testing.T) {
 	t.Cleanup(func() { lab.DownAll(prefix + "-") })
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := newRootCommand()
-	out, errOut := &lockedBuffer{}, &lockedBuffer{}
+	out, errOut := &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	cmd.SetOut(out)
 	cmd.SetErr(errOut)
 	cmd.SetArgs([]string{"lab", "up", "-f", demo, "--audit", "all", "--audit-log", logPath, "--prefix", prefix + "-"})

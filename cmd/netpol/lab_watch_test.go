@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,28 +17,10 @@ import (
 
 	"github.com/netpol/netpol/internal/kerneltest"
 	"github.com/netpol/netpol/internal/nsexec"
+	"github.com/netpol/netpol/internal/syncbuf"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/probe"
 )
-
-// lockedBuffer is a bytes.Buffer a running command writes while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestLabUpWatch: `lab status -o json` names each pod's network namespace
 // and addresses while `lab up --watch` runs; a connection opened from a
@@ -63,7 +43,7 @@ func TestLabUpWatch(t *testing.T) {
 	t.Cleanup(func() { lab.DownAll(prefix + "-") })
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := newRootCommand()
-	out, errOut := &lockedBuffer{}, &lockedBuffer{}
+	out, errOut := &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	cmd.SetOut(out)
 	cmd.SetErr(errOut)
 	cmd.SetArgs([]string{"lab", "up", "-f", dir, "--watch", "--prefix", prefix + "-"})

@@ -45,6 +45,15 @@ var NodeScale = Spec{Namespaces: 100, Pods: 10000, Nodes: 99, NetworkPolicies: 1
 // Services: 10,000 pods on 100 nodes (node-001 ... node-100).
 var RealisticScale = Spec{Shape: ShapeRealistic, Namespaces: 100, Pods: 10000, Nodes: 100, NetworkPolicies: 1000, AdminPolicies: 100, Services: 2000, Seed: 1}
 
+// WithPods is s with pods pods and the counts that scale with them as
+// RealisticScale's do (a namespace and a node per 100 pods, a
+// NetworkPolicy per 10, an Admin or Baseline policy per 100), without
+// Services.
+func (s Spec) WithPods(pods int) Spec {
+	s.Pods, s.Namespaces, s.Nodes, s.NetworkPolicies, s.AdminPolicies, s.Services = pods, pods/100, pods/100, pods/10, pods/100, 0
+	return s
+}
+
 // The shapes.
 const (
 	ShapeEasy      = "easy"

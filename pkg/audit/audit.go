@@ -8,7 +8,9 @@ package audit
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -188,4 +190,21 @@ func (l *Logger) Close() {
 	close(l.stop)
 	l.done.Wait()
 	l.flush(true)
+}
+
+// ParseLines reads a verdict log's lines (one JSON object a line; blank
+// lines skipped).
+func ParseLines(text string) ([]Line, error) {
+	var out []Line
+	for _, s := range strings.Split(text, "\n") {
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
+		var line Line
+		if err := json.Unmarshal([]byte(s), &line); err != nil {
+			return out, fmt.Errorf("verdict log line %q: %w", s, err)
+		}
+		out = append(out, line)
+	}
+	return out, nil
 }

@@ -1,13 +1,12 @@
 package audit
 
 import (
-	"bytes"
-	"encoding/json"
 	"net/netip"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/netpol/netpol/internal/syncbuf"
 )
 
 func TestParsePacket(t *testing.T) {
@@ -53,33 +52,14 @@ func TestParsePacket(t *testing.T) {
 	}
 }
 
-// syncBuffer is what a Logger writes to, read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(t *testing.T) []Line {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Line
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var line Line
-		if err := json.Unmarshal([]byte(l), &line); err != nil {
-			t.Fatalf("%v: %s", err, l)
-		}
-		out = append(out, line)
+// lines are the lines out holds.
+func lines(t *testing.T, out *syncbuf.Buffer) []Line {
+	t.Helper()
+	ls, err := ParseLines(out.String())
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return ls
 }
 
 // TestLoggerFoldsRepeats: the same decision again within a second is
@@ -89,7 +69,7 @@ func TestLoggerFoldsRepeats(t *testing.T) {
 	now := time.Date(2026, 12, 7, 1, 0, 0, 0, time.UTC)
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	l := NewLogger(out, LoggerOptions{Now: clock, Window: time.Hour}) // the ticker never flushes here
 	deny := Line{Time: now, Verdict: "deny", Src: "x/a", Dst: "y/b", Protocol: "TCP", Port: 80}
 	for i := range 5 {
@@ -100,11 +80,11 @@ func TestLoggerFoldsRepeats(t *testing.T) {
 	other := deny
 	other.Port = 81
 	l.Log(other)
-	if got := out.lines(t); len(got) != 2 || got[0].Repeats != 0 || got[1].Port != 81 {
+	if got := lines(t, out); len(got) != 2 || got[0].Repeats != 0 || got[1].Port != 81 {
 		t.Fatalf("before the window ends: %+v", got)
 	}
 	l.Close()
-	got := out.lines(t)
+	got := lines(t, out)
 	if len(got) != 3 || got[2].Repeats != 4 || got[2].Port != 80 || !got[2].Time.Equal(now.Add(4*time.Millisecond)) {
 		t.Fatalf("after: %+v", got)
 	}
@@ -117,13 +97,13 @@ func TestLoggerFoldsRepeats(t *testing.T) {
 // not written.
 func TestLoggerRate(t *testing.T) {
 	now := time.Date(2026, 12, 7, 1, 0, 0, 0, time.UTC)
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	l := NewLogger(out, LoggerOptions{Rate: 10, Burst: 20, Now: func() time.Time { return now }})
 	for i := range 100 {
 		l.Log(Line{Time: now, Verdict: "deny", Src: "x/a", Dst: "y/b", Protocol: "TCP", Port: uint16(i)})
 	}
 	l.Close()
-	if got := len(out.lines(t)); got != 20 {
+	if got := len(lines(t, out)); got != 20 {
 		t.Errorf("%d lines written, want the burst of 20", got)
 	}
 	if l.Stats.Dropped.Load() != 80 {

@@ -30,8 +30,7 @@ func BenchmarkStrictDecision(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	spec.Pods, spec.Namespaces, spec.Nodes, spec.NetworkPolicies, spec.AdminPolicies, spec.Services = n[0], n[0]/100, n[0]/100, n[0]/10, n[0]/100, 0
-	snap, err := synth.Snapshot(spec)
+	snap, err := synth.Snapshot(spec.WithPods(n[0]))
 	if err != nil {
 		b.Fatal(err)
 	}
