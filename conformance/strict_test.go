@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/conntrack"
 	"github.com/netpol/netpol/pkg/lab"
-	"github.com/netpol/netpol/pkg/probe"
 )
 
 // A Service in front of x/b for the strict-mode cases (UDP 8080 -> 80,
@@ -371,8 +369,7 @@ func TestStrictModeEndsDeniedFlows(t *testing.T) {
 	l := labtest.Up(t, baseSnapshot(t, "e2e"), lab.Options{})
 	enf := conformance.NewEnforcer(l)
 	defer enf.Close()
-	echo := startEchoServers(t, l)
-	defer echo()
+	startEchoServers(t, l)
 	sport := uint16(41000)
 	for _, tc := range strictCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -408,7 +405,7 @@ func TestStrictModeEndsDeniedFlows(t *testing.T) {
 		enf := conformance.NewEnforcer(l)
 		enf.NoStrict = true
 		defer enf.Close()
-		defer startEchoServers(t, l)()
+		startEchoServers(t, l)
 		tc := strictCases[0]
 		ended, open := runStrictCase(t, l, enf, tc, &sport)
 		t.Logf("control: ended %v, flows %d", ended, len(open))
@@ -537,45 +534,13 @@ func podAddr(t *testing.T, p *lab.Pod, ipv6 bool) netip.Addr {
 	return netip.Addr{}
 }
 
-// startEchoServers serves TCP echoPort on every address of every pod,
-// echoing lines for as long as the connection lasts; the returned func
-// stops them.
-func startEchoServers(t *testing.T, l *lab.Lab) func() {
+// startEchoServers serves TCP echoPort on every address of every pod
+// (labtest.Echo), until t ends.
+func startEchoServers(t *testing.T, l *lab.Lab) {
 	t.Helper()
-	var lns []net.Listener
 	for _, p := range l.Pods() {
 		for _, a := range p.Addrs {
-			ln, err := probe.Listen(p.Handle, a, echoPort, corev1.ProtocolTCP)
-			if err != nil {
-				t.Fatalf("echo server on %s: %v", p.Name, err)
-			}
-			lns = append(lns, ln)
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					go func() {
-						defer c.Close()
-						r := bufio.NewReader(c)
-						for {
-							line, err := r.ReadString('\n')
-							if err != nil || !strings.HasSuffix(line, "\n") {
-								return
-							}
-							if _, err := c.Write([]byte(line)); err != nil {
-								return
-							}
-						}
-					}()
-				}
-			}()
-		}
-	}
-	return func() {
-		for _, ln := range lns {
-			ln.Close()
+			labtest.Echo(t, p.Handle, a, echoPort)
 		}
 	}
 }

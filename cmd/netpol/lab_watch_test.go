@@ -13,13 +13,12 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/netpol/netpol/internal/kerneltest"
+	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/internal/nsexec"
 	"github.com/netpol/netpol/internal/syncbuf"
 	"github.com/netpol/netpol/pkg/lab"
-	"github.com/netpol/netpol/pkg/probe"
 )
 
 // TestLabUpWatch: `lab status -o json` names each pod's network namespace
@@ -134,30 +133,7 @@ func TestLabUpWatch(t *testing.T) {
 		return h
 	}
 	from, to := pods["web/frontend"], pods["sandbox/toolbox"]
-	ln, err := probe.Listen(handle(to.netns), to.addr, 9000, corev1.ProtocolTCP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					c.Write([]byte(line))
-				}
-			}()
-		}
-	}()
+	labtest.Echo(t, handle(to.netns), to.addr, 9000)
 	fromNS := handle(from.netns)
 	dial := func() (net.Conn, error) {
 		var c net.Conn

@@ -39,16 +39,7 @@ spec:
   ingress:
   - from: [{podSelector: {matchLabels: {pod: c}}}]
 `)
-	addr := func(pod string) netip.Addr {
-		for _, p := range w.lab.Pods() {
-			if p.Name == pod {
-				return p.Addrs[0]
-			}
-		}
-		t.Fatalf("no pod %s", pod)
-		return netip.Addr{}
-	}
-	to := netip.AddrPortFrom(addr("x/b"), 80)
+	to := netip.AddrPortFrom(w.podAddr("x/b"), 80)
 	// (The harness's kernelLatency compares the tables with a compile
 	// without the verdict log: the policy is waited for by its effect.)
 	deadline := time.Now().Add(30 * time.Second)

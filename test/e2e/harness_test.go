@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -505,6 +506,18 @@ func (w *world) matrixMatches(what string, snap *cluster.Snapshot, model *policy
 	for _, d := range diffs {
 		w.t.Errorf("%s: %s", what, d)
 	}
+}
+
+// podAddr is a lab pod's first address, or the end of the test.
+func (w *world) podAddr(pod string) netip.Addr {
+	w.t.Helper()
+	for _, p := range w.lab.Pods() {
+		if p.Name == pod {
+			return p.Addrs[0]
+		}
+	}
+	w.t.Fatalf("no pod %s in the lab", pod)
+	return netip.Addr{}
 }
 
 // apply writes manifests (server-side apply) and returns when.

@@ -24,16 +24,7 @@ import (
 func TestAgentStrictMode(t *testing.T) {
 	w := newWorld(t, "e2e")
 	ctx := context.Background()
-	addr := func(pod string) netip.Addr {
-		for _, p := range w.lab.Pods() {
-			if p.Name == pod {
-				return p.Addrs[0]
-			}
-		}
-		t.Fatalf("no pod %s", pod)
-		return netip.Addr{}
-	}
-	to := netip.AddrPortFrom(addr("x/b"), 80)
+	to := netip.AddrPortFrom(w.podAddr("x/b"), 80)
 	dial := func(from string, sport uint16) bool {
 		return w.lab.Dial(ctx, from, to, corev1.ProtocolUDP, lab.DialOptions{SourcePort: sport, Timeout: 500 * time.Millisecond}).Allowed
 	}
