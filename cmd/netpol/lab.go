@@ -143,24 +143,21 @@ func newLabUpCommand(in *inputFlags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
-			var auditLog *audit.Logger
-			var configure func(*conformance.Enforcer)
-			if auditMode != policy.AuditOff {
-				a := agent.AuditOptions{Mode: auditMode, Group: auditGroup, Log: auditPath, Rate: auditRate}
-				if err := a.Validate(); err != nil {
-					return err
-				}
-				w, err := labAuditWriter(cmd, auditPath)
-				if err != nil {
-					return err
-				}
-				defer w.Close()
-				auditLog = audit.NewLogger(w, audit.LoggerOptions{Rate: auditRate})
-				defer auditLog.Close()
-				configure = func(e *conformance.Enforcer) {
-					e.Layout = compiler.LayoutIdentities
-					e.Audit = &node.AuditOptions{Audit: compiler.Audit{Mode: auditMode, Group: auditGroup}, Logger: auditLog}
-				}
+			// The verdict log runs whatever --audit says, as the agent's: a
+			// policy's netpol.io/audit asks for its own lines.
+			a := agent.AuditOptions{Mode: auditMode, Group: auditGroup, Log: auditPath, Rate: auditRate}
+			if err := a.Validate(); err != nil {
+				return err
+			}
+			w, err := labAuditWriter(cmd, auditPath)
+			if err != nil {
+				return err
+			}
+			defer w.Close()
+			auditLog := audit.NewLogger(w, audit.LoggerOptions{Rate: auditRate})
+			defer auditLog.Close()
+			configure := func(e *conformance.Enforcer) {
+				e.Audit = &node.AuditOptions{Audit: compiler.Audit{Mode: auditMode, Group: auditGroup}, Logger: auditLog}
 			}
 			l, lb, enf, _, err := startLabWith(ctx, cmd, in, prefix, nil, false, configure)
 			if err != nil {
@@ -205,7 +202,7 @@ func newLabUpCommand(in *inputFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&prefix, "prefix", "", "namespace name prefix for this lab (default: "+labPrefix+"<random>)")
-	cmd.Flags().StringVar(&auditMode, "audit", "off", "the verdict log, as the agent's --audit: off, deny or all (netpol.io/audit on a policy wins for its rules)")
+	cmd.Flags().StringVar(&auditMode, "audit", policy.AuditOff, "the verdict log, as the agent's --audit: off, deny or all (netpol.io/audit on a policy wins for its rules, whatever this says)")
 	cmd.Flags().StringVar(&auditPath, "audit-log", "", "file the verdict log is written to (default: standard output)")
 	cmd.Flags().Uint16Var(&auditGroup, "audit-group", compiler.DefaultAuditGroup, "NFLOG group the nodes' deciding rules log to")
 	cmd.Flags().Float64Var(&auditRate, "audit-rate", audit.DefaultRate, "most verdict log lines a second")
