@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,7 +64,7 @@ spec:
 				continue
 			}
 			lines = append(lines, l)
-			key := strings.Join([]string{l.Verdict, l.Src, l.Dst, l.Protocol, itoa(l.Port), quote(l.Tier, l.Policy, l.Rule), l.Action, l.Node}, " ")
+			key := strings.Join([]string{l.Verdict, l.Src, l.Dst, l.Protocol, strconv.Itoa(int(l.Port)), quote(l.Tier, l.Policy, l.Rule), l.Action, l.Node}, " ")
 			if _, ok := want[key]; ok {
 				want[key] = true
 			}
@@ -85,11 +86,6 @@ spec:
 	if got := a.metric(t, "netpol_audit_decisions_total"); got < 2 {
 		t.Errorf("netpol_audit_decisions_total = %v, want 2 or more", got)
 	}
-}
-
-func itoa(p uint16) string {
-	b, _ := json.Marshal(p)
-	return string(b)
 }
 
 // quote is tier, then policy and rule quoted.
