@@ -161,10 +161,12 @@ type Agent struct {
 	log        *slog.Logger
 	kube       kubernetes.Interface // the secure port's TokenReviews and SubjectAccessReviews
 	models     modelHub             // /debug/model watchers
-	src        *sources
-	prog       *node.Programmer
-	metrics    *metrics
-	status     *statusWriter
+	// healthConns bounds the health listener's connections.
+	healthConns connLimit
+	src         *sources
+	prog        *node.Programmer
+	metrics     *metrics
+	status      *statusWriter
 	// tables are the node's tables (services absent with NoProxy), each
 	// with its own pending changes and backoff.
 	tables []*tableState

@@ -112,7 +112,8 @@ func (a *Agent) serve() (func(), error) {
 			// oldest connection that is not in a request.
 			srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout = healthTimeout, healthTimeout, healthTimeout
 			srv.ReadHeaderTimeout = min(readHeaderTimeout, healthTimeout)
-			srv.ConnState = (&connLimit{max: healthMaxConns}).connState
+			a.healthConns.max = healthMaxConns
+			srv.ConnState = a.healthConns.connState
 		} else {
 			l = netutil.LimitListener(l, a.opts.Serving.maxWatchers()+connsBeyondWatchers)
 		}
@@ -518,6 +519,13 @@ func (l *connLimit) connState(c net.Conn, state http.ConnState) {
 		// only under overload, and it was the oldest.
 		evict.Close()
 	}
+}
+
+// open is how many connections the limit tracks.
+func (l *connLimit) open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns)
 }
 
 // ModelURL is the /debug/model URL of an agent address: host:port (plain

@@ -128,6 +128,9 @@ func TestHealthProbeBeyondIdleConns(t *testing.T) {
 			t.Fatalf("held connection %d: %d, closed %v", i, resp.StatusCode, resp.Close)
 		}
 	}
+	// The kernel may hand the listener connections out of order across
+	// CPUs; the probe must come after every held one.
+	h.waitFor("every held connection accepted", 5*time.Second, func() bool { return h.agent.healthConns.open() == len(held) })
 	// As the kubelet probes: a new connection per probe, and a probe's
 	// default timeout (timeoutSeconds: 1). Before, the probe waited for a
 	// free slot: the first silent connection's ReadHeaderTimeout (5 s), or
