@@ -48,6 +48,10 @@ type Enforcer struct {
 	// between two strict checks (node.Options.StrictInterval; 0, the
 	// default: after every sync, so that a Sync's report has them).
 	StrictInterval time.Duration
+	// NoRuleCounters, set before the first Sync, turns the per-rule
+	// counters off (node.Options.RuleCounters; on by default, as in the
+	// agent).
+	NoRuleCounters bool
 	// DNS, set before the first Sync, makes every node learn domainNames
 	// addresses from the cluster DNS's answers, as the agent does.
 	DNS *node.DNSOptions
@@ -236,7 +240,8 @@ func (e *Enforcer) programmer(n *lab.Node) (*node.Programmer, error) {
 		}
 		auditOpts = &a
 	}
-	p, err := node.New(node.Options{Node: n.Name, NetNS: n.Handle, DNS: e.DNS, Layout: e.Layout, Strict: !e.NoStrict, StrictInterval: e.StrictInterval, Audit: auditOpts})
+	p, err := node.New(node.Options{Node: n.Name, NetNS: n.Handle, DNS: e.DNS, Layout: e.Layout, Strict: !e.NoStrict, StrictInterval: e.StrictInterval, Audit: auditOpts,
+		RuleCounters: !e.NoRuleCounters && e.Layout == compiler.LayoutIdentities})
 	if err != nil {
 		return nil, err
 	}
@@ -292,4 +297,17 @@ func (e *Enforcer) Close() {
 		p.Close()
 	}
 	e.nodes = map[string]*node.Programmer{}
+}
+
+// RuleCounts is each node's per-rule counters (node.Programmer.RuleCounts),
+// by node name.
+func (e *Enforcer) RuleCounts() (map[string][]node.RuleCount, error) {
+	out := map[string][]node.RuleCount{}
+	var errs []error
+	for name, p := range e.nodes {
+		c, err := p.RuleCounts()
+		out[name] = c
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
 }

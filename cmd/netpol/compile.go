@@ -20,6 +20,7 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 		agent    agentPortFlags
 		dns      string
 		dnsQueue uint16
+		counters bool
 		layout   = layoutFlag{compiler.DefaultLayout}
 	)
 	cmd := &cobra.Command{
@@ -53,7 +54,7 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 					return err
 				}
 			} else {
-				opts := compiler.Options{Node: node, Table: table, Layout: layout.layout}
+				opts := compiler.Options{Node: node, Table: table, Layout: layout.layout, RuleCounters: counters}
 				if opts.AgentPorts, err = agent.parse(); err != nil {
 					return err
 				}
@@ -90,6 +91,7 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 	f.BoolVar(&services, "services", false, "print the Service NAT table instead of the policy table")
 	f.StringVar(&dns, "dns", "none", "the agent's DNS chains for domainNames (on by default in the agent): none, native (the nftables queue statement) or xtables (the NFQUEUE target through nft compat, for kernels without nft_queue; not nft syntax)")
 	f.Uint16Var(&dnsQueue, "dns-queue", nodepkg.DefaultDNSQueue, "with --dns: the queue number, as the agent's --dns-queue")
+	f.BoolVar(&counters, "rule-counters", false, "the agent's per-rule counters (on by default in the agent): a named counter per policy rule on each rule that decides for it, NetworkPolicy rules laid out one at a time")
 	agent.register(cmd)
 	return cmd
 }

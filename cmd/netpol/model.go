@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -17,6 +19,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/netpol/netpol/pkg/agent"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/node"
 )
 
 func newModelCommand(in *inputFlags) *cobra.Command {
@@ -122,6 +126,8 @@ const idleStream = 75 * time.Second
 func watchModel(ctx context.Context, client *http.Client, url string, interval time.Duration, out, stderr io.Writer) error {
 	var prev []string
 	var gen int64 = -1
+	var model *agent.ModelView
+	counted := map[string]nft.CounterValue{} // the counters printed, by name
 	wait, failing := interval, ""
 	for {
 		got := false
@@ -131,9 +137,14 @@ func watchModel(ctx context.Context, client *http.Client, url string, interval t
 				fmt.Fprintf(stderr, "the agent at %s answers\n", url)
 				failing = ""
 			}
+			if m.IsCounters() {
+				printCounters(out, model, m, counted)
+				return
+			}
 			if m.Generation == gen {
 				return
 			}
+			model = m
 			lines := m.Lines()
 			diff := agent.DiffLines(prev, lines)
 			if len(diff) > 0 || gen < 0 {
@@ -168,6 +179,54 @@ func watchModel(ctx context.Context, client *http.Client, url string, interval t
 			return nil
 		case <-time.After(wait):
 		}
+	}
+}
+
+// counterRef finds the counters a rule's text counts into.
+var counterRef = regexp.MustCompile(`counter name "([^"]+)"`)
+
+// printCounters prints a counters line of the stream: each rule of the
+// model that counts into a counter that changed, beside its value (and
+// what it grew by since last printed) and the policy rule it counts.
+func printCounters(out io.Writer, model, m *agent.ModelView, counted map[string]nft.CounterValue) {
+	if model == nil {
+		return
+	}
+	byName := make(map[string]node.RuleCount, len(m.Counters))
+	for _, c := range m.Counters {
+		byName[c.Counter] = c
+	}
+	var lines []string
+	for chain, rules := range model.Chains {
+		for i, r := range rules {
+			for _, ref := range counterRef.FindAllStringSubmatch(r, -1) {
+				c, ok := byName[ref[1]]
+				if !ok {
+					continue
+				}
+				grew := ""
+				if last, ok := counted[c.Counter]; ok && c.Packets >= last.Packets {
+					grew = fmt.Sprintf(" (+%d)", c.Packets-last.Packets)
+				}
+				policy := c.Kind + " " + c.Name
+				if c.Namespace != "" {
+					policy = c.Kind + " " + c.Namespace + "/" + c.Name
+				}
+				lines = append(lines, fmt.Sprintf("= chain %s [%d] %s   # %d packets%s, %d bytes: %s %s %s (%s)",
+					chain, i, r, c.Packets, grew, c.Bytes, policy, c.Rule, c.Action, c.Direction))
+			}
+		}
+	}
+	for _, c := range m.Counters {
+		counted[c.Counter] = c.CounterValue
+	}
+	if len(lines) == 0 {
+		return
+	}
+	sort.Strings(lines)
+	fmt.Fprintf(out, "# %s node %s counters\n", time.Now().Format(time.RFC3339), m.Node)
+	for _, l := range lines {
+		fmt.Fprintln(out, l)
 	}
 }
 

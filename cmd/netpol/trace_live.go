@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netpol/netpol/pkg/l4"
+	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/nft/nftrace"
 	"github.com/netpol/netpol/pkg/policy"
 )
@@ -46,6 +48,15 @@ type liveStep struct {
 	Handle  uint64 `json:"handle,omitempty"`
 	Comment string `json:"comment,omitempty"`
 	Verdict string `json:"verdict"`
+	// Counters are the per-rule counters the rule counts into, read
+	// once the packet's path is complete (this packet counted).
+	Counters []liveCounter `json:"counters,omitempty"`
+}
+
+// liveCounter is a named counter's value.
+type liveCounter struct {
+	Name string `json:"name"`
+	nft.CounterValue
 }
 
 // livePacket is one real packet's path as the kernel reported it.
@@ -118,7 +129,7 @@ func liveTrace(ctx context.Context, out io.Writer, src, dst string, probe l4.Por
 		opts.armed()
 	}
 
-	w := &liveWriter{out: out, format: format, node: node}
+	w := &liveWriter{out: out, format: format, node: node, netns: fd}
 	if format == "text" {
 		fmt.Fprintf(out, "tracing %s in %s for %v (table inet %s armed); Ctrl-C stops\n", m, node, opts.duration, nftrace.TableName)
 	}
@@ -234,7 +245,24 @@ type liveWriter struct {
 	out     io.Writer
 	format  string
 	node    string
+	netns   int // the namespace's descriptor (-1: this one)
 	packets int
+}
+
+// counters reads the values of the named counters of table (nil when it
+// cannot: the path is printed without them).
+func (w *liveWriter) counters(table string, names []string) []liveCounter {
+	values, err := kernel.Counters(w.netns, table)
+	if err != nil {
+		return nil
+	}
+	out := make([]liveCounter, 0, len(names))
+	for _, n := range names {
+		if v, ok := values[n]; ok {
+			out = append(out, liveCounter{n, v})
+		}
+	}
+	return out
 }
 
 // packet prints one packet: its tuple, then one line per event. The
@@ -260,6 +288,9 @@ func (w *liveWriter) packet(p *nftrace.Packet) error {
 			st.Rule = e.RuleText
 		default:
 			st.Rule = fmt.Sprintf("handle %d", e.Handle)
+		}
+		if len(e.Counters) > 0 {
+			st.Counters = w.counters(e.Table, e.Counters)
 		}
 		lp.Path = append(lp.Path, st)
 	}
@@ -293,6 +324,9 @@ func (w *liveWriter) packet(p *nftrace.Packet) error {
 		line := fmt.Sprintf("    %s/%s %s -> %s", st.Table, st.Chain, st.Rule, st.Verdict)
 		if st.RuleID != "" {
 			line += "   # " + st.RuleID
+		}
+		for _, c := range st.Counters {
+			line += fmt.Sprintf("   [%s: %d packets, %d bytes]", c.Name, c.Packets, c.Bytes)
 		}
 		fmt.Fprintln(w.out, line)
 	}

@@ -115,8 +115,12 @@ type Options struct {
 	Strict         bool
 	StrictInterval time.Duration
 	// Audit is the verdict log (--audit ...; audit.go).
-	Audit  AuditOptions
-	Logger *slog.Logger
+	Audit AuditOptions
+	// RuleCounters counts each policy rule's decisions in the kernel
+	// (netpol agent --rule-counters, on by default; the identity layout
+	// only): netpol_policy_rule_packets_total and _bytes_total.
+	RuleCounters bool
+	Logger       *slog.Logger
 
 	// dnsLatency observes the queue's verdict latency (New makes it
 	// before the programmer, which reports to it).
@@ -276,11 +280,18 @@ func New(opts Options) (*Agent, error) {
 	} else if opts.Audit.Mode != policy.AuditOff {
 		return nil, errors.New("--audit needs --layout identities (the default)")
 	}
+	if opts.RuleCounters && opts.Layout != compiler.LayoutIdentities {
+		opts.Logger.Warn("per-rule counters need --layout identities (the default): none are kept")
+	}
+	popts.RuleCounters = opts.RuleCounters && opts.Layout == compiler.LayoutIdentities
 	prog, err := node.New(popts)
 	if err != nil {
 		return nil, err
 	}
 	a := newAgent(opts, kube, dyn, prog)
+	if popts.RuleCounters {
+		a.metrics.registry.MustRegister(ruleCountsCollector{prog})
+	}
 	if names != nil {
 		names.src = a.src
 		a.metrics.registry.MustRegister(&auditCollector{l: opts.auditLog, prog: prog})

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/netpol/netpol/pkg/audit"
+	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/node"
 )
@@ -164,6 +165,36 @@ func (c *auditCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(auditLinesDesc, prometheus.CounterValue, float64(written), "written")
 	ch <- prometheus.MustNewConstMetric(auditLinesDesc, prometheus.CounterValue, float64(folded), "folded")
 	ch <- prometheus.MustNewConstMetric(auditDroppedDesc, prometheus.CounterValue, float64(dropped))
+}
+
+// ruleCountsCollector exports the per-rule counters, read from the kernel
+// at each scrape.
+type ruleCountsCollector struct{ prog *node.Programmer }
+
+var (
+	ruleLabels      = []string{"kind", "namespace", "name", "rule", "action", "direction"}
+	rulePacketsDesc = prometheus.NewDesc("netpol_policy_rule_packets_total",
+		"Packets the policy rule decided on this node: a connection's first packet (later ones are accepted as established before any policy rule), so about its new connections, and each attempt of one it denies. rule is as netpol explain names it; \""+compiler.IsolationRule+"\" counts the connections a NetworkPolicy denied by isolating the pod, no rule allowing them.", ruleLabels, nil)
+	ruleBytesDesc = prometheus.NewDesc("netpol_policy_rule_bytes_total",
+		"Bytes of the packets of netpol_policy_rule_packets_total.", ruleLabels, nil)
+)
+
+func (c ruleCountsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- rulePacketsDesc
+	ch <- ruleBytesDesc
+}
+
+func (c ruleCountsCollector) Collect(ch chan<- prometheus.Metric) {
+	counts, err := c.prog.RuleCounts()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(rulePacketsDesc, err)
+		return
+	}
+	for _, rc := range counts {
+		labels := []string{rc.Kind, rc.Namespace, rc.Name, rc.Rule, rc.Action, rc.Direction}
+		ch <- prometheus.MustNewConstMetric(rulePacketsDesc, prometheus.CounterValue, float64(rc.Packets), labels...)
+		ch <- prometheus.MustNewConstMetric(ruleBytesDesc, prometheus.CounterValue, float64(rc.Bytes), labels...)
+	}
 }
 
 func (m *metrics) setCounts(c nft.Counts) {

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/node"
 )
 
 // ModelView is the node's compiled model as /debug/model serves it: every
@@ -16,6 +18,31 @@ type ModelView struct {
 	Table      string              `json:"table"`
 	Chains     map[string][]string `json:"chains"`
 	Sets       map[string][]string `json:"sets"`
+	// Counters, in a watch stream's counters line (Chains and Sets
+	// empty), are the per-rule counters whose values changed since the
+	// stream's last such line (every one, in its first).
+	Counters []node.RuleCount `json:"counters,omitempty"`
+}
+
+// IsCounters says the line is a counters line.
+func (m *ModelView) IsCounters() bool { return m.Chains == nil && m.Sets == nil && m.Counters != nil }
+
+// countersLine is a watch stream's counters line: the counters of now
+// that differ from sent (nil: none, then every one), which it updates;
+// nil when none changed.
+func countersLine(nodeName string, gen int64, now []node.RuleCount, sent map[string]nft.CounterValue) []byte {
+	var changed []node.RuleCount
+	for _, c := range now {
+		if v, ok := sent[c.Counter]; !ok || v != c.CounterValue {
+			changed = append(changed, c)
+			sent[c.Counter] = c.CounterValue
+		}
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(&ModelView{Node: nodeName, Generation: gen, Counters: changed})
+	return append(b, '\n')
 }
 
 func newModelView(node string, gen int64, t *nft.Table) *ModelView {

@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/vishvananda/netns"
 	"golang.org/x/net/netutil"
+
+	"github.com/netpol/netpol/pkg/nft"
 )
 
 // What the agent serves, and where (see docs/architecture.md, "What the
@@ -60,6 +62,9 @@ const (
 	// watchKeepalive is how often an idle watch stream gets a blank line,
 	// so that dead peers are noticed and proxies keep it open.
 	watchKeepalive = 30 * time.Second
+	// watchCounters is how often a watch stream gets the per-rule
+	// counters that changed.
+	watchCounters = 2 * time.Second
 	// DefaultMaxWatchers bounds the concurrent /debug/model watch streams.
 	DefaultMaxWatchers = 128
 	// connsBeyondWatchers is how many connections a listener accepts
@@ -308,6 +313,25 @@ func (a *Agent) serveModel(w http.ResponseWriter, r *http.Request) {
 	}
 	keepalive := time.NewTicker(watchKeepalive)
 	defer keepalive.Stop()
+	// The per-rule counters: every one after the first model, then those
+	// that changed, at most every watchCounters.
+	var counters <-chan time.Time
+	sentCounters := map[string]nft.CounterValue{}
+	if a.prog != nil && a.prog.CountsRules() {
+		tick := time.NewTicker(watchCounters)
+		defer tick.Stop()
+		counters = tick.C
+	}
+	writeCounters := func() bool {
+		now, err := a.prog.RuleCounts()
+		if err != nil || sent < 0 {
+			return true // the next tick tries again
+		}
+		if line := countersLine(a.opts.NodeName, sent, now, sentCounters); line != nil {
+			return write(line)
+		}
+		return true
+	}
 	for {
 		changed := a.models.changed()
 		if m := a.models.render(a.opts.NodeName, &a.programmed); m != nil && m.gen > sent {
@@ -315,6 +339,9 @@ func (a *Agent) serveModel(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			sent = m.gen
+			if counters != nil && !writeCounters() {
+				return
+			}
 		}
 		select {
 		case <-r.Context().Done():
@@ -323,6 +350,10 @@ func (a *Agent) serveModel(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-keepalive.C:
 			if !write([]byte("\n")) {
+				return
+			}
+		case <-counters:
+			if !writeCounters() {
 				return
 			}
 		case <-changed:

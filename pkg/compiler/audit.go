@@ -84,21 +84,6 @@ func (l *auditLog) prefix() string {
 	return nft.AuditPrefix + contentID(fmt.Sprintf("%s|%s|%s|%s|%s|%s", at.Verdict, at.Direction, at.Tier, at.Policy, at.Rule, at.Action))
 }
 
-// decide is the rules of a match that decides with verdict v. With a
-// log, two: one that copies the packet to the log within the rate (and
-// does nothing else), then the one that decides and counts its decisions
-// (copied or not: AuditDecisions).
-func (l *auditLog) decide(match func() *nft.Builder, v nft.Verdict) []*nft.Rule {
-	if l == nil {
-		return []*nft.Rule{match().Verdict(v)}
-	}
-	at := l.at
-	copyRule := match().LimitRate(l.rate, uint32(2*l.rate)).Log(l.group, l.prefix()).Done()
-	decision := match().Counter().Verdict(v)
-	copyRule.Attribution, decision.Attribution = &at, &at
-	return []*nft.Rule{copyRule, decision}
-}
-
 func verdictWord(a policy.Action) string {
 	if a == policy.Deny {
 		return "deny"
@@ -153,7 +138,7 @@ func (c *idCompiler) defaultAllow(d policy.Direction) nft.Verdict {
 	}
 	name := "audit-default-" + directionPrefix(d)
 	if c.t.Chains[name] == nil {
-		rules := log.decide(nft.NewRule, allowed(d))
+		rules := decider{log: log}.decide(nft.NewRule, allowed(d))
 		for _, r := range rules {
 			r.Comment = "no policy decided: the default allows (the verdict log)"
 		}

@@ -63,6 +63,9 @@ type Options struct {
 	// Audit, when set, writes the connections policy decides to the
 	// verdict log (audit.go; the identity layout only).
 	Audit *Audit
+	// RuleCounters puts a named counter of its policy rule on every rule
+	// that decides (counters.go; the identity layout only).
+	RuleCounters bool
 }
 
 // Names of the fixed objects.
@@ -80,6 +83,9 @@ const (
 func Compile(r *eval.Resolved, opts Options) (*nft.Table, error) {
 	if opts.Audit != nil && opts.Layout != LayoutIdentities {
 		return nil, errAuditLayout
+	}
+	if opts.RuleCounters && opts.Layout != LayoutIdentities {
+		return nil, errCountersLayout
 	}
 	if opts.Layout == LayoutIdentities {
 		if opts.Table == "" {

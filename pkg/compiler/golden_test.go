@@ -79,9 +79,9 @@ func goldenSnapshot(t *testing.T, suite, name string) *cluster.Snapshot {
 	return nil
 }
 
-func compileText(t *testing.T, snap *cluster.Snapshot, node string, dns *compiler.DNS, layout compiler.Layout) []byte {
+func compileText(t *testing.T, snap *cluster.Snapshot, node string, dns *compiler.DNS, layout compiler.Layout, counters bool) []byte {
 	t.Helper()
-	table, err := compiler.Compile(eval.New(snap, policy.Build(snap)).Resolved(), compiler.Options{Node: node, DNS: dns, Layout: layout})
+	table, err := compiler.Compile(eval.New(snap, policy.Build(snap)).Resolved(), compiler.Options{Node: node, DNS: dns, Layout: layout, RuleCounters: counters})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,24 +96,30 @@ func compileText(t *testing.T, snap *cluster.Snapshot, node string, dns *compile
 // (go test ./pkg/compiler -run TestGolden -update rewrites them), in both
 // layouts (the identity layout's files end in -identities; it does not
 // program the DNS queue yet), and has nft itself check that each file is
-// a valid ruleset.
+// a valid ruleset. Cases with Admin and Baseline Pass rules and
+// NetworkPolicy rules are also compiled with the agent's per-rule counters
+// (files ending in -counters).
 func TestGolden(t *testing.T) {
 	_, nftErr := exec.LookPath("nft")
 	type golden struct {
 		name, suite, kase, node string
 		dns                     *compiler.DNS
 		layout                  compiler.Layout
+		counters                bool
 	}
 	var all []golden
 	for _, gc := range goldenCases {
-		all = append(all, golden{gc.name, gc.suite, gc.kase, gc.node, gc.dns, compiler.LayoutAddresses})
+		all = append(all, golden{gc.name, gc.suite, gc.kase, gc.node, gc.dns, compiler.LayoutAddresses, false})
 		if gc.dns == nil {
-			all = append(all, golden{gc.name + "-identities", gc.suite, gc.kase, gc.node, nil, compiler.LayoutIdentities})
+			all = append(all, golden{gc.name + "-identities", gc.suite, gc.kase, gc.node, nil, compiler.LayoutIdentities, false})
+		}
+		if gc.kase == "pass-both-tiers" || gc.kase == "" && gc.node == "node-1" {
+			all = append(all, golden{gc.name + "-identities-counters", gc.suite, gc.kase, gc.node, nil, compiler.LayoutIdentities, true})
 		}
 	}
 	for _, gc := range all {
 		t.Run(gc.name, func(t *testing.T) {
-			got := compileText(t, goldenSnapshot(t, gc.suite, gc.kase), gc.node, gc.dns, gc.layout)
+			got := compileText(t, goldenSnapshot(t, gc.suite, gc.kase), gc.node, gc.dns, gc.layout, gc.counters)
 			path := filepath.Join(testdata, "golden", "compile", gc.name+".nft")
 			if *update {
 				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

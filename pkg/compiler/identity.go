@@ -525,6 +525,8 @@ type idCompiler struct {
 	from *fromLast
 	// audit, when set, puts the verdict log on the deciding rules (audit.go).
 	audit *Audit
+	// counters puts per-rule counters on them (counters.go).
+	counters bool
 }
 
 // fromLast is what a compile whose evaluator holds only the node's pods
@@ -626,7 +628,7 @@ func buildIdentitiesFrom(r *eval.Resolved, opts Options, node int, relevant []st
 		policyRecipes: map[string]policyRecipe{}, npRecipes: map[string]npRecipe{}, uses: map[string]map[string]bool{},
 		namedIDSets: map[string][]policy.Port{}, chainSig: map[string]string{},
 		ingressNamed: map[string][]policy.Port{}, namedNets: map[*nft.Family][]addrRange{},
-		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}}, audit: opts.Audit}
+		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}}, audit: opts.Audit, counters: opts.RuleCounters}
 	c.fixedObjects()
 	if opts.DNS != nil {
 		if err := c.rules.dnsChains(opts.DNS); err != nil {
@@ -869,6 +871,7 @@ func (c *idCompiler) reuseJumps(name string, jumps []string, end *nft.Rule) bool
 		return false
 	}
 	c.t.AddChain(c.from.table.Chains[name])
+	c.adoptCounters(c.from.table.Chains[name], c.from.table)
 	c.from.reused++
 	return true
 }
@@ -892,6 +895,7 @@ func (c *idCompiler) reuse(name string, pols []int32, rules []eval.PlanRule, d p
 	}
 	last := f.last
 	c.t.AddChain(f.table.Chains[name])
+	c.adoptCounters(f.table.Chains[name], f.table)
 	f.reused++
 	c.uses[name] = last.uses[name]
 	for set := range last.uses[name] {
@@ -1027,12 +1031,12 @@ func (c *idCompiler) fillPolicyChain(ch *nft.Chain, rc policyRecipe) {
 		if r.FailClosed != "" {
 			comment += " (fails closed: " + r.FailClosed + ")"
 		}
-		var log *auditLog
+		dc := decider{counters: counting(c.ruleCounter(p, r.Ref(rc.d), pr.Action, rc.d))}
 		if pr.Action != policy.Pass {
-			log = c.audit.logOf(p, nft.Attribution{Verdict: verdictWord(pr.Action), Direction: rc.d.String(), Tier: rc.tier.String(),
+			dc.log = c.audit.logOf(p, nft.Attribution{Verdict: verdictWord(pr.Action), Direction: rc.d.String(), Tier: rc.tier.String(),
 				Policy: p.Ref(), Rule: r.Ref(rc.d), Action: pr.Action.String()})
 		}
-		for _, nr := range c.ruleMatches(pr, rc.d, pr.Action, pass, log) {
+		for _, nr := range c.ruleMatches(pr, rc.d, pr.Action, pass, dc) {
 			nr.Comment = comment
 			ch.Rules = append(ch.Rules, nr)
 		}
@@ -1041,23 +1045,33 @@ func (c *idCompiler) fillPolicyChain(ch *nft.Chain, rc policyRecipe) {
 
 // ruleMatches compiles one Admin or Baseline rule: its peers (identities,
 // networks, learned domains) and ports as lookups, ending in the action's
-// verdict (a Pass without a pass verdict ends in the pass map).
-func (c *idCompiler) ruleMatches(pr eval.PlanRule, d policy.Direction, action policy.Action, pass *nft.Verdict, log *auditLog) []*nft.Rule {
+// verdict (a Pass without a pass verdict ends in the pass map), written
+// by dc.
+func (c *idCompiler) ruleMatches(pr eval.PlanRule, d policy.Direction, action policy.Action, pass *nft.Verdict, dc decider) []*nft.Rule {
 	end := func(match func() *nft.Builder, f *nft.Family) []*nft.Rule {
+		// Into a pass map: its family matched before the counters, which
+		// would otherwise count the other family's packets too.
+		passing := func(f *nft.Family) *nft.Rule {
+			m := match
+			if len(dc.counters) > 0 {
+				m = func() *nft.Builder { return match().Family(f) }
+			}
+			return dc.counted(m)().Vmap(f, localSide(d), passMap(d)+f.Suffix)
+		}
 		switch {
 		case action == policy.Accept:
-			return log.decide(match, allowed(d))
+			return dc.decide(match, allowed(d))
 		case action == policy.Deny:
-			return log.decide(match, verdictDrop)
+			return dc.decide(match, verdictDrop)
 		case pass != nil:
-			return []*nft.Rule{match().Verdict(*pass)}
+			return []*nft.Rule{dc.counted(match)().Verdict(*pass)}
 		case f != nil:
-			return []*nft.Rule{match().Vmap(f, localSide(d), passMap(d)+f.Suffix)}
+			return []*nft.Rule{passing(f)}
 		}
 		// A family-free match (identities) in both families' pass maps.
 		var out []*nft.Rule
 		for _, f := range nft.Families {
-			out = append(out, match().Vmap(f, localSide(d), passMap(d)+f.Suffix))
+			out = append(out, passing(f))
 		}
 		return out
 	}

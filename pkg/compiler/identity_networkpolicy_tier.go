@@ -65,26 +65,30 @@ func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
 			Policy: pol, Rule: rule, Action: action.String()})
 	}
 	if plan.OwnNodeAllowed {
-		log := logOf("allow", "", "", policy.Accept)
-		for _, own := range log.decide(func() *nft.Builder { return nft.NewRule().FibSaddrLocal() }, verdictAccept) {
+		own := decider{log: logOf("allow", "", "", policy.Accept)}
+		for _, own := range own.decide(func() *nft.Builder { return nft.NewRule().FibSaddrLocal() }, verdictAccept) {
 			own.Comment = "NetworkPolicy tier: ingress from the pod's own node is always allowed"
 			ch.Rules = append(ch.Rules, own)
 		}
 	}
-	if c.audit != nil && logs(mode, true) {
+	if c.counters || c.audit != nil && logs(mode, true) {
 		// A rule at a time, in the evaluator's order: the first that
-		// matches is the one logged, as explain names it.
+		// matches is the one logged and counted, as explain names it.
 		for i, pr := range plan.Allow {
 			one := *plan
 			one.Allow = []eval.PlanRule{pr}
 			p, r := c.pols[pr.Policy], c.rules.rule(pr, d)
-			c.allowRules(ch, &one, pod, fmt.Sprintf("r%d", i), "NetworkPolicy tier: "+p.Ref()+" "+r.Ref(d), logOf("allow", p.Ref(), r.Ref(d), policy.Accept))
+			dc := decider{log: logOf("allow", p.Ref(), r.Ref(d), policy.Accept), counters: counting(c.ruleCounter(p, r.Ref(d), policy.Accept, d))}
+			c.allowRules(ch, &one, pod, fmt.Sprintf("r%d", i), "NetworkPolicy tier: "+p.Ref()+" "+r.Ref(d), dc)
 		}
 	} else {
-		c.allowRules(ch, plan, pod, "", comment, nil)
+		c.allowRules(ch, plan, pod, "", comment, decider{})
 	}
-	log := logOf("deny", strings.Join(refs, ", "), "", policy.Deny)
-	for _, deny := range log.decide(nft.NewRule, verdictDrop) {
+	deny := decider{log: logOf("deny", strings.Join(refs, ", "), "", policy.Deny)}
+	for _, pi := range plan.Isolating {
+		deny.counters = append(deny.counters, counting(c.ruleCounter(c.pols[pi], IsolationRule, policy.Deny, d))...)
+	}
+	for _, deny := range deny.decide(nft.NewRule, verdictDrop) {
 		deny.Comment = "NetworkPolicy tier: isolated, and no rule allows"
 		ch.Rules = append(ch.Rules, deny)
 	}
@@ -94,8 +98,8 @@ func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
 // their identity ranges and networks flattened to disjoint pieces with the
 // ports each is allowed, per port profile one rule that looks the peer's
 // identity up in an interval set, and one per family its address in the
-// networks (named with tag). Each logs with log, when not nil.
-func (c *idCompiler) allowRules(ch *nft.Chain, plan *eval.Plan, pod int, tag, comment string, log *auditLog) {
+// networks (named with tag). Each is written by dc.
+func (c *idCompiler) allowRules(ch *nft.Chain, plan *eval.Plan, pod int, tag, comment string, dc decider) {
 	list, d := ch.Name, plan.Direction
 	idItems, netItems := c.allowItems(plan, pod)
 	profiles := map[string][]portBox{}
@@ -139,7 +143,7 @@ func (c *idCompiler) allowRules(ch *nft.Chain, plan *eval.Plan, pod int, tag, co
 			return b.L4ProtoPortInSet(set)
 		}
 		if rs := idSets[id]; len(rs) > 0 {
-			for _, r := range log.decide(func() *nft.Builder { return withPorts(nft.NewRule().In(nil, c.idSetOf(rs), nft.MarkKey())) }, allowed(d)) {
+			for _, r := range dc.decide(func() *nft.Builder { return withPorts(nft.NewRule().In(nil, c.idSetOf(rs), nft.MarkKey())) }, allowed(d)) {
 				r.Comment = comment
 				ch.Rules = append(ch.Rules, r)
 			}
@@ -152,7 +156,7 @@ func (c *idCompiler) allowRules(ch *nft.Chain, plan *eval.Plan, pod int, tag, co
 			name := allowSetName(list, "nets"+tag, id, f)
 			c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{f.Field}, Interval: true, Elements: rangeElements(rs, f)})
 			c.use(name)
-			for _, r := range log.decide(func() *nft.Builder { return withPorts(nft.NewRule().AddrInSet(f, peerSide(d), name)) }, allowed(d)) {
+			for _, r := range dc.decide(func() *nft.Builder { return withPorts(nft.NewRule().AddrInSet(f, peerSide(d), name)) }, allowed(d)) {
 				r.Comment = comment
 				ch.Rules = append(ch.Rules, r)
 			}

@@ -150,6 +150,9 @@ func NewIncremental(r *eval.Resolved, opts Options) (*Incremental, error) {
 	if opts.Audit != nil {
 		return nil, errAuditLayout
 	}
+	if opts.RuleCounters {
+		return nil, errCountersLayout
+	}
 	c, err := compile(r, opts)
 	if err != nil {
 		return nil, err
@@ -664,7 +667,7 @@ func (l *Incremental) Snapshot() *nft.Table { return snapshot(l.table) }
 // snapshot is a copy of t whose sets later patches do not change (chains
 // are never changed in place), elements in key order.
 func snapshot(t *nft.Table) *nft.Table {
-	c := &nft.Table{Name: t.Name, Chains: maps.Clone(t.Chains), Sets: make(map[string]*nft.Set, len(t.Sets))}
+	c := &nft.Table{Name: t.Name, Chains: maps.Clone(t.Chains), Sets: make(map[string]*nft.Set, len(t.Sets)), Counters: maps.Clone(t.Counters)}
 	for name, s := range t.Sets {
 		cs := s.WithElements(slices.Clone(s.Elements))
 		sortElements(cs)

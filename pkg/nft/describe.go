@@ -146,6 +146,8 @@ func DescribeExprs(exprs []expr.Any) string {
 			w = append(w, "reject")
 		case *expr.Counter:
 			w = append(w, "counter")
+		case *expr.Objref:
+			w = append(w, fmt.Sprintf("counter name %q", e.Name))
 		case *expr.Limit:
 			w = append(w, fmt.Sprintf("limit rate %d/second burst %d packets", e.Rate, e.Burst))
 		case *expr.Log:

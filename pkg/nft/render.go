@@ -16,6 +16,7 @@ func (t *Table) Render(w io.Writer) error {
 	for _, name := range t.SetNames() {
 		renderSet(&b, t.Sets[name])
 	}
+	renderCounters(&b, t)
 	for _, name := range t.ChainNames() {
 		c := t.Chains[name]
 		fmt.Fprintf(&b, "\tchain %s {\n", c.Name)

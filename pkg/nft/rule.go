@@ -109,6 +109,17 @@ func (b *Builder) family(f *Family) {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{f.NFProto}})
 }
 
+// Family matches packets of family f (`meta nfproto ipv4`): where a later
+// statement (a counter) must see only what a later lookup of f's
+// addresses would.
+func (b *Builder) Family(f *Family) *Builder {
+	if b.fam != f {
+		b.family(f)
+		b.words = append(b.words, "meta nfproto ipv"+f.Suffix)
+	}
+	return b
+}
+
 // CtEstablishedRelated matches replies and related packets of tracked
 // connections.
 func (b *Builder) CtEstablishedRelated() *Builder {

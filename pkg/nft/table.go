@@ -28,6 +28,8 @@ type Table struct {
 	Name   string
 	Chains map[string]*Chain
 	Sets   map[string]*Set
+	// Counters are the named counter objects (nil: none).
+	Counters map[string]*Counter
 }
 
 // NewTable returns an empty table.

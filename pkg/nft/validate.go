@@ -19,6 +19,11 @@ func (t *Table) ValidateNames() error {
 			return fmt.Errorf("chain %q is stored under the name %q", c.Name, name)
 		}
 	}
+	for name, c := range t.Counters {
+		if c.Name != name {
+			return fmt.Errorf("counter %q is stored under the name %q", c.Name, name)
+		}
+	}
 	return nil
 }
 

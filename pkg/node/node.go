@@ -66,8 +66,11 @@ type Options struct {
 	// Audit, when set, writes the connections policy decides to the
 	// verdict log (audit.go). Only New takes it (it reads the kernel's
 	// NFLOG group).
-	Audit  *AuditOptions
-	Logger *slog.Logger
+	Audit *AuditOptions
+	// RuleCounters counts each policy rule's decisions in the kernel
+	// (RuleCounts; the identity layout only).
+	RuleCounters bool
+	Logger       *slog.Logger
 }
 
 // Tables is a set of the node's tables.
@@ -132,6 +135,9 @@ type Programmer struct {
 	decisions    decisionCounts
 	attributions atomic.Pointer[map[string]nft.Attribution]
 	lastAttr     map[string]nft.Attribution
+	// counterOf says what each per-rule counter of the table last
+	// compiled counts (RuleCounts).
+	counterOf atomic.Pointer[map[string]nft.CounterOf]
 	// strict holds strict mode's sockets (nil without Options.Strict);
 	// strictPending says a change the kernel took was not checked yet,
 	// strictLast when the last check ran.
@@ -184,6 +190,10 @@ func newProgrammer(opts Options, policyTable, nat kernel.Table) (*Programmer, er
 	if opts.Audit != nil && opts.Layout != compiler.LayoutIdentities {
 		policyTable.Close()
 		return nil, fmt.Errorf("node %s: the verdict log needs the identity layout (--layout identities)", opts.Node)
+	}
+	if opts.RuleCounters && opts.Layout != compiler.LayoutIdentities {
+		policyTable.Close()
+		return nil, fmt.Errorf("node %s: per-rule counters need the identity layout (--layout identities)", opts.Node)
 	}
 	opts.DNS = nil // New starts the DNS side (startDNS)
 	p := &Programmer{opts: opts, policy: policyTable}
@@ -342,7 +352,8 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		built := in.Resolved == nil
 		r := &res.Policy
 		r.Ran = true
-		opts := compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts, DNS: p.compilerDNS(in), Audit: p.compilerAudit()}
+		opts := compiler.Options{Node: p.opts.Node, Table: p.opts.Table, AgentPorts: p.opts.AgentPorts, DNS: p.compilerDNS(in), Audit: p.compilerAudit(),
+			RuleCounters: p.opts.RuleCounters}
 		var live incrementalTable
 		var err error
 		if p.opts.Layout == compiler.LayoutIdentities && p.live == nil && p.identities.Empty() {
@@ -385,6 +396,7 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 			}
 			p.live = live
 			p.noteAttributions(r.Table) // before the kernel logs with them
+			p.noteCounters(r.Table)
 		}
 		p.applyPolicy(r, err)
 		if r.Err == nil {
@@ -446,6 +458,7 @@ func (p *Programmer) rebasePolicy(ch compiler.Changes, model *policy.Model, node
 	}
 	r.Table = t
 	p.noteAttributions(t) // before the kernel logs with them
+	p.noteCounters(t)
 	p.applyPolicy(&r, nil)
 	if r.Err == nil {
 		r.Err = p.learnPatterns(model, t)

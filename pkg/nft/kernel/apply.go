@@ -11,10 +11,12 @@ package kernel
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
@@ -46,6 +48,7 @@ type Table interface {
 	Plan(desired *nft.Table) (*Plan, error)
 	Read() (*nft.Table, error)
 	Verify() (bool, error)
+	Counters() (map[string]nft.CounterValue, error)
 	Delete() error
 	Close() error
 }
@@ -170,6 +173,23 @@ func (a *Applier) Verify() (bool, error) {
 	a.cache = nil
 	a.genKnown = false
 	return true, err
+}
+
+// Counters reads the table's named counters (Counters). It does not wait
+// for an Apply in progress; it must not be called after Close. The fake
+// kernel counts nothing: its counters read zero.
+func (a *Applier) Counters() (map[string]nft.CounterValue, error) {
+	if a.mem != nil {
+		t := a.mem.read()
+		out := map[string]nft.CounterValue{}
+		if t != nil {
+			for name := range t.Counters {
+				out[name] = nft.CounterValue{}
+			}
+		}
+		return out, nil
+	}
+	return Counters(a.nsFd, a.table)
 }
 
 // generation is the namespace's nftables ruleset generation.
@@ -531,6 +551,10 @@ func queue(conn *nftables.Conn, table string, p *Plan) error {
 		case OpDeleteSet:
 			conn.DelSet(&nftables.Set{Table: kt, Name: op.Set.Name})
 			delete(added, op.Set.Name)
+		case OpAddCounter:
+			conn.AddObj(&nftables.NamedObj{Table: kt, Name: op.Counter.Name, Type: nftables.ObjTypeCounter, Obj: &expr.Counter{}})
+		case OpDeleteCounter:
+			conn.DeleteObject(&nftables.NamedObj{Table: kt, Name: op.Counter.Name, Type: nftables.ObjTypeCounter})
 		case OpAddElements:
 			if err := conn.SetAddElements(kset(op.Set), enc.encode(op.Set, op.Elements, false)); err != nil {
 				return fmt.Errorf("add elements to set %s: %w", op.Set.Name, err)
@@ -582,7 +606,7 @@ func (a *Applier) commit(p *Plan, desired *nft.Table) {
 		}
 	}
 	next := &state{name: a.table, chains: make(map[string]*nft.Chain, len(desired.Chains)),
-		sets: make(map[string]*cachedSet, len(desired.Sets))}
+		sets: make(map[string]*cachedSet, len(desired.Sets)), counters: maps.Clone(desired.Counters)}
 	for name, ds := range desired.Sets {
 		cs := a.cache.sets[name]
 		if cs == nil || cs.index == nil || fresh["set "+name] {
@@ -605,7 +629,8 @@ func (a *Applier) commit(p *Plan, desired *nft.Table) {
 // each set's elements in its index only.
 // indexes are those the plan made of its added sets.
 func snapshot(t *nft.Table, name string, indexes map[string]*setIndex) *state {
-	c := &state{name: name, chains: make(map[string]*nft.Chain, len(t.Chains)), sets: make(map[string]*cachedSet, len(t.Sets))}
+	c := &state{name: name, chains: make(map[string]*nft.Chain, len(t.Chains)), sets: make(map[string]*cachedSet, len(t.Sets)),
+		counters: maps.Clone(t.Counters)}
 	for n, ch := range t.Chains {
 		c.chains[n] = snapshotChain(ch)
 	}

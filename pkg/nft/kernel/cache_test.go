@@ -75,6 +75,7 @@ func TestRandomUpdatesKeepCacheExact(t *testing.T) {
 func withElements(cache *state) *nft.Table {
 	t := nft.NewTable(cache.name)
 	maps.Copy(t.Chains, cache.chains)
+	t.Counters = cache.counters
 	for name, cs := range cache.sets {
 		t.Sets[name] = cs.set.WithElements(cs.index.elements())
 	}

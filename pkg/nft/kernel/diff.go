@@ -22,10 +22,11 @@ import (
 //  2. add new chains (empty), update base chain policies
 //  3. delete elements of kept sets (stale entries, changed vmap verdicts)
 //  4. flush rewritten, recreated and removed chains
-//  5. delete removed and changed-spec sets (their users were flushed in 4)
+//  5. delete removed and changed-spec sets and removed counters (their
+//     users were flushed in 4)
 //  6. delete removed chains, delete and re-add recreated chains (nothing
 //     references them any more after 3-5)
-//  7. add new and changed-spec sets, then their elements
+//  7. add new counters, new and changed-spec sets, then the sets' elements
 //  8. add elements to kept sets
 //  9. add the rules of new, rewritten and recreated chains
 func Diff(current, desired *nft.Table) *Plan { return diff(stateOf(current), desired) }
@@ -74,6 +75,12 @@ func diff(current *state, desired *nft.Table) *Plan {
 		p.add(Op{Kind: OpDeleteSet, Set: s})
 		p.Stats.SetsDeleted++
 	}
+	for _, name := range cur.counterNames() {
+		if desired.Counters[name] == nil {
+			p.add(Op{Kind: OpDeleteCounter, Counter: cur.counters[name]})
+			p.Stats.CountersDeleted++
+		}
+	}
 	// 6
 	for _, c := range chains.deleted {
 		p.add(Op{Kind: OpDeleteChain, Chain: c})
@@ -86,6 +93,12 @@ func diff(current *state, desired *nft.Table) *Plan {
 	p.Stats.ChainsRewritten = chains.rewritten
 	// 7: the sets, then their elements, so that a staged plan's
 	// element operations come in transactions of their own (elementWire)
+	for _, name := range desired.CounterNames() {
+		if cur.counters[name] == nil {
+			p.add(Op{Kind: OpAddCounter, Counter: desired.Counters[name]})
+			p.Stats.CountersAdded++
+		}
+	}
 	p.indexes = make(map[string]*setIndex, len(sets.added))
 	for _, s := range sets.added {
 		p.add(Op{Kind: OpAddSet, Set: s})
@@ -110,7 +123,7 @@ func diff(current *state, desired *nft.Table) *Plan {
 	return p
 }
 
-func isEmpty(t *nft.Table) bool { return len(t.Chains) == 0 && len(t.Sets) == 0 }
+func isEmpty(t *nft.Table) bool { return len(t.Chains) == 0 && len(t.Sets) == 0 && len(t.Counters) == 0 }
 
 func hasBaseChain(chains map[string]*nft.Chain) bool {
 	for _, c := range chains {

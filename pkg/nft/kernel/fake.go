@@ -189,6 +189,11 @@ func (m *memKernel) execOp(op Op, undo *[]func()) error {
 			delete(t.Chains, c.Name)
 			do(func() { t.Chains[c.Name] = c })
 		default:
+			for _, name := range op.Rule.CounterNames() {
+				if t.Counters[name] == nil {
+					return unix.ENOENT
+				}
+			}
 			c.Rules = append(c.Rules, nft.RuleWithID(op.Rule.ID(), nil))
 			do(func() { c.Rules = c.Rules[:len(rules)] })
 		}
@@ -242,6 +247,19 @@ func (m *memKernel) execOp(op Op, undo *[]func()) error {
 				})
 			}
 		}
+	case OpAddCounter:
+		if t.Counters[op.Counter.Name] != nil {
+			return unix.EEXIST
+		}
+		t.AddCounter(&nft.Counter{Name: op.Counter.Name})
+		do(func() { delete(t.Counters, op.Counter.Name) })
+	case OpDeleteCounter:
+		c := t.Counters[op.Counter.Name]
+		if c == nil {
+			return unix.ENOENT
+		}
+		delete(t.Counters, c.Name)
+		do(func() { t.Counters[c.Name] = c })
 	default:
 		return fmt.Errorf("unknown plan operation %d", op.Kind)
 	}
@@ -266,6 +284,9 @@ func copyTable(t *nft.Table) *nft.Table {
 			cc.Rules = append(cc.Rules, nft.RuleWithID(r.ID(), nil))
 		}
 		c.Chains[name] = cc
+	}
+	for name := range t.Counters {
+		c.AddCounter(&nft.Counter{Name: name})
 	}
 	for name, s := range t.Sets {
 		cs := heldSpec(s)

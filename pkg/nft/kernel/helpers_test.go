@@ -232,8 +232,9 @@ func fullTable() *nft.Table {
 		nft.NewRule().AddrInSet(nft.IPv4, nft.Dst, "peers4").Verdict(nft.Verdict{Kind: nft.Accept}),
 		nft.NewRule().AddrInSet(nft.IPv6, nft.Dst, "peers6").Verdict(nft.Verdict{Kind: nft.Accept}),
 	}})
+	t.AddCounter(&nft.Counter{Name: "rule.allow4"})
 	t.AddChain(&nft.Chain{Name: "class-a", Rules: []*nft.Rule{
-		nft.NewRule().AddrL4ProtoPortInSet(nft.IPv4, nft.Dst, "allow4").Verdict(nft.Verdict{Kind: nft.Return}),
+		nft.NewRule().AddrL4ProtoPortInSet(nft.IPv4, nft.Dst, "allow4").CountInto("rule.allow4").Verdict(nft.Verdict{Kind: nft.Return}),
 		nft.NewRule().AddrL4ProtoPortInSet(nft.IPv4, nft.Dst, "exact4").Verdict(nft.Verdict{Kind: nft.Return}),
 		nft.NewRule().Verdict(nft.Verdict{Kind: nft.Drop}),
 	}})
@@ -256,6 +257,9 @@ func clone(t *nft.Table) *nft.Table {
 			cc.Base = &h
 		}
 		c.Chains[n] = &cc
+	}
+	for n, k := range t.Counters {
+		c.AddCounter(&nft.Counter{Name: n, Of: k.Of})
 	}
 	for n, s := range t.Sets {
 		cs := *s

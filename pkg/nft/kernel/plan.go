@@ -22,6 +22,8 @@ const (
 	OpDeleteSet
 	OpAddElements
 	OpDeleteElements
+	OpAddCounter // a named counter object
+	OpDeleteCounter
 )
 
 // Op is one operation of a Plan.
@@ -31,12 +33,15 @@ type Op struct {
 	Rule     *nft.Rule     // OpAddRule
 	Set      *nft.Set      // set and element operations (the spec; not its Elements)
 	Elements []nft.Element // OpAddElements, OpDeleteElements: one message worth
+	Counter  *nft.Counter  // OpAddCounter, OpDeleteCounter
 }
 
 // Stats counts what a plan changes. Elements count Element values (one
 // range is one element), not kernel elements.
 type Stats struct {
 	SetsAdded, SetsDeleted int
+	// CountersAdded and CountersDeleted are named counter objects.
+	CountersAdded, CountersDeleted int
 	// ChainsRewritten are existing chains changed in place: rules
 	// replaced (flush + add) and/or base chain policy updated.
 	ChainsAdded, ChainsRewritten, ChainsDeleted int
@@ -173,6 +178,10 @@ func (p *Plan) opText(op Op) string {
 			kind = "map"
 		}
 		return fmt.Sprintf("delete %s %s %s", kind, where, op.Set.Name)
+	case OpAddCounter:
+		return fmt.Sprintf("add counter %s %s", where, op.Counter.Name)
+	case OpDeleteCounter:
+		return fmt.Sprintf("delete counter %s %s", where, op.Counter.Name)
 	case OpAddElements, OpDeleteElements:
 		verb := "add"
 		if op.Kind == OpDeleteElements {

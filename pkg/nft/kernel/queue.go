@@ -71,3 +71,27 @@ func RuleCounters(netnsFd int, table, chain string) (uint64, error) {
 	}
 	return packets, nil
 }
+
+// Counters reads the named counter objects of the inet table in the
+// network namespace netnsFd (< 0: the current one), by name.
+func Counters(netnsFd int, table string) (map[string]nft.CounterValue, error) {
+	conn, err := newConnBuf(netnsFd, false, 1<<20)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := conn.GetNamedObjects(&nftables.Table{Name: table, Family: nftables.TableFamilyINet})
+	if err != nil {
+		return nil, fmt.Errorf("counters of table %s: %w", table, err)
+	}
+	out := make(map[string]nft.CounterValue, len(objs))
+	for _, o := range objs {
+		no, ok := o.(*nftables.NamedObj)
+		if !ok || no.Type != nftables.ObjTypeCounter {
+			continue
+		}
+		if c, ok := no.Obj.(*expr.Counter); ok {
+			out[no.Name] = nft.CounterValue{Packets: c.Packets, Bytes: c.Bytes}
+		}
+	}
+	return out, nil
+}

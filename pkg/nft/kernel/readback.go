@@ -67,6 +67,19 @@ func readTable(conn *nftables.Conn, netnsFd int, name string, indexed bool) (*st
 		t.chains[c.Name] = c
 	}
 
+	objs, err := conn.GetNamedObjects(kt)
+	if err != nil {
+		return nil, fmt.Errorf("read objects of %s: %w", name, err)
+	}
+	for _, o := range objs {
+		if no, ok := o.(*nftables.NamedObj); ok && no.Type == nftables.ObjTypeCounter {
+			if t.counters == nil {
+				t.counters = map[string]*nft.Counter{}
+			}
+			t.counters[no.Name] = &nft.Counter{Name: no.Name}
+		}
+	}
+
 	infos, err := dumpSets(netnsFd, name)
 	if err != nil {
 		return nil, fmt.Errorf("read sets of %s: %w", name, err)

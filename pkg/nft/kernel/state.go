@@ -14,6 +14,8 @@ type state struct {
 	name   string
 	chains map[string]*nft.Chain
 	sets   map[string]*cachedSet
+	// counters are the named counter objects (values not kept).
+	counters map[string]*nft.Counter
 }
 
 // cachedSet is one set of a state.
@@ -40,7 +42,7 @@ func stateOf(t *nft.Table) *state {
 	if t == nil {
 		return nil
 	}
-	st := &state{name: t.Name, chains: t.Chains, sets: make(map[string]*cachedSet, len(t.Sets))}
+	st := &state{name: t.Name, chains: t.Chains, sets: make(map[string]*cachedSet, len(t.Sets)), counters: t.Counters}
 	for name, s := range t.Sets {
 		st.sets[name] = &cachedSet{set: s}
 	}
@@ -53,7 +55,7 @@ func (st *state) table() *nft.Table {
 	if st == nil {
 		return nil
 	}
-	t := &nft.Table{Name: st.name, Chains: st.chains, Sets: make(map[string]*nft.Set, len(st.sets))}
+	t := &nft.Table{Name: st.name, Chains: st.chains, Sets: make(map[string]*nft.Set, len(st.sets)), Counters: st.counters}
 	for name, cs := range st.sets {
 		t.Sets[name] = cs.set
 	}
@@ -63,10 +65,13 @@ func (st *state) table() *nft.Table {
 // chainNames are the chain names in Table.ChainNames' order.
 func (st *state) chainNames() []string { return (&nft.Table{Chains: st.chains}).ChainNames() }
 
+// counterNames are the counter names in order.
+func (st *state) counterNames() []string { return slices.Sorted(maps.Keys(st.counters)) }
+
 // setNames are the set names in order.
 func (st *state) setNames() []string { return slices.Sorted(maps.Keys(st.sets)) }
 
-func (st *state) empty() bool { return len(st.chains) == 0 && len(st.sets) == 0 }
+func (st *state) empty() bool { return len(st.chains) == 0 && len(st.sets) == 0 && len(st.counters) == 0 }
 
 // indexed returns the set's index, or a temporary one.
 func (cs *cachedSet) indexed() *setIndex {

@@ -27,6 +27,10 @@ func validate(t *nft.Table, p *Plan) error {
 					return fmt.Errorf("chain %s: %w", op.Chain.Name, err)
 				}
 			}
+		case OpAddRule:
+			if err := t.ValidateCounterRefs(op.Rule); err != nil {
+				return fmt.Errorf("chain %s: %w", op.Chain.Name, err)
+			}
 		case OpAddSet:
 			if err := op.Set.ValidateSpec(); err != nil {
 				return fmt.Errorf("set %s: %w", op.Set.Name, err)

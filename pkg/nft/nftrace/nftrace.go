@@ -226,6 +226,8 @@ type Event struct {
 	RuleID string `json:"rule_id,omitempty"`
 	// RuleText is an nft-like text of the kernel rule's expressions.
 	RuleText string `json:"rule_text,omitempty"`
+	// Counters are the named counters the rule counts into.
+	Counters []string `json:"counters,omitempty"`
 	// Network and Transport are the start of the packet's headers, in the
 	// first event of a packet in each base chain.
 	Network   []byte `json:"-"`
@@ -363,6 +365,7 @@ type ruleKey struct {
 
 type kernelRule struct {
 	id, text string
+	counters []string
 }
 
 // Listen subscribes to the trace events of the network namespace
@@ -498,7 +501,7 @@ func (l *Listener) resolve(e *Event) {
 	}
 	rk := ruleKey{e.Family, e.Table, e.Handle}
 	if r, ok := l.rules[rk]; ok {
-		e.RuleID, e.RuleText = r.id, r.text
+		e.RuleID, e.RuleText, e.Counters = r.id, r.text, r.counters
 		return
 	}
 	ck := chainKey{e.Family, e.Table, e.Chain}
@@ -510,7 +513,7 @@ func (l *Listener) resolve(e *Event) {
 		return
 	}
 	r := l.rules[rk]
-	e.RuleID, e.RuleText = r.id, r.text
+	e.RuleID, e.RuleText, e.Counters = r.id, r.text, r.counters
 }
 
 // hook is a base chain's hook, "" for a regular chain (or one that could
@@ -567,7 +570,7 @@ func (l *Listener) readChain(ck chainKey) error {
 	l.read[ck] = true
 	for _, kr := range krules {
 		id, _ := kernel.RuleComment(kr.UserData)
-		l.rules[ruleKey{ck.family, ck.table, kr.Handle}] = kernelRule{id: id, text: nft.DescribeExprs(kr.Exprs)}
+		l.rules[ruleKey{ck.family, ck.table, kr.Handle}] = kernelRule{id: id, text: nft.DescribeExprs(kr.Exprs), counters: (&nft.Rule{Exprs: kr.Exprs}).CounterNames()}
 	}
 	return nil
 }

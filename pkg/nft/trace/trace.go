@@ -421,7 +421,7 @@ func (tt *tTable) resolveOp(o *op, e expr.Any) error {
 		}
 		o.n = len(e.FromData)
 		o.reg = at(e.Register, o.n)
-	case *expr.Counter, *expr.Log, *expr.Limit:
+	case *expr.Counter, *expr.Log, *expr.Limit, *expr.Objref:
 	case *expr.Immediate:
 		if e.Register == 0 {
 			return fmt.Errorf("immediate verdicts are not modelled")
@@ -996,7 +996,7 @@ func (ev *evaluation) rule(r *tRule) (ruleResult, error) {
 			if e.Over {
 				return noMatch, nil
 			}
-		case *expr.Counter, *expr.Log:
+		case *expr.Counter, *expr.Log, *expr.Objref:
 		}
 	}
 	return ruleResult{matched: true}, nil
