@@ -123,7 +123,9 @@ func diff(current *state, desired *nft.Table) *Plan {
 	return p
 }
 
-func isEmpty(t *nft.Table) bool { return len(t.Chains) == 0 && len(t.Sets) == 0 && len(t.Counters) == 0 }
+func isEmpty(t *nft.Table) bool {
+	return len(t.Chains) == 0 && len(t.Sets) == 0 && len(t.Counters) == 0
+}
 
 func hasBaseChain(chains map[string]*nft.Chain) bool {
 	for _, c := range chains {

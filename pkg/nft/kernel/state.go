@@ -71,7 +71,9 @@ func (st *state) counterNames() []string { return slices.Sorted(maps.Keys(st.cou
 // setNames are the set names in order.
 func (st *state) setNames() []string { return slices.Sorted(maps.Keys(st.sets)) }
 
-func (st *state) empty() bool { return len(st.chains) == 0 && len(st.sets) == 0 && len(st.counters) == 0 }
+func (st *state) empty() bool {
+	return len(st.chains) == 0 && len(st.sets) == 0 && len(st.counters) == 0
+}
 
 // indexed returns the set's index, or a temporary one.
 func (cs *cachedSet) indexed() *setIndex {
