@@ -11,6 +11,7 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/nft"
+	"github.com/netpol/netpol/pkg/nft/kernel"
 	"github.com/netpol/netpol/pkg/policy"
 )
 
@@ -56,10 +57,19 @@ func BenchmarkConnRateAudit(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer reader.Close()
-	rate := func() float64 { return probeRate(b, l, from, to, probe) }
-	var off, on, ratio []float64
+	off, on, ratio := alternateRates(b, a, tables, rounds[0], func() float64 { return probeRate(b, l, from, to, probe) })
+	logger.Close()
+	reportRates(b, off, on, ratio, "audit-off", "audit-all")
+	b.ReportMetric(float64(logger.Stats.Written.Load()), "lines-written")
+	b.ReportMetric(float64(logger.Stats.Dropped.Load()+logger.Stats.Folded.Load()), "lines-dropped-or-folded")
+}
+
+// alternateRates measures rate (connections/s) with tables[false]
+// applied, then tables[true], rounds times, in each b.Loop, and gives
+// each round's rates and their ratio (on / off).
+func alternateRates(b *testing.B, a kernel.Table, tables map[bool]*nft.Table, rounds int, rate func() float64) (off, on, ratio []float64) {
 	for b.Loop() {
-		for range rounds[0] {
+		for range rounds {
 			if _, err := a.Apply(tables[false]); err != nil {
 				b.Fatal(err)
 			}
@@ -71,13 +81,47 @@ func BenchmarkConnRateAudit(b *testing.B) {
 			off, on, ratio = append(off, r0), append(on, r1), append(ratio, r1/r0)
 		}
 	}
-	logger.Close()
+	return off, on, ratio
+}
+
+// reportRates reports the medians of off and on (conn/s-OFF,
+// conn/s-ON) and of their ratios, with the ratios' spread.
+func reportRates(b *testing.B, off, on, ratio []float64, offName, onName string) {
 	median := func(xs []float64) float64 { s := slices.Sorted(slices.Values(xs)); return s[len(s)/2] }
-	b.ReportMetric(median(off), "conn/s-audit-off")
-	b.ReportMetric(median(on), "conn/s-audit-all")
+	b.ReportMetric(median(off), "conn/s-"+offName)
+	b.ReportMetric(median(on), "conn/s-"+onName)
 	b.ReportMetric(median(ratio), "ratio")
 	b.ReportMetric(slices.Min(ratio), "ratio-min")
 	b.ReportMetric(slices.Max(ratio), "ratio-max")
-	b.ReportMetric(float64(logger.Stats.Written.Load()), "lines-written")
-	b.ReportMetric(float64(logger.Stats.Dropped.Load()+logger.Stats.Folded.Load()), "lines-dropped-or-folded")
+}
+
+// BenchmarkConnRateCounters is what the per-rule counters cost allowed
+// traffic: as BenchmarkConnRateAudit, node-001's identity table of the
+// realistic 10,000-pod cluster with the agent's per-rule counters against
+// the same table without them (its NetworkPolicy tier laid out a rule at
+// a time, as counters need).
+func BenchmarkConnRateCounters(b *testing.B) {
+	requireRoot(b)
+	const node = "node-001"
+	rounds, err := benchstat.EnvInts("NETPOL_CONNRATE_ROUNDS", []int{5})
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap := synthSnapshot(b, synth.RealisticScale)
+	ev := eval.New(snap, policy.Build(snap))
+	tables := map[bool]*nft.Table{}
+	for _, counted := range []bool{false, true} {
+		t, err := compiler.Compile(ev.Resolved(), compiler.Options{Node: node, Layout: compiler.LayoutIdentities, RuleCounters: counted})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tables[counted] = t
+	}
+	b.Logf("%d counters", len(tables[true].Counters))
+	from, to, probe := dispatchedAllowedPairPort(b, snap, ev, tables[false], node, declaredTCP)
+	b.Logf("%s -> %s on %s", from, to, probe)
+	l := nodeOnlyLabOf(b, snap, node, from, to)
+	a := nodeApplierOf(b, l, node)
+	off, on, ratio := alternateRates(b, a, tables, rounds[0], func() float64 { return probeRate(b, l, from, to, probe) })
+	reportRates(b, off, on, ratio, "counters-off", "counters-on")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/netpol/netpol/internal/labtest"
 	"github.com/netpol/netpol/internal/syncbuf"
 	"github.com/netpol/netpol/pkg/cluster"
+	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/nft/kernel"
@@ -58,6 +59,7 @@ func TestLiveTraceInLab(t *testing.T) {
 	}
 	l := labtest.Up(t, snap, lab.Options{Prefix: "netpol-livetrace-"})
 	enf := conformance.NewEnforcer(l)
+	enf.Layout = compiler.DefaultLayout // the agent's, with its per-rule counters
 	t.Cleanup(enf.Close)
 	if _, err := enf.Sync(snap); err != nil {
 		t.Fatal(err)
@@ -120,6 +122,8 @@ func TestLiveTraceInLab(t *testing.T) {
 			"netpol/forward ", "-> jump ",
 			"[ACK]: ACCEPT", // the connection's later packets: established
 			"table inet netpol-trace removed",
+			// The NetworkPolicy rule that admits it, beside its counter.
+			`counter name "rule.`, " packets, ",
 		)
 		if strings.Contains(out, nftrace.TableName+"/") {
 			t.Error("the trace table's own rule is printed")
@@ -146,6 +150,11 @@ func TestLiveTraceInLab(t *testing.T) {
 		last := p.Path[len(p.Path)-1]
 		if last.Node != node.NetNS || last.Table != "netpol" || last.Verdict != "drop" || last.RuleID == "" || last.Rule == "" || last.Handle == 0 {
 			t.Errorf("the last step is %+v, want netpol's rule that drops", last)
+		}
+		// It counts into the isolating policy's counter, which holds this
+		// SYN (and any sent again while the trace ran).
+		if len(last.Counters) != 1 || last.Counters[0].Packets == 0 || !strings.Contains(last.Rule, `counter name "`+last.Counters[0].Name+`"`) {
+			t.Errorf("the last step's counters are %+v, want the one its rule names, with this packet", last.Counters)
 		}
 		if p.Path[0].Hook != "prerouting" {
 			t.Errorf("the first step is at hook %q, want prerouting", p.Path[0].Hook)

@@ -2,6 +2,7 @@ package dataplane_test
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -43,11 +44,53 @@ func TestCorpusAuditAttribution(t *testing.T) {
 }
 
 func corpusAuditAttribution(t *testing.T, a *compiler.Audit) {
+	lines := 0
+	cells := corpusCells(t, dataplane.Options{Layout: compiler.LayoutIdentities, Audit: a}, func(t *testing.T, c cell) {
+		attributions := map[string]nft.Attribution{}
+		for _, n := range c.dp.Nodes() {
+			maps.Copy(attributions, compiler.AuditAttributions(n.Policy))
+		}
+		want := expectedLines(c.v, c.egress, c.ingress)
+		if a.Mode == policy.AuditDeny {
+			want = slices.DeleteFunc(want, func(l string) bool { return strings.Contains(l, " allow: ") })
+		}
+		for _, p := range c.paths {
+			got := loggedLines(p, attributions)
+			lines += len(got)
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("%s: logged\n  %s\nexplain\n  %s", c, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+			}
+		}
+	})
+	t.Logf("%d cells, %d lines logged: each as explain names it", cells, lines)
+}
+
+// cell is one cell of a corpus step: explain's verdict (v), whether a
+// policy polices each side (egress, ingress: its plan is not empty, so it
+// has a class chain), and the paths of its first packet through the
+// step's tables (dp).
+type cell struct {
+	step            int
+	res             eval.Result
+	v               *eval.Verdict
+	egress, ingress bool
+	paths           []dataplane.Path
+	dp              *dataplane.Cluster
+}
+
+func (c cell) String() string {
+	return fmt.Sprintf("step %d: %s -> %s %s/%d", c.step, c.res.From, c.res.To, c.res.Protocol, c.res.Port)
+}
+
+// corpusCells runs check on every cell (but a pod's to itself) of every
+// step of every corpus case that expects something, with the tables opts
+// makes, and returns how many.
+func corpusCells(t *testing.T, opts dataplane.Options, check func(*testing.T, cell)) int {
 	cases, err := corpus.LoadDir(testdata)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cells, lines := 0, 0
+	cells := 0
 	for _, c := range cases {
 		t.Run(c.Suite+"/"+c.Name, func(t *testing.T) {
 			err := c.Replay(testdata, func(i int, snap *cluster.Snapshot, family ipfamily.Family) {
@@ -56,15 +99,17 @@ func corpusAuditAttribution(t *testing.T, a *compiler.Audit) {
 					return
 				}
 				ev := eval.New(snap, policy.Build(snap))
-				dp, err := dataplane.NewWith(snap, ev, dataplane.Options{Layout: compiler.LayoutIdentities, Audit: a})
+				dp, err := dataplane.NewWith(snap, ev, opts)
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)
 				}
-				attributions := map[string]nft.Attribution{}
-				for _, n := range dp.Nodes() {
-					for prefix, at := range compiler.AuditAttributions(n.Policy) {
-						attributions[prefix] = at
+				r := ev.Resolved()
+				policed := func(ep eval.Endpoint, d policy.Direction) bool {
+					if ep.Pod < 0 || r.Pod(ep.Pod).HostNetwork {
+						return false
 					}
+					plan := r.Plan(ep.Pod, d)
+					return plan != nil && !plan.Empty()
 				}
 				for _, x := range st.Expect {
 					probes, err := l4.ParsePorts(x.Ports)
@@ -82,31 +127,12 @@ func corpusAuditAttribution(t *testing.T, a *compiler.Audit) {
 						if err1 != nil || err2 != nil {
 							t.Fatalf("%v %v", err1, err2)
 						}
-						v := ev.Evaluate(src, dst, probe, true)
-						r := ev.Resolved()
-						policed := func(ep eval.Endpoint, d policy.Direction) bool {
-							if ep.Pod < 0 || r.Pod(ep.Pod).HostNetwork {
-								return false
-							}
-							plan := r.Plan(ep.Pod, d)
-							return plan != nil && !plan.Empty()
-						}
-						want := expectedLines(v, policed(src, policy.Egress), policed(dst, policy.Ingress))
-						if a.Mode == policy.AuditDeny {
-							want = slices.DeleteFunc(want, func(l string) bool { return strings.Contains(l, " allow: ") })
-						}
 						paths, err := dp.Paths(src, dst, probe)
 						if err != nil {
 							t.Fatal(err)
 						}
-						for _, p := range paths {
-							got := loggedLines(p, attributions)
-							lines += len(got)
-							if strings.Join(got, "\n") != strings.Join(want, "\n") {
-								t.Errorf("step %d: %s -> %s %s/%d: logged\n  %s\nexplain\n  %s", i, res.From, res.To, res.Protocol, res.Port,
-									strings.Join(got, "\n  "), strings.Join(want, "\n  "))
-							}
-						}
+						check(t, cell{step: i, res: res, v: ev.Evaluate(src, dst, probe, true),
+							egress: policed(src, policy.Egress), ingress: policed(dst, policy.Ingress), paths: paths, dp: dp})
 					}
 				}
 			})
@@ -115,7 +141,7 @@ func corpusAuditAttribution(t *testing.T, a *compiler.Audit) {
 			}
 		})
 	}
-	t.Logf("%d cells, %d lines logged: each as explain names it", cells, lines)
+	return cells
 }
 
 // expectedLines are the lines explain's verdict says the tables log: a

@@ -59,6 +59,9 @@ type Options struct {
 	Layout compiler.Layout
 	// Audit: the policy tables log decisions (`--audit`, compiler.Audit).
 	Audit *compiler.Audit
+	// RuleCounters: the policy tables count each rule's decisions
+	// (`--rule-counters`, compiler.Options.RuleCounters).
+	RuleCounters bool
 }
 
 // NewWith is New with the agents' options.
@@ -68,7 +71,8 @@ func NewWith(snap *cluster.Snapshot, ev *eval.Evaluator, opts Options) (*Cluster
 	for i := 0; i < r.NumNodes(); i++ {
 		n := &Node{Name: r.NodeName(i), Addrs: r.NodeAddrs(i)}
 		var err error
-		if n.Policy, err = compiler.Compile(r, compiler.Options{Node: n.Name, AgentPorts: opts.AgentPorts, Layout: opts.Layout, Audit: opts.Audit}); err != nil {
+		if n.Policy, err = compiler.Compile(r, compiler.Options{Node: n.Name, AgentPorts: opts.AgentPorts, Layout: opts.Layout, Audit: opts.Audit,
+			RuleCounters: opts.RuleCounters}); err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
 		tables := []*nft.Table{n.Policy}

@@ -381,7 +381,7 @@ func (e expectation) holds(tables map[string]*nft.Table) bool {
 // kernel holds).
 func agentTable(t testing.TB, r *eval.Resolved, n *lab.Node, opts compiler.Options, held *nft.Table) *nft.Table {
 	t.Helper()
-	opts.Node, opts.Layout, opts.Adopt = n.Name, compiler.LayoutIdentities, held
+	opts.Node, opts.Layout, opts.Adopt, opts.RuleCounters = n.Name, compiler.LayoutIdentities, held, true
 	table, err := compiler.Compile(r, opts)
 	if err != nil {
 		t.Fatal(err)
