@@ -138,7 +138,7 @@ func (c *idCompiler) defaultAllow(d policy.Direction) nft.Verdict {
 	}
 	name := "audit-default-" + directionPrefix(d)
 	if c.t.Chains[name] == nil {
-		rules := decider{log: log}.decide(nft.NewRule, allowed(d))
+		rules := c.decider(log).decide(nft.NewRule, allowed(d))
 		for _, r := range rules {
 			r.Comment = "no policy decided: the default allows (the verdict log)"
 		}

@@ -28,34 +28,36 @@ var errCountersLayout = errors.New("per-rule counters (--rule-counters) need the
 const IsolationRule = "isolation"
 
 // ruleCounter is the counter of policy p's rule (IsolationRule: its
-// isolation) deciding action in direction d, made in the table on first
-// use ("" when counters are off).
-func (c *idCompiler) ruleCounter(p *policy.Policy, rule string, action policy.Action, d policy.Direction) string {
+// isolation) deciding action in direction d (nil when counters are off).
+// The table holds it once a rule counts into it (decider.counted).
+func (c *idCompiler) ruleCounter(p *policy.Policy, rule string, action policy.Action, d policy.Direction) *nft.Counter {
 	if !c.counters {
-		return ""
+		return nil
 	}
 	of := nft.CounterOf{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Rule: rule, Action: action.String(), Direction: d.String()}
 	name := "rule." + contentID(fmt.Sprintf("%s|%s|%s|%s|%s|%s", of.Kind, of.Namespace, of.Name, of.Rule, of.Action, of.Direction))
-	c.t.AddCounter(&nft.Counter{Name: name, Of: of})
-	return name
-}
-
-// counting is the counters of names that are on ("": counters are off).
-func counting(names ...string) []string {
-	var out []string
-	for _, n := range names {
-		if n != "" {
-			out = append(out, n)
-		}
-	}
-	return out
+	return &nft.Counter{Name: name, Of: of}
 }
 
 // decider is how a match that decides is written: the verdict log's copy
-// (log; nil: none) and the counters it counts into.
+// (log; nil: none) and the counters it counts into, which it declares in
+// table t as it writes a rule that counts into them: a policy rule that
+// makes no kernel rule (it matches nothing) has no counter.
 type decider struct {
 	log      *auditLog
-	counters []string
+	counters []*nft.Counter
+	t        *nft.Table
+}
+
+// decider is a decider of c's table with the counters that are on.
+func (c *idCompiler) decider(log *auditLog, counters ...*nft.Counter) decider {
+	dc := decider{log: log, t: c.t}
+	for _, k := range counters {
+		if k != nil {
+			dc.counters = append(dc.counters, k)
+		}
+	}
+	return dc
 }
 
 // counted is match with the counters.
@@ -65,8 +67,9 @@ func (dc decider) counted(match func() *nft.Builder) func() *nft.Builder {
 	}
 	return func() *nft.Builder {
 		b := match()
-		for _, name := range dc.counters {
-			b.CountInto(name)
+		for _, k := range dc.counters {
+			dc.t.AddCounter(k)
+			b.CountInto(k.Name)
 		}
 		return b
 	}
@@ -97,6 +100,31 @@ func (c *idCompiler) adoptCounters(ch *nft.Chain, last *nft.Table) {
 			if k := last.Counters[name]; k != nil {
 				c.t.AddCounter(k)
 			}
+		}
+	}
+}
+
+// dropUnusedCounters deletes from t the counters of old, a chain built
+// again, that no chain counts into now.
+func dropUnusedCounters(t *nft.Table, old *nft.Chain) {
+	var gone []string
+	for _, r := range old.Rules {
+		gone = append(gone, r.CounterNames()...)
+	}
+	if len(gone) == 0 {
+		return
+	}
+	used := map[string]bool{}
+	for _, ch := range t.Chains {
+		for _, r := range ch.Rules {
+			for _, name := range r.CounterNames() {
+				used[name] = true
+			}
+		}
+	}
+	for _, name := range gone {
+		if !used[name] {
+			delete(t.Counters, name)
 		}
 	}
 }

@@ -1031,11 +1031,12 @@ func (c *idCompiler) fillPolicyChain(ch *nft.Chain, rc policyRecipe) {
 		if r.FailClosed != "" {
 			comment += " (fails closed: " + r.FailClosed + ")"
 		}
-		dc := decider{counters: counting(c.ruleCounter(p, r.Ref(rc.d), pr.Action, rc.d))}
+		var log *auditLog
 		if pr.Action != policy.Pass {
-			dc.log = c.audit.logOf(p, nft.Attribution{Verdict: verdictWord(pr.Action), Direction: rc.d.String(), Tier: rc.tier.String(),
+			log = c.audit.logOf(p, nft.Attribution{Verdict: verdictWord(pr.Action), Direction: rc.d.String(), Tier: rc.tier.String(),
 				Policy: p.Ref(), Rule: r.Ref(rc.d), Action: pr.Action.String()})
 		}
+		dc := c.decider(log, c.ruleCounter(p, r.Ref(rc.d), pr.Action, rc.d))
 		for _, nr := range c.ruleMatches(pr, rc.d, pr.Action, pass, dc) {
 			nr.Comment = comment
 			ch.Rules = append(ch.Rules, nr)

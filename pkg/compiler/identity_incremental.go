@@ -650,9 +650,13 @@ func (l *IdentityIncremental) selectedIn(subjects []policy.Subject, ns string, n
 func (l *IdentityIncremental) rebuild(name string, fill func(*nft.Chain)) {
 	c := l.c
 	before := c.uses[name]
+	old := l.table.Chains[name]
 	ch := &nft.Chain{Name: name}
 	l.table.Chains[name] = ch
 	c.fill(ch, fill)
+	if old != nil {
+		dropUnusedCounters(l.table, old)
+	}
 	named := func(set string) bool {
 		for _, u := range c.uses {
 			if u[set] {

@@ -65,7 +65,7 @@ func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
 			Policy: pol, Rule: rule, Action: action.String()})
 	}
 	if plan.OwnNodeAllowed {
-		own := decider{log: logOf("allow", "", "", policy.Accept)}
+		own := c.decider(logOf("allow", "", "", policy.Accept))
 		for _, own := range own.decide(func() *nft.Builder { return nft.NewRule().FibSaddrLocal() }, verdictAccept) {
 			own.Comment = "NetworkPolicy tier: ingress from the pod's own node is always allowed"
 			ch.Rules = append(ch.Rules, own)
@@ -78,16 +78,17 @@ func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
 			one := *plan
 			one.Allow = []eval.PlanRule{pr}
 			p, r := c.pols[pr.Policy], c.rules.rule(pr, d)
-			dc := decider{log: logOf("allow", p.Ref(), r.Ref(d), policy.Accept), counters: counting(c.ruleCounter(p, r.Ref(d), policy.Accept, d))}
+			dc := c.decider(logOf("allow", p.Ref(), r.Ref(d), policy.Accept), c.ruleCounter(p, r.Ref(d), policy.Accept, d))
 			c.allowRules(ch, &one, pod, fmt.Sprintf("r%d", i), "NetworkPolicy tier: "+p.Ref()+" "+r.Ref(d), dc)
 		}
 	} else {
-		c.allowRules(ch, plan, pod, "", comment, decider{})
+		c.allowRules(ch, plan, pod, "", comment, c.decider(nil))
 	}
-	deny := decider{log: logOf("deny", strings.Join(refs, ", "), "", policy.Deny)}
-	for _, pi := range plan.Isolating {
-		deny.counters = append(deny.counters, counting(c.ruleCounter(c.pols[pi], IsolationRule, policy.Deny, d))...)
+	isolation := make([]*nft.Counter, len(plan.Isolating))
+	for i, pi := range plan.Isolating {
+		isolation[i] = c.ruleCounter(c.pols[pi], IsolationRule, policy.Deny, d)
 	}
+	deny := c.decider(logOf("deny", strings.Join(refs, ", "), "", policy.Deny), isolation...)
 	for _, deny := range deny.decide(nft.NewRule, verdictDrop) {
 		deny.Comment = "NetworkPolicy tier: isolated, and no rule allows"
 		ch.Rules = append(ch.Rules, deny)
