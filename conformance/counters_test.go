@@ -164,11 +164,7 @@ func labCounts(t *testing.T, enf *conformance.Enforcer) (packets map[string]uint
 	packets, values = map[string]uint64{}, map[string]nft.CounterValue{}
 	for nodeName, counts := range byNode {
 		for _, c := range counts {
-			ref := c.Kind + " " + c.Name
-			if c.Namespace != "" {
-				ref = c.Kind + " " + c.Namespace + "/" + c.Name
-			}
-			k := counterKey(ref, c.Rule, c.Action, c.Direction)
+			k := counterKey(c.Policy(), c.Rule, c.Action, c.Direction)
 			packets[k] += c.Packets
 			values[nodeName+" "+c.Counter] = c.CounterValue
 			if c.Packets > 0 && c.Bytes < 20*c.Packets {

@@ -39,9 +39,11 @@ func newModelCommand(in *inputFlags) *cobra.Command {
 		Use:   "watch",
 		Short: "Print the node's model, then a + or - line for every rule and set element that changes",
 		Long: "Follow an agent's model (its /debug/model watch stream): print it, then a + or - line for every rule\n" +
-			"and set element that changes. On the node: the agent's debug address (plain HTTP, 127.0.0.1:9755 by\n" +
-			"default). From elsewhere: its secure port, https://NODE:PORT, with the kubeconfig's credentials (a\n" +
-			"bearer token, a token file or an exec plugin): the agent asks the API server who the caller is and\n" +
+			"and set element that changes, and an = line for each rule beside its per-rule counter when the\n" +
+			"counter grows (every 2 s at most: its packets, what they grew by, its bytes and the policy rule).\n" +
+			"On the node: the agent's debug address (plain HTTP, 127.0.0.1:9755 by default). From elsewhere:\n" +
+			"its secure port, https://NODE:PORT, with the kubeconfig's credentials (a bearer token, a token file\n" +
+			"or an exec plugin): the agent asks the API server who the caller is and\n" +
 			"whether RBAC lets them get /debug/model (nonResourceURLs: [\"/debug/*\"]). Credentials are sent\n" +
 			"over https only.",
 		Example: "  netpol model watch                               # the agent on this node\n" +
@@ -208,12 +210,8 @@ func printCounters(out io.Writer, model, m *agent.ModelView, counted map[string]
 				if last, ok := counted[c.Counter]; ok && c.Packets >= last.Packets {
 					grew = fmt.Sprintf(" (+%d)", c.Packets-last.Packets)
 				}
-				policy := c.Kind + " " + c.Name
-				if c.Namespace != "" {
-					policy = c.Kind + " " + c.Namespace + "/" + c.Name
-				}
 				lines = append(lines, fmt.Sprintf("= chain %s [%d] %s   # %d packets%s, %d bytes: %s %s %s (%s)",
-					chain, i, r, c.Packets, grew, c.Bytes, policy, c.Rule, c.Action, c.Direction))
+					chain, i, r, c.Packets, grew, c.Bytes, c.Policy(), c.Rule, c.Action, c.Direction))
 			}
 		}
 	}

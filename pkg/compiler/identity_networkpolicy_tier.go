@@ -65,8 +65,8 @@ func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
 			Policy: pol, Rule: rule, Action: action.String()})
 	}
 	if plan.OwnNodeAllowed {
-		own := c.decider(logOf("allow", "", "", policy.Accept))
-		for _, own := range own.decide(func() *nft.Builder { return nft.NewRule().FibSaddrLocal() }, verdictAccept) {
+		ownNode := c.decider(logOf("allow", "", "", policy.Accept))
+		for _, own := range ownNode.decide(func() *nft.Builder { return nft.NewRule().FibSaddrLocal() }, verdictAccept) {
 			own.Comment = "NetworkPolicy tier: ingress from the pod's own node is always allowed"
 			ch.Rules = append(ch.Rules, own)
 		}

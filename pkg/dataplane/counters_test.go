@@ -98,11 +98,7 @@ func countedRules(p dataplane.Path, of map[string]nft.CounterOf) []string {
 					out = append(out, "unknown counter "+m[1])
 					continue
 				}
-				ref := k.Kind + " " + k.Name
-				if k.Namespace != "" {
-					ref = k.Kind + " " + k.Namespace + "/" + k.Name
-				}
-				out = append(out, fmt.Sprintf("%s %s %s %s", k.Direction, ref, k.Rule, k.Action))
+				out = append(out, fmt.Sprintf("%s %s %s %s", k.Direction, k.Policy(), k.Rule, k.Action))
 			}
 		}
 	}

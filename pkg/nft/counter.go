@@ -31,6 +31,15 @@ type CounterOf struct {
 	Direction string `json:"direction"`
 }
 
+// Policy is the counted policy as explain names it: "KIND NAMESPACE/NAME",
+// or "KIND NAME" for a cluster-scoped one.
+func (o CounterOf) Policy() string {
+	if o.Namespace != "" {
+		return o.Kind + " " + o.Namespace + "/" + o.Name
+	}
+	return o.Kind + " " + o.Name
+}
+
 // CounterValue is what a counter holds.
 type CounterValue struct {
 	Packets uint64 `json:"packets"`
