@@ -107,6 +107,12 @@ func (in *inputFlags) load(ctx context.Context, stdin io.Reader, stderr io.Write
 			return nil, fmt.Errorf("reading the cluster (use -f to read files instead): %w", err)
 		}
 	}
+	return loadedFrom(snap, report, stderr), nil
+}
+
+// loadedFrom builds the model and evaluator of snap, read with report,
+// and prints every problem found to stderr.
+func loadedFrom(snap *cluster.Snapshot, report *cluster.Report, stderr io.Writer) *loaded {
 	model := policy.Build(snap)
 	for _, e := range report.Empty {
 		fmt.Fprintln(stderr, "note: nothing read from", e)
@@ -125,7 +131,7 @@ func (in *inputFlags) load(ctx context.Context, stdin io.Reader, stderr io.Write
 	}
 	l := &loaded{snap: snap, model: model, evaluator: eval.New(snap, model), problems: len(report.Errors)}
 	l.reportErrors(stderr, model.Errors)
-	return l, nil
+	return l
 }
 
 // reportErrors prints errors about input objects found after loading (the

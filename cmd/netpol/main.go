@@ -32,7 +32,8 @@ func exitStatus(err error, stderr *os.File) int {
 		return status.code
 	}
 	var warned *lintWarningsError
-	if !errors.As(err, &partial) && !errors.As(err, &denied) && !errors.As(err, &warned) {
+	var flipped *diffChangedError
+	if !errors.As(err, &partial) && !errors.As(err, &denied) && !errors.As(err, &warned) && !errors.As(err, &flipped) {
 		fmt.Fprintln(stderr, "error:", err)
 	}
 	return 1
@@ -74,7 +75,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in), newAgentCommand(in), newModelCommand(in), newVersionCommand(), newTraceCommand(in), newConformanceCommand(), newProbeCommand(), newLintCommand(in))
+	root.AddCommand(newExplainCommand(in), newTableCommand(in), newCompileCommand(in), newLabCommand(in), newAgentCommand(in), newModelCommand(in), newVersionCommand(), newTraceCommand(in), newConformanceCommand(), newProbeCommand(), newLintCommand(in), newDiffCommand(in))
 	for _, c := range root.Commands() {
 		switch c.Name() {
 		case "agent", "model":

@@ -81,11 +81,17 @@ func (r *Report) SkippedNote() string {
 // Files and stdin are read as streams (see AddReader).
 func LoadPaths(paths []string, stdin io.Reader) (*Snapshot, *Report) {
 	snap := New()
+	return snap, snap.AddPaths(paths, stdin, false)
+}
+
+// AddPaths reads paths into the snapshot as LoadPaths does; with replace,
+// an object that is already there is replaced (as `kubectl apply` would).
+func (s *Snapshot) AddPaths(paths []string, stdin io.Reader, replace bool) *Report {
 	report := newReport()
 	for _, p := range paths {
 		before := report.Objects
 		if p == "-" {
-			snap.addStream(stdin, "<stdin>", false, report, func(err error) error { return fmt.Errorf("reading stdin: %w", err) })
+			s.addStream(stdin, "<stdin>", replace, report, func(err error) error { return fmt.Errorf("reading stdin: %w", err) })
 			if report.Objects == before {
 				report.Empty = append(report.Empty, "- (stdin): no object")
 			}
@@ -107,7 +113,7 @@ func LoadPaths(paths []string, stdin io.Reader) (*Snapshot, *Report) {
 				report.Errors = append(report.Errors, err)
 				continue
 			}
-			snap.addStream(r, f, false, report, func(err error) error { return err })
+			s.addStream(r, f, replace, report, func(err error) error { return err })
 			r.Close()
 		}
 		if report.Objects == before && len(report.Errors) == errs {
@@ -118,7 +124,7 @@ func LoadPaths(paths []string, stdin io.Reader) (*Snapshot, *Report) {
 			report.Empty = append(report.Empty, p+": "+what)
 		}
 	}
-	return snap, report
+	return report
 }
 
 func expandPath(p string) ([]string, error) {

@@ -4,6 +4,7 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -89,6 +90,20 @@ func New() *Snapshot {
 	return &Snapshot{Origin: map[ObjectKey]Source{}, UnknownFields: map[ObjectKey][]string{}}
 }
 
+// Copy is a copy of the snapshot that can be changed (objects added,
+// replaced, deleted) without changing s; the objects themselves are
+// shared, and neither may change them in place.
+func (s *Snapshot) Copy() *Snapshot {
+	c := *s
+	c.Namespaces, c.Nodes, c.Pods = slices.Clone(s.Namespaces), slices.Clone(s.Nodes), slices.Clone(s.Pods)
+	c.Services, c.EndpointSlices = slices.Clone(s.Services), slices.Clone(s.EndpointSlices)
+	c.NetworkPolicies, c.AdminPolicies = slices.Clone(s.NetworkPolicies), slices.Clone(s.AdminPolicies)
+	c.BaselinePolicies, c.ClusterPolicies = slices.Clone(s.BaselinePolicies), slices.Clone(s.ClusterPolicies)
+	c.ConfigMaps = slices.Clone(s.ConfigMaps)
+	c.Origin, c.UnknownFields = maps.Clone(s.Origin), maps.Clone(s.UnknownFields)
+	return &c
+}
+
 // PolicyObjects lists the snapshot's policy objects: NetworkPolicies,
 // then admin, baseline and cluster policies (the pointers it holds).
 func (s *Snapshot) PolicyObjects() []any {
@@ -106,6 +121,21 @@ func (s *Snapshot) PolicyObjects() []any {
 		out = append(out, p)
 	}
 	return out
+}
+
+// PolicyKey is the key of obj, one of PolicyObjects.
+func PolicyKey(obj any) (ObjectKey, bool) {
+	switch o := obj.(type) {
+	case *networkingv1.NetworkPolicy:
+		return ObjectKey{Kind: KindNetworkPolicy, Namespace: o.Namespace, Name: o.Name}, true
+	case *anpv1alpha1.AdminNetworkPolicy:
+		return ObjectKey{Kind: KindAdminPolicy, Name: o.Name}, true
+	case *anpv1alpha1.BaselineAdminNetworkPolicy:
+		return ObjectKey{Kind: KindBaselinePolicy, Name: o.Name}, true
+	case *cnpv1beta1.ClusterNetworkPolicy:
+		return ObjectKey{Kind: KindClusterPolicy, Name: o.Name}, true
+	}
+	return ObjectKey{}, false
 }
 
 // PolicyAlone is a snapshot of obj, one of PolicyObjects, alone, with the

@@ -120,7 +120,14 @@ type DirectionVerdict struct {
 	// Skipped lists the rules, in evaluation order, that were considered
 	// before the decision and did not decide, each with why.
 	Skipped []Step `json:"skipped,omitempty"`
+
+	// brief: only what decided is recorded (Decide), not Skipped,
+	// Ambiguous, Domain nor the policies that do not select the subject.
+	brief bool
 }
+
+// detailed says the trace records everything Explain shows.
+func (tr *DirectionVerdict) detailed() bool { return tr != nil && !tr.brief }
 
 // Step is a rule (or policy) that did not decide, and why.
 type Step struct {
@@ -200,6 +207,21 @@ func (e *Evaluator) Name(ep Endpoint) string {
 // records which policies selected the subject and why each earlier rule did
 // not decide; without, it only computes the verdict (the table's hot path).
 func (e *Evaluator) Evaluate(src, dst Endpoint, probe l4.Port, trace bool) *Verdict {
+	t := traceNone
+	if trace {
+		t = traceFull
+	}
+	return e.evaluate(src, dst, probe, t)
+}
+
+// How much of a decision a verdict records.
+const (
+	traceNone  = iota // the verdict only
+	traceBrief        // what decided
+	traceFull         // and why each earlier rule did not (Explain)
+)
+
+func (e *Evaluator) evaluate(src, dst Endpoint, probe l4.Port, trace int) *Verdict {
 	v := &Verdict{From: e.Name(src), To: e.Name(dst), Protocol: probe.Protocol, Port: probe.Port}
 	if src.Addr.IsValid() {
 		v.FromIP, v.ToIP = src.Addr.String(), dst.Addr.String()
@@ -215,6 +237,13 @@ func (e *Evaluator) Evaluate(src, dst Endpoint, probe l4.Port, trace bool) *Verd
 	return v
 }
 
+// Decide is Evaluate with brief traces: each direction says what decided
+// (tier, policy, rule, action, reason, and the policies that select the
+// subject), not the rules that did not.
+func (e *Evaluator) Decide(src, dst Endpoint, probe l4.Port) *Verdict {
+	return e.evaluate(src, dst, probe, traceBrief)
+}
+
 // Allowed is Evaluate without a trace or allocations beyond the verdict.
 func (e *Evaluator) Allowed(src, dst Endpoint, probe l4.Port) bool {
 	if src.Pod >= 0 && src.Pod == dst.Pod {
@@ -223,9 +252,21 @@ func (e *Evaluator) Allowed(src, dst Endpoint, probe l4.Port) bool {
 	return e.decide(policy.Egress, src, dst, probe, nil) && e.decide(policy.Ingress, dst, src, probe, nil)
 }
 
-func (e *Evaluator) direction(d policy.Direction, subject, peer Endpoint, probe l4.Port, trace bool) *DirectionVerdict {
-	dv := &DirectionVerdict{Subject: e.Name(subject)}
-	if !trace {
+// AllowedIn is one direction of Allowed: the source's egress, or the
+// destination's ingress.
+func (e *Evaluator) AllowedIn(d policy.Direction, src, dst Endpoint, probe l4.Port) bool {
+	if src.Pod >= 0 && src.Pod == dst.Pod {
+		return true
+	}
+	if d == policy.Egress {
+		return e.decide(d, src, dst, probe, nil)
+	}
+	return e.decide(d, dst, src, probe, nil)
+}
+
+func (e *Evaluator) direction(d policy.Direction, subject, peer Endpoint, probe l4.Port, trace int) *DirectionVerdict {
+	dv := &DirectionVerdict{Subject: e.Name(subject), brief: trace == traceBrief}
+	if trace == traceNone {
 		dv.Allowed = e.decide(d, subject, peer, probe, nil)
 		return dv
 	}
@@ -290,7 +331,7 @@ func (e *Evaluator) decide(d policy.Direction, subject, peer Endpoint, probe l4.
 	if len(plan.Isolating) > 0 {
 		return e.networkPolicyTier(plan, subject, m, tr)
 	}
-	if tr != nil {
+	if tr.detailed() {
 		e.notSelected(policy.TierNetworkPolicy, d, subject.Pod, tr)
 		tr.Skipped = append(tr.Skipped, Step{Tier: policy.TierNetworkPolicy.String(),
 			Why: fmt.Sprintf("no NetworkPolicy isolates %s for %s", e.Name(subject), d)})
@@ -318,6 +359,8 @@ func (e *Evaluator) orderedTier(tier policy.Tier, rules []PlanRule, d policy.Dir
 		for _, pi := range sel {
 			tr.SelectedBy[tier.String()] = append(tr.SelectedBy[tier.String()], e.ix.policies[pi].Ref())
 		}
+	}
+	if tr.detailed() {
 		e.notSelected(tier, d, pod, tr)
 	}
 	for _, pr := range rules {
@@ -325,13 +368,15 @@ func (e *Evaluator) orderedTier(tier policy.Tier, rules []PlanRule, d policy.Dir
 		cr := &cp.rules(d)[pr.Rule]
 		why := m.match(pr, cr)
 		if why != "" {
-			if tr != nil {
+			if tr.detailed() {
 				tr.Skipped = append(tr.Skipped, Step{Tier: tier.String(), Policy: cp.Ref(), Rule: cr.Ref(d), Action: cr.Action.String(), Why: why})
 			}
 			continue
 		}
 		if tr != nil {
 			e.record(tr, tier, cp, cr, d)
+		}
+		if tr.detailed() {
 			tr.Ambiguous = e.ambiguous(rules, pr, d, m)
 			tr.Domain = m.learnedBy(pr, cr)
 			if pr.Action == policy.Pass {
@@ -408,6 +453,8 @@ func (e *Evaluator) networkPolicyTier(plan *Plan, subject Endpoint, m matcher, t
 		for _, pi := range plan.Isolating {
 			tr.SelectedBy[tier] = append(tr.SelectedBy[tier], e.ix.policies[pi].Ref())
 		}
+	}
+	if tr.detailed() {
 		e.notSelected(policy.TierNetworkPolicy, d, subject.Pod, tr)
 	}
 	if plan.OwnNodeAllowed && m.peer.Node >= 0 && m.peer.Node == e.ix.pods[subject.Pod].node {
@@ -427,7 +474,7 @@ func (e *Evaluator) networkPolicyTier(plan *Plan, subject Endpoint, m matcher, t
 			}
 			return true
 		}
-		if tr != nil {
+		if tr.detailed() {
 			tr.Skipped = append(tr.Skipped, Step{Tier: tier, Policy: cp.Ref(), Rule: cr.Ref(d), Action: cr.Action.String(), Why: why})
 		}
 	}

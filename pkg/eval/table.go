@@ -56,23 +56,7 @@ type Decider func(src, dst Endpoint, probe l4.Port) bool
 // goroutines.
 func (e *Evaluator) TruthTableWith(opts TruthTableOptions, allowed Decider) *TruthTable {
 	t := &TruthTable{}
-	inNS := map[string]bool{}
-	for _, ns := range opts.Namespaces {
-		inNS[ns] = true
-	}
-	var eps []Endpoint
-	for i, p := range e.ix.pods {
-		if len(inNS) > 0 && !inNS[p.namespace] {
-			continue
-		}
-		ep, ok := e.ix.podEndpoint(i, opts.Family)
-		if !ok {
-			t.Skipped = append(t.Skipped, p.key)
-			continue
-		}
-		eps = append(eps, ep)
-		t.Pods = append(t.Pods, p.key)
-	}
+	eps := e.tablePods(opts, t)
 	probes := opts.Probes
 	if len(probes) == 0 {
 		probes = e.declaredProbes(eps)
@@ -111,6 +95,43 @@ func (e *Evaluator) TruthTableWith(opts TruthTableOptions, allowed Decider) *Tru
 	close(rows)
 	wg.Wait()
 	return t
+}
+
+// tablePods are the endpoints of the table's rows and columns (their
+// names in t.Pods; the pods without an address of the family in
+// t.Skipped).
+func (e *Evaluator) tablePods(opts TruthTableOptions, t *TruthTable) []Endpoint {
+	inNS := map[string]bool{}
+	for _, ns := range opts.Namespaces {
+		inNS[ns] = true
+	}
+	var eps []Endpoint
+	for i, p := range e.ix.pods {
+		if len(inNS) > 0 && !inNS[p.namespace] {
+			continue
+		}
+		ep, ok := e.ix.podEndpoint(i, opts.Family)
+		if !ok {
+			t.Skipped = append(t.Skipped, p.key)
+			continue
+		}
+		eps = append(eps, ep)
+		t.Pods = append(t.Pods, p.key)
+	}
+	return eps
+}
+
+// TablePods are the rows (and columns) of a table of opts.
+func (e *Evaluator) TablePods(opts TruthTableOptions) []string {
+	t := &TruthTable{}
+	e.tablePods(opts, t)
+	return t.Pods
+}
+
+// DeclaredProbes are the ports a table of opts without Probes has: the
+// union of the container ports its pods declare, in the table's order.
+func (e *Evaluator) DeclaredProbes(opts TruthTableOptions) []l4.Port {
+	return e.declaredProbes(e.tablePods(opts, &TruthTable{}))
 }
 
 // declaredProbes is the union of the container ports the pods declare.
