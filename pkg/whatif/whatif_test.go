@@ -129,7 +129,6 @@ func TestCompareCorpus(t *testing.T) {
 	}
 }
 
-
 // FuzzCompare: a base snapshot and fuzzed objects applied on a copy of it
 // (replacing what is there, as `netpol diff --apply` does); Compare, both
 // ways, finds exactly the cells where the two whole tables differ.
