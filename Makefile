@@ -60,6 +60,7 @@ e2e: e2e-deps build
 # The kernel ones (pkg/nft/kernel, conformance) need root.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 5x -count 1 ./pkg/eval ./pkg/compiler
+	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./pkg/whatif
 	$(GO) test -run '^$$' -bench . -benchtime 2x -count 1 ./pkg/dataplane
 	$(GO) test -run '^$$' -bench . -benchtime 20x -count 1 ./pkg/nft/kernel
 	$(GO) test -run '^$$' -bench . -benchtime 3x -count 1 ./pkg/proxy

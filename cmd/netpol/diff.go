@@ -122,7 +122,9 @@ func newDiffCommand(in *inputFlags) *cobra.Command {
 func afterState(before *loaded, after, apply, deletes []string, stdin io.Reader, stderr io.Writer) (*loaded, error) {
 	var snap *cluster.Snapshot
 	var report *cluster.Report
+	since := before // what before printed is not printed again
 	if len(after) > 0 {
+		since = nil
 		snap, report = cluster.LoadPaths(after, stdin)
 		if report.Objects == 0 && len(report.Errors) == 0 {
 			return nil, fmt.Errorf("--after: no Kubernetes object read from %s", strings.Join(report.Empty, "; "))
@@ -143,7 +145,7 @@ func afterState(before *loaded, after, apply, deletes []string, stdin io.Reader,
 			return nil, fmt.Errorf("--apply: no Kubernetes object read from %s", strings.Join(report.Empty, "; "))
 		}
 	}
-	return loadedFrom(snap, report, stderr), nil
+	return loadedFrom(snap, report, stderr, since), nil
 }
 
 // parseObjectRef reads KIND/NAMESPACE/NAME, or KIND/NAME for a

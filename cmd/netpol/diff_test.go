@@ -89,6 +89,26 @@ func TestDiffCLI(t *testing.T) {
 		t.Errorf("diff --services: %v\n%s", err, out)
 	}
 
+	// An invalid object: reported once, by the state that holds it first,
+	// and counted in the exit status.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: bad-cidr, namespace: web}
+spec:
+  podSelector: {}
+  egress:
+  - to: [{ipBlock: {cidr: 10.0.0.0/33}}]
+`), 0o644)
+	_, stderr, err := run(t, "", "diff", "-f", demo, "-f", bad, "--apply", change)
+	if !errors.As(err, new(*partialError)) || strings.Count(stderr, "bad-cidr") != 1 {
+		t.Errorf("an invalid policy before the change: %v\n%s", err, stderr)
+	}
+	_, stderr, err = run(t, "", "diff", "-f", demo, "--apply", bad)
+	if !errors.As(err, new(*partialError)) || strings.Count(stderr, "bad-cidr") != 1 || !strings.Contains(stderr, bad) {
+		t.Errorf("an invalid policy applied: %v\n%s", err, stderr)
+	}
+
 	for _, c := range []struct {
 		args []string
 		want string

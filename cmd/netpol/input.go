@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -107,13 +108,18 @@ func (in *inputFlags) load(ctx context.Context, stdin io.Reader, stderr io.Write
 			return nil, fmt.Errorf("reading the cluster (use -f to read files instead): %w", err)
 		}
 	}
-	return loadedFrom(snap, report, stderr), nil
+	return loadedFrom(snap, report, stderr, nil), nil
 }
 
 // loadedFrom builds the model and evaluator of snap, read with report,
-// and prints every problem found to stderr.
-func loadedFrom(snap *cluster.Snapshot, report *cluster.Report, stderr io.Writer) *loaded {
+// and prints every problem found to stderr; with since (a state snap was
+// made from), only those it did not have: the model's warnings it did not
+// print, and the errors of objects that are not its own.
+func loadedFrom(snap *cluster.Snapshot, report *cluster.Report, stderr io.Writer, since *loaded) *loaded {
 	model := policy.Build(snap)
+	if since != nil {
+		model = newProblemsOnly(model, snap, since)
+	}
 	for _, e := range report.Empty {
 		fmt.Fprintln(stderr, "note: nothing read from", e)
 	}
@@ -132,6 +138,32 @@ func loadedFrom(snap *cluster.Snapshot, report *cluster.Report, stderr io.Writer
 	l := &loaded{snap: snap, model: model, evaluator: eval.New(snap, model), problems: len(report.Errors)}
 	l.reportErrors(stderr, model.Errors)
 	return l
+}
+
+// newProblemsOnly is model with the warnings and errors of since's model
+// left out: those of objects since holds unchanged (the same origin), and
+// those it printed word for word.
+func newProblemsOnly(model *policy.Model, snap *cluster.Snapshot, since *loaded) *policy.Model {
+	m := *model
+	printed := map[string]bool{}
+	for _, w := range since.model.Warnings {
+		printed[w] = true
+	}
+	for _, e := range since.model.Errors {
+		printed[e.Error()] = true
+	}
+	m.Warnings = slices.DeleteFunc(slices.Clone(m.Warnings), func(w string) bool { return printed[w] })
+	m.Errors = slices.DeleteFunc(slices.Clone(m.Errors), func(e error) bool {
+		if key, ok := objectOf(e); ok {
+			if src, ok := snap.Origin[key]; ok {
+				if old, had := since.snap.Origin[key]; had && old == src {
+					return true
+				}
+			}
+		}
+		return printed[e.Error()]
+	})
+	return &m
 }
 
 // reportErrors prints errors about input objects found after loading (the
