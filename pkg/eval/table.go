@@ -56,6 +56,71 @@ type Decider func(src, dst Endpoint, probe l4.Port) bool
 // goroutines.
 func (e *Evaluator) TruthTableWith(opts TruthTableOptions, allowed Decider) *TruthTable {
 	t := &TruthTable{}
+	cells := e.TableCells(opts, t)
+	t.Results = make([]Result, cells.Len())
+	cells.Run(func(c Cell) {
+		t.Results[c.Index] = Result{From: t.Pods[c.Row], To: t.Pods[c.Column], Protocol: c.Probe.Protocol, Port: c.Probe.Port,
+			Allowed: c.OK && allowed(c.Src, c.Dst, c.Probe)}
+	})
+	return t
+}
+
+// Cell is one cell of a table: its endpoints (the source's of the
+// destination's family; OK is false when it has none) and probe, and
+// where it is: its row and column (indexes into the table's pods) and
+// its index among the table's results.
+type Cell struct {
+	Src, Dst    Endpoint
+	Probe       l4.Port
+	OK          bool
+	Row, Column int
+	Index       int
+}
+
+// Cells are a table's cells, to be run through (Run).
+type Cells struct {
+	e      *Evaluator
+	eps    []Endpoint
+	probes []l4.Port
+}
+
+// Len is the number of cells.
+func (c Cells) Len() int { return len(c.probes) * len(c.eps) * len(c.eps) }
+
+// Run calls fn for every cell, from several goroutines, a row at a
+// time, as the truth table fills its results.
+func (c Cells) Run(fn func(Cell)) {
+	n := len(c.eps)
+	rows := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Go(func() {
+			for r := range rows {
+				pi, si := r/n, r%n
+				probe, src := c.probes[pi], c.eps[si]
+				base := (pi*n + si) * n
+				for di, dst := range c.eps {
+					from, ok := src, true
+					if src.Addr.Is4() != dst.Addr.Is4() {
+						// Primary addresses of different families: the
+						// source dials from its address of dst's family.
+						from, ok = c.e.ix.podEndpoint(src.Pod, ipfamily.Of(dst.Addr))
+					}
+					fn(Cell{Src: from, Dst: dst, Probe: probe, OK: ok, Row: si, Column: di, Index: base + di})
+				}
+			}
+		})
+	}
+	for r := 0; r < len(c.probes)*n; r++ {
+		rows <- r
+	}
+	close(rows)
+	wg.Wait()
+}
+
+// TableCells are the cells of the table of opts, whose pods, skipped pods and
+// ports it puts in t (the truth table's, without results).
+func (e *Evaluator) TableCells(opts TruthTableOptions, t *TruthTable) Cells {
 	eps := e.tablePods(opts, t)
 	probes := opts.Probes
 	if len(probes) == 0 {
@@ -64,37 +129,7 @@ func (e *Evaluator) TruthTableWith(opts TruthTableOptions, allowed Decider) *Tru
 	for _, p := range probes {
 		t.Ports = append(t.Ports, p.String())
 	}
-	n := len(eps)
-	t.Results = make([]Result, len(probes)*n*n)
-	rows := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range rows {
-				pi, si := r/n, r%n
-				probe, src := probes[pi], eps[si]
-				base := (pi*n + si) * n
-				for di, dst := range eps {
-					from, ok := src, true
-					if src.Addr.Is4() != dst.Addr.Is4() {
-						// Primary addresses of different families: the
-						// source dials from its address of dst's family.
-						from, ok = e.ix.podEndpoint(src.Pod, ipfamily.Of(dst.Addr))
-					}
-					allowed := ok && allowed(from, dst, probe)
-					t.Results[base+di] = Result{From: t.Pods[si], To: t.Pods[di], Protocol: probe.Protocol, Port: probe.Port, Allowed: allowed}
-				}
-			}
-		}()
-	}
-	for r := 0; r < len(probes)*n; r++ {
-		rows <- r
-	}
-	close(rows)
-	wg.Wait()
-	return t
+	return Cells{e: e, eps: eps, probes: probes}
 }
 
 // tablePods are the endpoints of the table's rows and columns (their

@@ -141,19 +141,26 @@ func Compare(before, after State, o Options) *Result {
 		b := inBefore[ep.Pod][f]
 		return b.ep, b.ok
 	}
-	var mu sync.Mutex // res.Changes
+	var mu sync.Mutex // changes
+	type indexed struct {
+		Change
+		index int
+	}
+	var changes []indexed
 	var evaluated atomic.Int64
-	table := ea.TruthTableWith(opts, func(src, dst eval.Endpoint, probe l4.Port) bool {
+	table := &eval.TruthTable{}
+	ea.TableCells(opts, table).Run(func(cell eval.Cell) {
+		src, dst, probe := cell.Src, cell.Dst, cell.Probe
 		// A side no changed policy selects decides alike in both states.
 		egressTouched := res.PodsChanged || touched[policy.Egress][src.Pod]
 		ingressTouched := res.PodsChanged || touched[policy.Ingress][dst.Pod]
-		if !egressTouched && !ingressTouched {
-			return false // not asked: it keeps its verdict
+		if !cell.OK || !egressTouched && !ingressTouched {
+			return // it keeps its verdict
 		}
 		srcB, okS := epBefore(src)
 		dstB, okD := epBefore(dst)
 		if !okS || !okD {
-			return false // not compared
+			return // not compared
 		}
 		egressA := ea.AllowedIn(policy.Egress, src, dst, probe)
 		egressB := egressA
@@ -171,7 +178,7 @@ func Compare(before, after State, o Options) *Result {
 		}
 		evaluated.Add(1)
 		if wasAllowed == isAllowed {
-			return false
+			return
 		}
 		c := Change{From: ra.Pod(src.Pod).Key, To: ra.Pod(dst.Pod).Key, Protocol: probe.Protocol, Port: probe.Port, Before: wasAllowed, After: isAllowed}
 		var vb, va *eval.Verdict
@@ -182,10 +189,14 @@ func Compare(before, after State, o Options) *Result {
 		}
 		c.Direction, c.BeforeDecision, c.AfterDecision = Flipped(vb, va)
 		mu.Lock()
-		res.Changes = append(res.Changes, c)
+		changes = append(changes, indexed{c, cell.Index})
 		mu.Unlock()
-		return false
 	})
+	// In the table's order: by port, source, destination.
+	slices.SortFunc(changes, func(a, b indexed) int { return a.index - b.index })
+	for _, c := range changes {
+		res.Changes = append(res.Changes, c.Change)
+	}
 	res.Evaluated = int(evaluated.Load())
 	for _, p := range table.Pods {
 		if _, err := eb.Endpoint(p, opts.Family, netip.Addr{}); err != nil {
@@ -204,28 +215,7 @@ func Compare(before, after State, o Options) *Result {
 	both := len(table.Pods) - len(res.OnlyAfter)
 	res.CellsCompared = both * both * len(opts.Probes)
 	res.Unchanged = res.CellsCompared - len(res.Changes)
-	slices.SortFunc(res.Changes, compareChanges(table))
 	return res
-}
-
-// compareChanges orders changes as the table's cells: by port, source,
-// destination.
-func compareChanges(t *eval.TruthTable) func(a, b Change) int {
-	row := make(map[string]int, len(t.Pods))
-	for i, p := range t.Pods {
-		row[p] = i
-	}
-	port := make(map[string]int, len(t.Ports))
-	for i, p := range t.Ports {
-		port[p] = i
-	}
-	key := func(c Change) [3]int {
-		return [3]int{port[l4.Port{Protocol: c.Protocol, Port: c.Port}.String()], row[c.From], row[c.To]}
-	}
-	return func(a, b Change) int {
-		ka, kb := key(a), key(b)
-		return slices.Compare(ka[:], kb[:])
-	}
 }
 
 // Flipped is the side whose verdict differs between two verdicts of one
