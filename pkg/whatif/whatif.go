@@ -74,10 +74,10 @@ type Result struct {
 	OnlyAfter  []string `json:"onlyAfter,omitempty"`
 	// Ports are the probes compared.
 	Ports []string `json:"ports"`
-	// Evaluated counts the cells evaluated again in both states (the
-	// others could not change); ChangedPolicies the policies added,
-	// deleted or changed ("" for a change that is not only of policies:
-	// every cell is evaluated).
+	// Evaluated counts the cells evaluated in both states (the others
+	// could not change). ChangedPolicies are the policies added, deleted
+	// or changed; PodsChanged says pods, namespaces or nodes differ too,
+	// so that every cell was evaluated.
 	Evaluated       int      `json:"evaluated"`
 	ChangedPolicies []string `json:"changedPolicies"`
 	PodsChanged     bool     `json:"podsChanged"`
@@ -198,20 +198,8 @@ func Compare(before, after State, o Options) *Result {
 		res.Changes = append(res.Changes, c.Change)
 	}
 	res.Evaluated = int(evaluated.Load())
-	for _, p := range table.Pods {
-		if _, err := eb.Endpoint(p, opts.Family, netip.Addr{}); err != nil {
-			res.OnlyAfter = append(res.OnlyAfter, p)
-		}
-	}
-	inAfter := make(map[string]bool, len(table.Pods))
-	for _, p := range table.Pods {
-		inAfter[p] = true
-	}
-	for _, p := range before.Evaluator.TablePods(opts) {
-		if !inAfter[p] {
-			res.OnlyBefore = append(res.OnlyBefore, p)
-		}
-	}
+	beforePods := eb.TablePods(opts)
+	res.OnlyAfter, res.OnlyBefore = missing(table.Pods, beforePods), missing(beforePods, table.Pods)
 	both := len(table.Pods) - len(res.OnlyAfter)
 	res.CellsCompared = both * both * len(opts.Probes)
 	res.Unchanged = res.CellsCompared - len(res.Changes)
@@ -350,6 +338,21 @@ func sameObjects[T interface {
 		}
 	}
 	return true
+}
+
+// missing are the names of a that b lacks, in a's order.
+func missing(a, b []string) []string {
+	in := make(map[string]bool, len(b))
+	for _, n := range b {
+		in[n] = true
+	}
+	var out []string
+	for _, n := range a {
+		if !in[n] {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // unionProbes is a's probes then b's that a lacks.
