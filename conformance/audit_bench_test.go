@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/netpol/netpol/internal/benchstat"
-	"github.com/netpol/netpol/internal/synth"
 	"github.com/netpol/netpol/pkg/audit"
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/eval"
@@ -24,27 +22,16 @@ import (
 // without it, NETPOL_CONNRATE_ROUNDS rounds (default 5) in turn, 3 s
 // each; the median of each and of the rounds' ratios, and their spread.
 func BenchmarkConnRateAudit(b *testing.B) {
-	requireRoot(b)
 	const node = "node-001"
-	rounds, err := benchstat.EnvInts("NETPOL_CONNRATE_ROUNDS", []int{5})
-	if err != nil {
-		b.Fatal(err)
-	}
-	snap := synthSnapshot(b, synth.RealisticScale)
-	ev := eval.New(snap, policy.Build(snap))
+	rounds, snap, ev := realisticConnRate(b)
 	all := &compiler.Audit{Mode: policy.AuditAll, Group: compiler.DefaultAuditGroup}
-	tables := map[bool]*nft.Table{}
-	for _, audited := range []bool{false, true} {
+	tables := offOn(b, ev, func(audited bool) compiler.Options {
 		opts := compiler.Options{Node: node, Layout: compiler.LayoutIdentities}
 		if audited {
 			opts.Audit = all
 		}
-		t, err := compiler.Compile(ev.Resolved(), opts)
-		if err != nil {
-			b.Fatal(err)
-		}
-		tables[audited] = t
-	}
+		return opts
+	})
 	from, to, probe := dispatchedAllowedPairPort(b, snap, ev, tables[false], node, declaredTCP)
 	b.Logf("%s -> %s on %s", from, to, probe)
 	l := nodeOnlyLabOf(b, snap, node, from, to)
@@ -57,11 +44,24 @@ func BenchmarkConnRateAudit(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer reader.Close()
-	off, on, ratio := alternateRates(b, a, tables, rounds[0], func() float64 { return probeRate(b, l, from, to, probe) })
+	off, on, ratio := alternateRates(b, a, tables, rounds, func() float64 { return probeRate(b, l, from, to, probe) })
 	logger.Close()
 	reportRates(b, off, on, ratio, "audit-off", "audit-all")
 	b.ReportMetric(float64(logger.Stats.Written.Load()), "lines-written")
 	b.ReportMetric(float64(logger.Stats.Dropped.Load()+logger.Stats.Folded.Load()), "lines-dropped-or-folded")
+}
+
+// offOn compiles the table of opts(false) and of opts(true).
+func offOn(b *testing.B, ev *eval.Evaluator, opts func(on bool) compiler.Options) map[bool]*nft.Table {
+	tables := map[bool]*nft.Table{}
+	for _, on := range []bool{false, true} {
+		t, err := compiler.Compile(ev.Resolved(), opts(on))
+		if err != nil {
+			b.Fatal(err)
+		}
+		tables[on] = t
+	}
+	return tables
 }
 
 // alternateRates measures rate (connections/s) with tables[false]
@@ -101,27 +101,16 @@ func reportRates(b *testing.B, off, on, ratio []float64, offName, onName string)
 // the same table without them (its NetworkPolicy tier laid out a rule at
 // a time, as counters need).
 func BenchmarkConnRateCounters(b *testing.B) {
-	requireRoot(b)
 	const node = "node-001"
-	rounds, err := benchstat.EnvInts("NETPOL_CONNRATE_ROUNDS", []int{5})
-	if err != nil {
-		b.Fatal(err)
-	}
-	snap := synthSnapshot(b, synth.RealisticScale)
-	ev := eval.New(snap, policy.Build(snap))
-	tables := map[bool]*nft.Table{}
-	for _, counted := range []bool{false, true} {
-		t, err := compiler.Compile(ev.Resolved(), compiler.Options{Node: node, Layout: compiler.LayoutIdentities, RuleCounters: counted})
-		if err != nil {
-			b.Fatal(err)
-		}
-		tables[counted] = t
-	}
+	rounds, snap, ev := realisticConnRate(b)
+	tables := offOn(b, ev, func(counted bool) compiler.Options {
+		return compiler.Options{Node: node, Layout: compiler.LayoutIdentities, RuleCounters: counted}
+	})
 	b.Logf("%d counters", len(tables[true].Counters))
 	from, to, probe := dispatchedAllowedPairPort(b, snap, ev, tables[false], node, declaredTCP)
 	b.Logf("%s -> %s on %s", from, to, probe)
 	l := nodeOnlyLabOf(b, snap, node, from, to)
 	a := nodeApplierOf(b, l, node)
-	off, on, ratio := alternateRates(b, a, tables, rounds[0], func() float64 { return probeRate(b, l, from, to, probe) })
+	off, on, ratio := alternateRates(b, a, tables, rounds, func() float64 { return probeRate(b, l, from, to, probe) })
 	reportRates(b, off, on, ratio, "counters-off", "counters-on")
 }

@@ -208,6 +208,20 @@ func BenchmarkConnRate(b *testing.B) {
 	b.ReportMetric(with/without, "ratio")
 }
 
+// realisticConnRate is what a connections-per-second benchmark of
+// node-001's table of the realistic 10,000-pod cluster starts from (as
+// root): its rounds (NETPOL_CONNRATE_ROUNDS, default 5), the cluster and
+// its evaluator.
+func realisticConnRate(b *testing.B) (rounds int, snap *cluster.Snapshot, ev *eval.Evaluator) {
+	requireRoot(b)
+	r, err := benchstat.EnvInts("NETPOL_CONNRATE_ROUNDS", []int{5})
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap = synthSnapshot(b, synth.RealisticScale)
+	return r[0], snap, eval.New(snap, policy.Build(snap))
+}
+
 // BenchmarkConnRateRealistic is TCP connections/s between two pods of
 // node-001 that policy lets talk (both dispatched into class chains),
 // through node-001's table of the realistic 10,000-pod cluster
@@ -222,14 +236,8 @@ func BenchmarkConnRate(b *testing.B) {
 // conntrack-only chain of the same round: what policy costs on a node
 // that tracks connections anyway.
 func BenchmarkConnRateRealistic(b *testing.B) {
-	requireRoot(b)
 	const node = "node-001"
-	rounds, err := benchstat.EnvInts("NETPOL_CONNRATE_ROUNDS", []int{5})
-	if err != nil {
-		b.Fatal(err)
-	}
-	snap := synthSnapshot(b, synth.RealisticScale)
-	ev := eval.New(snap, policy.Build(snap))
+	rounds, snap, ev := realisticConnRate(b)
 	tables := map[compiler.Layout]*nft.Table{}
 	for _, layout := range []compiler.Layout{compiler.LayoutAddresses, compiler.LayoutIdentities} {
 		t, err := compiler.Compile(ev.Resolved(), compiler.Options{Node: node, Layout: layout})
@@ -270,7 +278,7 @@ func BenchmarkConnRateRealistic(b *testing.B) {
 	var none, addrs, ids, base, addrRatio, idRatio, baseRatio []float64
 	var hook, ct, hookRatio, ctRatio []float64
 	for b.Loop() {
-		for range rounds[0] {
+		for range rounds {
 			if err := a.Delete(); err != nil {
 				b.Fatal(err)
 			}

@@ -2,6 +2,7 @@ package dataplane_test
 
 import (
 	"fmt"
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -149,30 +150,31 @@ func corpusCells(t *testing.T, opts dataplane.Options, check func(*testing.T, ce
 // chain), egress first, ingress only when egress let the packet on.
 func expectedLines(v *eval.Verdict, egress, ingress bool) []string {
 	var out []string
-	for i, dv := range []*eval.DirectionVerdict{v.Egress, v.Ingress} {
-		if dv == nil || !dv.Applies || !(i == 0 && egress || i == 1 && ingress) {
-			if dv != nil && !dv.Allowed {
-				break
-			}
-			continue
-		}
+	for d, dv := range decidingSides(v, egress, ingress) {
 		verdict := "deny"
 		if dv.Allowed {
 			verdict = "allow"
 		}
-		out = append(out, line(nft.Attribution{Verdict: verdict, Direction: directionOf(dv, v), Tier: dv.Tier, Policy: dv.Policy, Rule: dv.Rule, Action: dv.Action}))
-		if !dv.Allowed {
-			break
-		}
+		out = append(out, line(nft.Attribution{Verdict: verdict, Direction: d, Tier: dv.Tier, Policy: dv.Policy, Rule: dv.Rule, Action: dv.Action}))
 	}
 	return out
 }
 
-func directionOf(dv *eval.DirectionVerdict, v *eval.Verdict) string {
-	if dv == v.Egress {
-		return "egress"
+// decidingSides are the directions of v the tables decide, in the order
+// the packet meets them: egress, then ingress if egress let it on; each
+// only where its pod is policed (egress, ingress).
+func decidingSides(v *eval.Verdict, egress, ingress bool) iter.Seq2[string, *eval.DirectionVerdict] {
+	return func(yield func(string, *eval.DirectionVerdict) bool) {
+		for i, dv := range []*eval.DirectionVerdict{v.Egress, v.Ingress} {
+			policed := i == 0 && egress || i == 1 && ingress
+			if dv != nil && dv.Applies && policed && !yield([...]string{"egress", "ingress"}[i], dv) {
+				return
+			}
+			if dv != nil && !dv.Allowed {
+				return
+			}
+		}
 	}
-	return "ingress"
 }
 
 // loggedLines are the attributions of the logging rules a path's packet

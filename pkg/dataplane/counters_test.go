@@ -53,14 +53,7 @@ func TestCorpusCounterAttribution(t *testing.T) {
 // count into, as counterText writes them.
 func expectedCounters(v *eval.Verdict, egress, ingress bool) []string {
 	var out []string
-	for i, dv := range []*eval.DirectionVerdict{v.Egress, v.Ingress} {
-		if dv == nil || !dv.Applies || !(i == 0 && egress || i == 1 && ingress) {
-			if dv != nil && !dv.Allowed {
-				break
-			}
-			continue
-		}
-		d := directionOf(dv, v)
+	for d, dv := range decidingSides(v, egress, ingress) {
 		for _, s := range dv.Skipped {
 			if strings.HasPrefix(s.Why, "matched: Pass") {
 				out = append(out, fmt.Sprintf("%s %s %s %s", d, s.Policy, s.Rule, s.Action))
@@ -73,9 +66,6 @@ func expectedCounters(v *eval.Verdict, egress, ingress bool) []string {
 			}
 		case dv.Policy != "":
 			out = append(out, fmt.Sprintf("%s %s %s %s", d, dv.Policy, dv.Rule, dv.Action))
-		}
-		if !dv.Allowed {
-			break
 		}
 	}
 	return out
