@@ -6,7 +6,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/netpol/netpol/pkg/compiler"
+	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/l4"
+	"github.com/netpol/netpol/pkg/policy"
 )
 
 // agentPortFlags are `netpol agent --protect-agent-ports`'s, for the
@@ -69,6 +71,15 @@ func loadGuarded(cmd *cobra.Command, in *inputFlags, a *agentPortFlags) (*loaded
 	}
 	l.guard(ap)
 	return l, ap, nil
+}
+
+// promoted is l with its staged policies enforced (policy.Promoted),
+// guarded as l is by ap; it learns no domains yet (learnDomains).
+func (l *loaded) promoted(ap *compiler.AgentPorts) *loaded {
+	model := policy.Promoted(l.model)
+	p := &loaded{snap: l.snap, model: model, evaluator: eval.New(l.snap, model)}
+	p.guard(ap)
+	return p
 }
 
 // guard makes l's evaluator judge node addresses as tables with ap do.

@@ -3,17 +3,21 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/eval"
 	"github.com/netpol/netpol/pkg/ipfamily"
 	"github.com/netpol/netpol/pkg/l4"
+	"github.com/netpol/netpol/pkg/policy"
 	"github.com/netpol/netpol/pkg/proxy"
 	"github.com/netpol/netpol/pkg/whatif"
 )
@@ -27,6 +31,7 @@ func (e *diffChangedError) Error() string { return fmt.Sprintf("%d cell(s) flip"
 func newDiffCommand(in *inputFlags) *cobra.Command {
 	var (
 		after, apply, deletes []string
+		promote               []string
 		ports, namespaces     []string
 		family, output        string
 		allNamespaces         bool
@@ -55,8 +60,8 @@ func newDiffCommand(in *inputFlags) *cobra.Command {
 			if err := checkFormat(output, "text", "json", "yaml"); err != nil {
 				return err
 			}
-			if len(after) > 0 == (len(apply) > 0 || len(deletes) > 0) {
-				return fmt.Errorf("give the state after the change: --after PATH, or --apply PATH and/or --delete KIND/NAMESPACE/NAME")
+			if len(after) > 0 == (len(apply) > 0 || len(deletes) > 0 || len(promote) > 0) {
+				return fmt.Errorf("give the state after the change: --after PATH, or --apply PATH, --delete KIND/NAMESPACE/NAME and/or --promote KIND/NAMESPACE/NAME")
 			}
 			probes, err := l4.ParsePorts(ports)
 			if err != nil {
@@ -74,7 +79,7 @@ func newDiffCommand(in *inputFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			la, err := afterState(lb, after, apply, deletes, cmd.InOrStdin(), stderr)
+			la, err := afterState(lb, after, apply, deletes, promote, cmd.InOrStdin(), stderr)
 			if err != nil {
 				return err
 			}
@@ -106,6 +111,7 @@ func newDiffCommand(in *inputFlags) *cobra.Command {
 	f := cmd.Flags()
 	f.StringSliceVar(&after, "after", nil, "the whole state after the change: files or directories, as -f")
 	f.StringSliceVar(&apply, "apply", nil, "objects to apply on top of the state before (files or directories): each replaces the object of the same kind, namespace and name, or is added")
+	f.StringSliceVar(&promote, "promote", nil, `staged policies to enforce (their netpol.io/staged annotation removed): KIND/NAMESPACE/NAME or KIND/NAME`)
 	f.StringSliceVar(&deletes, "delete", nil, "objects to delete from the state before: KIND/NAMESPACE/NAME, or KIND/NAME for a cluster-scoped kind (e.g. NetworkPolicy/prod/allow-web, ClusterNetworkPolicy/isolate-dev)")
 	f.StringSliceVar(&ports, "ports", nil, "probes as protocol/port, comma-separated (default: every port the pods of either state declare)")
 	f.StringSliceVarP(&namespaces, "namespace", "n", nil, "only pods of these namespaces (default: all)")
@@ -119,7 +125,7 @@ func newDiffCommand(in *inputFlags) *cobra.Command {
 
 // afterState loads the state after the change: the files of --after, or
 // before's snapshot with --apply's objects applied and --delete's deleted.
-func afterState(before *loaded, after, apply, deletes []string, stdin io.Reader, stderr io.Writer) (*loaded, error) {
+func afterState(before *loaded, after, apply, deletes, promote []string, stdin io.Reader, stderr io.Writer) (*loaded, error) {
 	var snap *cluster.Snapshot
 	var report *cluster.Report
 	since := before // what before printed is not printed again
@@ -134,10 +140,15 @@ func afterState(before *loaded, after, apply, deletes []string, stdin io.Reader,
 		for _, d := range deletes {
 			key, err := parseObjectRef(d)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("--delete %w", err)
 			}
 			if !snap.Delete(key) {
 				return nil, fmt.Errorf("--delete %s: there is no %s in the state before", d, key)
+			}
+		}
+		for _, p := range promote {
+			if err := promoteStaged(snap, p); err != nil {
+				return nil, err
 			}
 		}
 		report = snap.AddPaths(apply, stdin, true)
@@ -146,6 +157,29 @@ func afterState(before *loaded, after, apply, deletes []string, stdin io.Reader,
 		}
 	}
 	return loadedFrom(snap, report, stderr, since), nil
+}
+
+// promoteStaged removes the netpol.io/staged annotation from the staged
+// policy ref names (KIND/NAMESPACE/NAME or KIND/NAME), in a copy of it.
+func promoteStaged(snap *cluster.Snapshot, ref string) error {
+	key, err := parseObjectRef(ref)
+	if err != nil {
+		return fmt.Errorf("--promote %s: %w", ref, err)
+	}
+	obj, ok := snap.PolicyObject(key).(runtime.Object)
+	if !ok {
+		return fmt.Errorf("--promote %s: there is no %s in the state before", ref, key)
+	}
+	c := obj.DeepCopyObject()
+	meta := c.(metav1.Object)
+	if meta.GetAnnotations()[policy.StagedAnnotation] != "true" {
+		return fmt.Errorf("--promote %s: %s is not staged (annotation %s: \"true\")", ref, key, policy.StagedAnnotation)
+	}
+	ann := maps.Clone(meta.GetAnnotations())
+	delete(ann, policy.StagedAnnotation)
+	meta.SetAnnotations(ann)
+	snap.ReplacePolicy(c)
+	return nil
 }
 
 // parseObjectRef reads KIND/NAMESPACE/NAME, or KIND/NAME for a
@@ -171,9 +205,9 @@ func parseObjectRef(s string) (cluster.ObjectKey, error) {
 	case !clusterScoped && len(parts) == 3 && parts[1] != "" && parts[2] != "":
 		return cluster.ObjectKey{Kind: kind, Namespace: parts[1], Name: parts[2]}, nil
 	case clusterScoped:
-		return cluster.ObjectKey{}, fmt.Errorf("--delete %s: a %s is %s/NAME", s, kind, kind)
+		return cluster.ObjectKey{}, fmt.Errorf("%s: a %s is %s/NAME", s, kind, kind)
 	}
-	return cluster.ObjectKey{}, fmt.Errorf("--delete %s: a %s is %s/NAMESPACE/NAME", s, kind, kind)
+	return cluster.ObjectKey{}, fmt.Errorf("%s: a %s is %s/NAMESPACE/NAME", s, kind, kind)
 }
 
 // errorsOf is the exit status of input problems in either state.

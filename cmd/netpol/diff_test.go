@@ -124,3 +124,42 @@ spec:
 		}
 	}
 }
+
+// TestStagedCLI: a staged policy is not enforced; explain --staged shows
+// the verdict with it enforced and says it differs; diff --promote shows
+// the cells enforcing it flips; promoting a policy that is not staged is
+// refused.
+func TestStagedCLI(t *testing.T) {
+	staged := "../../examples/diff/staged.yaml"
+	out, _, err := run(t, "", "explain", "-f", demo, "-f", staged, "web/frontend", "sandbox/toolbox", "--staged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantContains(t, "explain --staged", out,
+		"web/frontend (10.244.1.10) -> sandbox/toolbox (10.244.1.30) TCP/80: ALLOWED",
+		"With the staged policies enforced (ClusterNetworkPolicy sandbox-not-from-web), the verdict DIFFERS: denied instead of allowed.",
+		`Decision: DENIED by the Admin tier: ClusterNetworkPolicy sandbox-not-from-web ingress[0] "deny-web", action Deny`)
+	out, _, err = run(t, "", "explain", "-f", demo, "-f", staged, "web/frontend", "sandbox/toolbox", "--staged", "-o", "json")
+	var sv struct {
+		Staged     []string `json:"stagedPolicies"`
+		Differs    bool     `json:"differs"`
+		Enforced   struct{ Allowed bool }
+		WithStaged struct{ Allowed bool } `json:"withStaged"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &sv) != nil || !sv.Differs || !sv.Enforced.Allowed || sv.WithStaged.Allowed ||
+		len(sv.Staged) != 1 || sv.Staged[0] != "ClusterNetworkPolicy sandbox-not-from-web" {
+		t.Errorf("explain --staged -o json: %v %+v\n%s", err, sv, out)
+	}
+	// Not enforced: the table allows it; --exit-code follows the enforced verdict.
+	if _, _, err := run(t, "", "explain", "-f", demo, "-f", staged, "web/frontend", "sandbox/toolbox", "--staged", "--exit-code"); err != nil {
+		t.Errorf("explain --staged --exit-code of an allowed connection: %v", err)
+	}
+	out, _, err = run(t, "", "diff", "-f", demo, "-f", staged, "--promote", "ClusterNetworkPolicy/sandbox-not-from-web")
+	if err != nil || !strings.Contains(out, "3 flip (0 open, 3 close)") || !strings.Contains(out, "web/frontend -> sandbox/toolbox tcp/80: allowed -> denied") {
+		t.Errorf("diff --promote: %v\n%s", err, out)
+	}
+	if _, _, err := run(t, "", "diff", "-f", demo, "--promote", "NetworkPolicy/api/orders-from-web"); err == nil ||
+		!strings.Contains(err.Error(), `NetworkPolicy api/orders-from-web is not staged (annotation netpol.io/staged: "true")`) {
+		t.Errorf("diff --promote of a policy not staged: %v", err)
+	}
+}

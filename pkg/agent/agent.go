@@ -733,7 +733,7 @@ func (a *Agent) sync(due node.Tables, verify bool) node.Tables {
 		a.models.publish()
 		if model != nil && a.status != nil && a.status.leader.Load() {
 			problems := objectProblems(model)
-			a.status.enqueue(queuedStatus{statuses: desiredStatus(policies, problems),
+			a.status.enqueue(queuedStatus{statuses: desiredStatus(policies, problems, stagedKeys(model)),
 				events: desiredEvents(policies, a.src.networkPolicyRef, model, problems)})
 		}
 	}

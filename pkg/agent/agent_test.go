@@ -59,10 +59,13 @@ func TestDesiredStatus(t *testing.T) {
 			errors.New("a problem of no object"),
 		},
 		ObjectWarnings: map[cluster.ObjectKey][]string{key("warned"): {"unknown field; the rule fails closed"}},
+		Staged:         []*policy.Policy{{Kind: cluster.KindClusterPolicy, Name: "staged"}},
 	}
-	objs := map[cluster.ObjectKey]policyObject{key("ok"): obj("ok"), key("rejected"): obj("rejected"), key("partial"): obj("partial"), key("warned"): obj("warned")}
-	want := map[string][2]string{"ok": {"True", "Valid"}, "rejected": {"False", "Invalid"}, "partial": {"True", "RulesFailClosed"}, "warned": {"True", "RulesFailClosed"}}
-	got := desiredStatus(objs, objectProblems(model))
+	objs := map[cluster.ObjectKey]policyObject{key("ok"): obj("ok"), key("rejected"): obj("rejected"), key("partial"): obj("partial"), key("warned"): obj("warned"),
+		key("staged"): obj("staged")}
+	want := map[string][2]string{"ok": {"True", "Valid"}, "rejected": {"False", "Invalid"}, "partial": {"True", "RulesFailClosed"}, "warned": {"True", "RulesFailClosed"},
+		"staged": {"True", "Staged"}}
+	got := desiredStatus(objs, objectProblems(model), stagedKeys(model))
 	if len(got) != len(want) {
 		t.Fatalf("got %d statuses, want %d", len(got), len(want))
 	}

@@ -51,7 +51,7 @@ func (a *Agent) recordChange(objs []any) {
 		case *networkingv1.NetworkPolicy, *policyRecord:
 			snap, problems := loadPolicy(obj)
 			model := policy.Build(snap)
-			if len(model.Policies) == 0 {
+			if len(model.Policies) == 0 && len(model.Staged) == 0 {
 				// Rejected: no model of its own carries the problem to the
 				// status writer; a full sync's does.
 				problems = append(problems, model.Errors...)
@@ -60,7 +60,7 @@ func (a *Agent) recordChange(objs []any) {
 				reason = "a policy object with a problem: " + errors.Join(problems...).Error()
 				continue
 			}
-			pols = append(pols, model.Policies...)
+			pols = append(pols, model.Policies...) // a staged version is not enforced: nothing of its own
 		default:
 			reason = fmt.Sprintf("a %T changed", obj)
 		}

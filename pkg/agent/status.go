@@ -149,12 +149,15 @@ type policyStatus struct {
 
 // desiredStatus derives each policy object's Accepted condition from the
 // model's problems (objectProblems): rejected objects are False/Invalid; objects with rules
-// that fail closed are True/RulesFailClosed, listing them; others
-// True/Valid.
-func desiredStatus(objs map[cluster.ObjectKey]policyObject, problems map[cluster.ObjectKey]problems) []policyStatus {
+// that fail closed are True/RulesFailClosed, listing them; staged ones
+// (stagedKeys) True/Staged; others True/Valid.
+func desiredStatus(objs map[cluster.ObjectKey]policyObject, problems map[cluster.ObjectKey]problems, staged map[cluster.ObjectKey]bool) []policyStatus {
 	var out []policyStatus
 	for key, o := range objs {
 		st := policyStatus{gvr: o.gvr, obj: o.obj, status: metav1.ConditionTrue, reason: "Valid", msg: "netpol enforces this policy"}
+		if staged[key] {
+			st.reason, st.msg = "Staged", "staged ("+policy.StagedAnnotation+`: "true"): netpol does not enforce it; netpol diff --promote shows what enforcing it would change`
+		}
 		if p, ok := problems[key]; ok {
 			st.reason, st.msg = "RulesFailClosed", p.message()
 			if p.rejected {
@@ -205,6 +208,15 @@ func objectProblems(model *policy.Model) map[cluster.ObjectKey]problems {
 	for key, p := range out {
 		sort.Strings(p.entries)
 		out[key] = p
+	}
+	return out
+}
+
+// stagedKeys are the objects of the model's staged policies.
+func stagedKeys(model *policy.Model) map[cluster.ObjectKey]bool {
+	out := make(map[cluster.ObjectKey]bool, len(model.Staged))
+	for _, p := range model.Staged {
+		out[cluster.ObjectKey{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name}] = true
 	}
 	return out
 }

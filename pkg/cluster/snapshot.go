@@ -138,6 +138,40 @@ func PolicyKey(obj any) (ObjectKey, bool) {
 	return ObjectKey{}, false
 }
 
+// PolicyObject is the policy object of key, or nil.
+func (s *Snapshot) PolicyObject(key ObjectKey) any {
+	for _, obj := range s.PolicyObjects() {
+		if k, _ := PolicyKey(obj); k == key {
+			return obj
+		}
+	}
+	return nil
+}
+
+// ReplacePolicy puts obj, a policy object, in the place of the object of
+// its key (or adds it), keeping that object's origin.
+func (s *Snapshot) ReplacePolicy(obj any) {
+	key, ok := PolicyKey(obj)
+	if !ok {
+		return
+	}
+	origin, had := s.Origin[key]
+	s.Delete(key)
+	switch o := obj.(type) {
+	case *networkingv1.NetworkPolicy:
+		s.NetworkPolicies = append(s.NetworkPolicies, o)
+	case *anpv1alpha1.AdminNetworkPolicy:
+		s.AdminPolicies = append(s.AdminPolicies, o)
+	case *anpv1alpha1.BaselineAdminNetworkPolicy:
+		s.BaselinePolicies = append(s.BaselinePolicies, o)
+	case *cnpv1beta1.ClusterNetworkPolicy:
+		s.ClusterPolicies = append(s.ClusterPolicies, o)
+	}
+	if had {
+		s.Origin[key] = origin
+	}
+}
+
 // PolicyAlone is a snapshot of obj, one of PolicyObjects, alone, with the
 // unknown fields s records (what building one object's model reads).
 func (s *Snapshot) PolicyAlone(obj any) *Snapshot {

@@ -108,7 +108,7 @@ func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string
 	nsLabels := namespaceLabels(&snap)
 	live := build()
 	check(live, "start")
-	for step := range 40 {
+	for step := range 48 {
 		ch := compiler.Changes{Pods: map[string]*compiler.PodState{}, NamespaceLabels: nsLabels}
 		var what string
 		var local, replica bool

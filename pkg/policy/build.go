@@ -5,7 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -45,10 +45,18 @@ func Build(snap *cluster.Snapshot) *Model {
 	for _, cnp := range snap.ClusterPolicies {
 		b.add(b.clusterPolicy(cnp))
 	}
-	sort.SliceStable(b.model.Policies, func(i, j int) bool {
-		return Less(b.model.Policies[i], b.model.Policies[j])
-	})
+	slices.SortStableFunc(b.model.Policies, compare)
+	slices.SortStableFunc(b.model.Staged, compare)
 	return b.model
+}
+
+// Promoted is m with its staged policies enforced: what `netpol explain
+// --staged` evaluates beside m.
+func Promoted(m *Model) *Model {
+	out := *m
+	out.Policies = slices.SortedStableFunc(slices.Values(slices.Concat(m.Policies, m.Staged)), compare)
+	out.Staged = nil
+	return &out
 }
 
 // Less is the evaluation order: tier, priority, then kind and name so that
@@ -75,7 +83,12 @@ type builder struct {
 }
 
 func (b *builder) add(p *Policy) {
-	if p != nil {
+	switch {
+	case p == nil:
+	case p.Staged:
+		p.ref = p.makeRef()
+		b.model.Staged = append(b.model.Staged, p)
+	default:
 		p.ref = p.makeRef() // asked for on every plan and chain name
 		b.model.Policies = append(b.model.Policies, p)
 	}
@@ -177,20 +190,37 @@ const (
 	AuditAll  = "all"
 )
 
-// audit reads the object's AuditAnnotation into p.Audit; a value it does
-// not know is a warning, and the agent's mode applies.
-func (b *builder) audit(key cluster.ObjectKey, p *Policy, annotations map[string]string) {
-	v, ok := annotations[AuditAnnotation]
-	if !ok {
-		return
-	}
-	switch v {
-	case AuditOff, AuditDeny, AuditAll:
-		p.Audit = v
-	default:
-		msg := fmt.Sprintf("%s: metadata.annotations[%s]: unknown value %q (off, deny or all); the verdict log's default applies", key, AuditAnnotation, v)
+// StagedAnnotation "true", on any policy object, stages the policy: it is
+// not enforced (Model.Staged), and what it would change can be shown
+// (`netpol explain --staged`, `netpol diff --promote`).
+const StagedAnnotation = "netpol.io/staged"
+
+// ownAnnotations reads the object's AuditAnnotation into p.Audit and its
+// StagedAnnotation into p.Staged. A value it does not know is a warning:
+// the agent's audit mode applies, and the policy is enforced (a typo
+// never loosens what is enforced).
+func (b *builder) ownAnnotations(key cluster.ObjectKey, p *Policy, annotations map[string]string) {
+	warn := func(annotation, v, want, what string) {
+		msg := fmt.Sprintf("%s: metadata.annotations[%s]: unknown value %q (%s); %s", key, annotation, v, want, what)
 		b.model.Warnings = append(b.model.Warnings, msg)
 		b.model.ObjectWarnings[key] = append(b.model.ObjectWarnings[key], msg)
+	}
+	if v, ok := annotations[AuditAnnotation]; ok {
+		switch v {
+		case AuditOff, AuditDeny, AuditAll:
+			p.Audit = v
+		default:
+			warn(AuditAnnotation, v, "off, deny or all", "the verdict log's default applies")
+		}
+	}
+	if v, ok := annotations[StagedAnnotation]; ok {
+		switch v {
+		case "true":
+			p.Staged = true
+		case "false":
+		default:
+			warn(StagedAnnotation, v, `"true" or "false"`, "the policy is enforced")
+		}
 	}
 }
 
@@ -249,7 +279,7 @@ func (b *builder) networkPolicy(np *networkingv1.NetworkPolicy) *Policy {
 		Kind: key.Kind, APIVersion: "networking.k8s.io/v1", Namespace: np.Namespace, Name: np.Name,
 		Tier: TierNetworkPolicy,
 	}
-	b.audit(key, p, np.Annotations)
+	b.ownAnnotations(key, p, np.Annotations)
 	p.Subject = Subject{Namespace: np.Namespace, Namespaces: labels.Everything(),
 		Pods: selector(&np.Spec.PodSelector, "spec.podSelector", o)}
 	if p.Subject.Pods == nil {
@@ -396,7 +426,7 @@ func (b *builder) adminPolicy(anp *anpv1alpha1.AdminNetworkPolicy) *Policy {
 	o := b.newObject(key)
 	p := &Policy{Kind: key.Kind, APIVersion: "policy.networking.k8s.io/v1alpha1", Name: anp.Name,
 		Tier: TierAdmin, Priority: anp.Spec.Priority}
-	b.audit(key, p, anp.Annotations)
+	b.ownAnnotations(key, p, anp.Annotations)
 	checkPriority(anp.Spec.Priority, o)
 	p.Subject = subject(anp.Spec.Subject.Namespaces, v1alpha1Pods(anp.Spec.Subject.Pods), o)
 	for i, r := range anp.Spec.Ingress {
@@ -423,7 +453,7 @@ func (b *builder) baselinePolicy(banp *anpv1alpha1.BaselineAdminNetworkPolicy) *
 	o := b.newObject(key)
 	p := &Policy{Kind: key.Kind, APIVersion: "policy.networking.k8s.io/v1alpha1", Name: banp.Name,
 		Tier: TierBaseline, Priority: baselineLastPrio}
-	b.audit(key, p, banp.Annotations)
+	b.ownAnnotations(key, p, banp.Annotations)
 	if banp.Name != bannedBANPName {
 		o.rejectf("metadata.name", "a BaselineAdminNetworkPolicy must be named %q, not %q", bannedBANPName, banp.Name)
 	}
@@ -689,7 +719,7 @@ func (b *builder) clusterPolicy(cnp *cnpv1beta1.ClusterNetworkPolicy) *Policy {
 	key := cluster.ObjectKey{Kind: cluster.KindClusterPolicy, Name: cnp.Name}
 	o := b.newObject(key)
 	p := &Policy{Kind: key.Kind, APIVersion: b.snap.Origin[key].APIVersion, Name: cnp.Name, Priority: cnp.Spec.Priority}
-	b.audit(key, p, cnp.Annotations)
+	b.ownAnnotations(key, p, cnp.Annotations)
 	switch cnp.Spec.Tier {
 	case cnpv1beta1.AdminTier:
 		p.Tier = TierAdmin

@@ -70,6 +70,7 @@ func (c *Cache) Build(ids []any, load func(id any) (*cluster.Snapshot, []error))
 	out := &Model{Policies: c.sorted, ObjectWarnings: map[cluster.ObjectKey][]string{}}
 	var problems []error
 	for _, sh := range given {
+		out.Staged = append(out.Staged, sh.model.Staged...)
 		out.Errors = append(out.Errors, sh.model.Errors...)
 		out.Warnings = append(out.Warnings, sh.model.Warnings...)
 		if len(sh.model.ObjectWarnings) > 0 {
@@ -77,6 +78,7 @@ func (c *Cache) Build(ids []any, load func(id any) (*cluster.Snapshot, []error))
 		}
 		problems = append(problems, sh.problems...)
 	}
+	slices.SortFunc(out.Staged, compare)
 	return out, problems
 }
 

@@ -97,6 +97,9 @@ type Policy struct {
 	// Audit is the object's AuditAnnotation (off, deny or all), "" when
 	// it has none: what the verdict log writes of its decisions.
 	Audit string
+	// Staged is the object's StagedAnnotation: the policy is in
+	// Model.Staged, not enforced.
+	Staged bool
 	// ref is Ref, made once by Build.
 	ref string
 }
@@ -310,6 +313,9 @@ type Model struct {
 	// Policies sorted by tier, then priority, then kind and name (the
 	// deterministic order for equal priorities).
 	Policies []*Policy
+	// Staged are the policies staged (StagedAnnotation), in the same
+	// order: not enforced, and not in Policies.
+	Staged []*Policy
 	// Errors name the object and field; the object was rejected, or the
 	// rule named fails closed, as each error says.
 	Errors []error
