@@ -83,15 +83,15 @@ type builder struct {
 }
 
 func (b *builder) add(p *Policy) {
-	switch {
-	case p == nil:
-	case p.Staged:
-		p.ref = p.makeRef()
-		b.model.Staged = append(b.model.Staged, p)
-	default:
-		p.ref = p.makeRef() // asked for on every plan and chain name
-		b.model.Policies = append(b.model.Policies, p)
+	if p == nil {
+		return
 	}
+	p.ref = p.makeRef() // asked for on every plan and chain name
+	if p.Staged {
+		b.model.Staged = append(b.model.Staged, p)
+		return
+	}
+	b.model.Policies = append(b.model.Policies, p)
 }
 
 // objectErrors collects the problems of one object.
