@@ -242,7 +242,7 @@ func serviceChanges(lb, la *loaded, opts eval.TruthTableOptions) ([]whatif.Chang
 				continue
 			}
 			for _, sp := range s.Spec.Ports {
-				pr := l4.Port{Protocol: cmpProtocol(sp.Protocol), Port: sp.Port}
+				pr := l4.Port{Protocol: policy.DefaultProtocol(sp.Protocol), Port: sp.Port}
 				t := serviceTarget{given: "svc/" + s.Namespace + "/" + s.Name, namespace: s.Namespace, name: s.Name, frontend: proxy.FrontendClusterIP}
 				out[t.given+" "+pr.String()] = port{t, pr}
 			}
@@ -285,13 +285,6 @@ func serviceChanges(lb, la *loaded, opts eval.TruthTableOptions) ([]whatif.Chang
 	return out, compared, nil
 }
 
-func cmpProtocol(p corev1.Protocol) corev1.Protocol {
-	if p == "" {
-		return corev1.ProtocolTCP
-	}
-	return p
-}
-
 // flippedEndpoint is the side that flipped for the first endpoint (by
 // address) whose verdict differs, and its decisions before and after
 // (none when no endpoint of both states flipped: one was added or went).
@@ -304,14 +297,7 @@ func flippedEndpoint(vb, va *serviceVerdict) (string, *eval.DirectionVerdict, *e
 		return m
 	}
 	b, a := byAddr(vb), byAddr(va)
-	addrs := slices.Sorted(func(yield func(string) bool) {
-		for k := range a {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-	for _, addr := range addrs {
+	for _, addr := range slices.Sorted(maps.Keys(a)) {
 		ea, eb := a[addr], b[addr]
 		if eb.Verdict == nil || ea.Verdict == nil || ea.Allowed == eb.Allowed {
 			continue

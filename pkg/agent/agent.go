@@ -167,10 +167,12 @@ type Agent struct {
 	models     modelHub             // /debug/model watchers
 	// healthConns bounds the health listener's connections.
 	healthConns connLimit
-	src         *sources
-	prog        *node.Programmer
-	metrics     *metrics
-	status      *statusWriter
+	// ruleCounts is the per-rule counters the model's watchers share.
+	ruleCounts sharedRuleCounts
+	src        *sources
+	prog       *node.Programmer
+	metrics    *metrics
+	status     *statusWriter
 	// tables are the node's tables (services absent with NoProxy), each
 	// with its own pending changes and backoff.
 	tables []*tableState

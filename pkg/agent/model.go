@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"sync"
+	"time"
 
 	"github.com/netpol/netpol/pkg/nft"
 	"github.com/netpol/netpol/pkg/node"
@@ -26,6 +28,27 @@ type ModelView struct {
 
 // IsCounters says the line is a counters line.
 func (m *ModelView) IsCounters() bool { return m.Chains == nil && m.Sets == nil && m.Counters != nil }
+
+// sharedRuleCounts is one read of the per-rule counters from the kernel
+// for every watch stream: at most one per half watchCounters, however
+// many watch (each read is a dump of thousands of counter objects).
+type sharedRuleCounts struct {
+	mu     sync.Mutex
+	at     time.Time
+	counts []node.RuleCount // read-only once read
+	err    error
+}
+
+// read is the last read if recent, else a new one with read.
+func (s *sharedRuleCounts) read(read func() ([]node.RuleCount, error)) ([]node.RuleCount, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Since(s.at) >= watchCounters/2 {
+		s.counts, s.err = read()
+		s.at = time.Now()
+	}
+	return s.counts, s.err
+}
 
 // countersLine is a watch stream's counters line: the counters of now
 // that differ from sent (nil: none, then every one), which it updates;

@@ -323,7 +323,7 @@ func (a *Agent) serveModel(w http.ResponseWriter, r *http.Request) {
 		counters = tick.C
 	}
 	writeCounters := func() bool {
-		now, err := a.prog.RuleCounts()
+		now, err := a.ruleCounts.read(a.prog.RuleCounts)
 		if err != nil || sent < 0 {
 			return true // the next tick tries again
 		}

@@ -30,16 +30,7 @@ func TestAgentVerdictLog(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "verdicts.log")
 	w.agent[n.Name].kill()
 	a := w.startAgent(n, "--audit", "all", "--audit-log", logPath)
-	w.apply(`
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: b-from-c, namespace: x}
-spec:
-  podSelector: {matchLabels: {pod: b}}
-  policyTypes: [Ingress]
-  ingress:
-  - from: [{podSelector: {matchLabels: {pod: c}}}]
-`)
+	w.apply(bFromC(""))
 	to := netip.AddrPortFrom(w.podAddr("x/b"), 80)
 	// (The harness's kernelLatency compares the tables with a compile
 	// without the verdict log: the policy is waited for by its effect.)
@@ -86,6 +77,21 @@ spec:
 	if got := a.metric(t, "netpol_audit_decisions_total"); got < 2 {
 		t.Errorf("netpol_audit_decisions_total = %v, want 2 or more", got)
 	}
+}
+
+// bFromC is the NetworkPolicy that admits only x/c to x/b, with extra
+// metadata (", annotations: {...}") when not "".
+func bFromC(metadata string) string {
+	return `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: b-from-c, namespace: x` + metadata + `}
+spec:
+  podSelector: {matchLabels: {pod: b}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{podSelector: {matchLabels: {pod: c}}}]
+`
 }
 
 // quote is tier, then policy and rule quoted.

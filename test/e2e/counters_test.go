@@ -26,16 +26,7 @@ import (
 func TestAgentRuleCounters(t *testing.T) {
 	w := newWorld(t, "e2e")
 	a := w.agent["node-1"] // x/b's node: its ingress is judged there
-	w.apply(`
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: b-from-c, namespace: x}
-spec:
-  podSelector: {matchLabels: {pod: b}}
-  policyTypes: [Ingress]
-  ingress:
-  - from: [{podSelector: {matchLabels: {pod: c}}}]
-`)
+	w.apply(bFromC(""))
 	to := netip.AddrPortFrom(w.podAddr("x/b"), 80)
 	dial := func(from string, sport uint16) bool {
 		return w.lab.Dial(context.Background(), from, to, corev1.ProtocolUDP, lab.DialOptions{SourcePort: sport, Timeout: 300 * time.Millisecond}).Allowed

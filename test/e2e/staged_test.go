@@ -20,23 +20,11 @@ import (
 // cluster.
 func TestAgentStagedPolicy(t *testing.T) {
 	w := newWorld(t, "e2e")
-	policy := func(annotations string) string {
-		return `
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: b-from-c, namespace: x` + annotations + `}
-spec:
-  podSelector: {matchLabels: {pod: b}}
-  policyTypes: [Ingress]
-  ingress:
-  - from: [{podSelector: {matchLabels: {pod: c}}}]
-`
-	}
 	to := netip.AddrPortFrom(w.podAddr("x/b"), 80)
 	step := func(change, annotations string, allowed bool) {
 		t.Helper()
 		written := time.Now()
-		w.apply(policy(annotations))
+		w.apply(bFromC(annotations))
 		// The kernels equal the compile of the live cluster, and the
 		// probed matrix the evaluator's table.
 		w.converged(change, written)
