@@ -114,3 +114,45 @@ func BenchmarkConnRateCounters(b *testing.B) {
 	off, on, ratio := alternateRates(b, a, tables, rounds, func() float64 { return probeRate(b, l, from, to, probe) })
 	reportRates(b, off, on, ratio, "counters-off", "counters-on")
 }
+
+// BenchmarkConnRateStaged is what the staged policies' shadow evaluation
+// costs allowed traffic: as BenchmarkConnRateAudit, node-001's identity
+// table of the realistic 10,000-pod cluster with a staged copy of a
+// NetworkPolicy that isolates the destination (the shadow evaluation of
+// every connection of the node, and each final verdict compared with its
+// verdict; the copy changes no verdict, so no line is logged) against the
+// same table with nothing staged.
+func BenchmarkConnRateStaged(b *testing.B) {
+	const node = "node-001"
+	rounds, snap, ev := realisticConnRate(b)
+	plain, err := compiler.Compile(ev.Resolved(), compiler.Options{Node: node, Layout: compiler.LayoutIdentities})
+	if err != nil {
+		b.Fatal(err)
+	}
+	from, to, probe := dispatchedAllowedPairPort(b, snap, ev, plain, node, declaredTCP)
+	b.Logf("%s -> %s on %s", from, to, probe)
+	r := ev.Resolved()
+	var copied *policy.Policy
+	for i := 0; i < r.NumPods() && copied == nil; i++ {
+		if plan := r.Plan(i, policy.Ingress); r.Pod(i).Key == to && plan != nil && len(plan.Isolating) > 0 {
+			p := r.Policies()[plan.Isolating[0]]
+			copied = p.Renamed(p.Name + "-staged")
+			copied.Staged = true
+		}
+	}
+	if copied == nil {
+		b.Fatalf("no NetworkPolicy isolates %s", to)
+	}
+	staged, err := compiler.Compile(r, compiler.Options{Node: node, Layout: compiler.LayoutIdentities, Staged: []*policy.Policy{copied}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	np, ns := plain.Count(), staged.Count()
+	b.Logf("staged %s: %d chains, %d rules, %d sets, %d elements; nothing staged: %d, %d, %d, %d",
+		copied.Ref(), ns.Chains, ns.Rules, ns.Sets, ns.Elements, np.Chains, np.Rules, np.Sets, np.Elements)
+	l := nodeOnlyLabOf(b, snap, node, from, to)
+	a := nodeApplierOf(b, l, node)
+	tables := map[bool]*nft.Table{false: plain, true: staged}
+	off, on, ratio := alternateRates(b, a, tables, rounds, func() float64 { return probeRate(b, l, from, to, probe) })
+	reportRates(b, off, on, ratio, "nothing-staged", "staged")
+}

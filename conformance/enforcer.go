@@ -311,3 +311,16 @@ func (e *Enforcer) RuleCounts() (map[string][]node.RuleCount, error) {
 	}
 	return out, errors.Join(errs...)
 }
+
+// StagedCounts is each node's staged policies' counters
+// (node.Programmer.StagedCounts), by node name.
+func (e *Enforcer) StagedCounts() (map[string][]node.RuleCount, error) {
+	out := map[string][]node.RuleCount{}
+	var errs []error
+	for name, p := range e.nodes {
+		c, err := p.StagedCounts()
+		out[name] = c
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}

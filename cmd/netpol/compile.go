@@ -55,6 +55,9 @@ func newCompileCommand(in *inputFlags) *cobra.Command {
 				}
 			} else {
 				opts := compiler.Options{Node: node, Table: table, Layout: layout.layout, RuleCounters: counters}
+				if layout.layout == compiler.LayoutIdentities {
+					opts.Staged = l.model.Staged // evaluated beside the enforced ones, logged where they differ
+				}
 				if opts.AgentPorts, err = agent.parse(); err != nil {
 					return err
 				}

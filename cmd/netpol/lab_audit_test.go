@@ -34,7 +34,7 @@ func TestLabUpAudit(t *testing.T) {
 	out, errOut := &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	cmd.SetOut(out)
 	cmd.SetErr(errOut)
-	cmd.SetArgs([]string{"lab", "up", "-f", demo, "--audit", "all", "--audit-log", logPath, "--prefix", prefix + "-"})
+	cmd.SetArgs([]string{"lab", "up", "-f", demo, "-f", "../../examples/diff/staged.yaml", "--audit", "all", "--audit-log", logPath, "--prefix", prefix + "-"})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 	stopped := false
@@ -88,6 +88,7 @@ func TestLabUpAudit(t *testing.T) {
 	}
 	dial("web/frontend", "api/orders", "8080")
 	dial("sandbox/toolbox", "db/postgres", "5432")
+	dial("web/frontend", "sandbox/toolbox", "80") // allowed; the staged Admin Deny would deny it
 	read := func() []audit.Line {
 		data, _ := os.ReadFile(logPath)
 		var ls []audit.Line
@@ -102,10 +103,15 @@ func TestLabUpAudit(t *testing.T) {
 	want := map[string]bool{
 		"allow ingress web/frontend api/orders TCP 8080 NetworkPolicy NetworkPolicy api/orders-from-web ingress[0] Accept node-2":                   false,
 		`deny ingress sandbox/toolbox db/postgres TCP 5432 Admin ClusterNetworkPolicy isolate-dev-from-prod ingress[0] "deny-from-dev" Deny node-2`: false,
+		// The staged policy's line: the connection was allowed.
+		`deny ingress web/frontend sandbox/toolbox TCP 80 Admin ClusterNetworkPolicy sandbox-not-from-web ingress[0] "deny-web" Deny node-1 staged, enforced allow`: false,
 	}
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		for _, l := range read() {
 			key := strings.Join([]string{l.Verdict, l.Direction, l.Src, l.Dst, l.Protocol, strconv.Itoa(int(l.Port)), l.Tier, l.Policy, l.Rule, l.Action, l.Node}, " ")
+			if l.Staged {
+				key += " staged, enforced " + l.Enforced
+			}
 			if _, ok := want[key]; ok {
 				want[key] = true
 			}

@@ -295,6 +295,7 @@ func New(opts Options) (*Agent, error) {
 		a.metrics.registry.MustRegister(ruleCountsCollector{prog})
 	}
 	if names != nil {
+		a.metrics.registry.MustRegister(stagedCountsCollector{prog})
 		names.src = a.src
 		a.metrics.registry.MustRegister(&auditCollector{l: opts.auditLog, prog: prog})
 		a.closeAudit = func() {

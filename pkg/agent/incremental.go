@@ -60,7 +60,10 @@ func (a *Agent) recordChange(objs []any) {
 				reason = "a policy object with a problem: " + errors.Join(problems...).Error()
 				continue
 			}
-			pols = append(pols, model.Policies...) // a staged version is not enforced: nothing of its own
+			// A staged policy is not enforced, but the nodes it selects pods
+			// of evaluate it beside the enforced ones (compiler.Options.Staged).
+			pols = append(pols, model.Policies...)
+			pols = append(pols, model.Staged...)
 		default:
 			reason = fmt.Sprintf("a %T changed", obj)
 		}

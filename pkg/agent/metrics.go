@@ -197,6 +197,27 @@ func (c ruleCountsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// stagedCountsCollector exports the staged policies' would-be verdicts,
+// read from the kernel at each scrape.
+type stagedCountsCollector struct{ prog *node.Programmer }
+
+var stagedChangesDesc = prometheus.NewDesc("netpol_staged_verdict_changes_total",
+	"New connections on this node whose verdict the staged policy (netpol.io/staged: \"true\") would change were it enforced: verdict is the would-be verdict (the enforced one is the other). Each also has a line with \"staged\": true in the verdict log.",
+	[]string{"kind", "namespace", "name", "verdict"}, nil)
+
+func (c stagedCountsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- stagedChangesDesc }
+
+func (c stagedCountsCollector) Collect(ch chan<- prometheus.Metric) {
+	counts, err := c.prog.StagedCounts()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(stagedChangesDesc, err)
+		return
+	}
+	for _, sc := range counts {
+		ch <- prometheus.MustNewConstMetric(stagedChangesDesc, prometheus.CounterValue, float64(sc.Packets), sc.Kind, sc.Namespace, sc.Name, sc.Verdict)
+	}
+}
+
 func (m *metrics) setCounts(c nft.Counts) {
 	m.kernelObjects.WithLabelValues("chains").Set(float64(c.Chains))
 	m.kernelObjects.WithLabelValues("rules").Set(float64(c.Rules))

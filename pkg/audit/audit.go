@@ -37,6 +37,12 @@ type Line struct {
 	Policy    string    `json:"policy,omitempty"`
 	Rule      string    `json:"rule,omitempty"`
 	Action    string    `json:"action"`
+	// Staged marks a staged policy's line (compiler.Options.Staged): the
+	// connection was decided Enforced, and Verdict is what the node would
+	// decide were the staged policies enforced; Tier, Policy, Rule and
+	// Action name the staged policy's rule that makes the difference.
+	Staged   bool   `json:"staged,omitempty"`
+	Enforced string `json:"enforced,omitempty"`
 	// Repeats is how many more times the same decision (source,
 	// destination, protocol, port, verdict) was made within a second of
 	// the line before it; a line with repeats is written when that
@@ -86,6 +92,7 @@ type Logger struct {
 type foldKey struct {
 	src, dst, protocol, verdict string
 	port                        uint16
+	staged                      bool
 }
 
 // folded is a decision made again within its window: the last line and
@@ -129,7 +136,7 @@ func NewLogger(w io.Writer, opts LoggerOptions) *Logger {
 // Log writes line, or folds it into the line of the same decision made
 // within the window.
 func (l *Logger) Log(line Line) {
-	key := foldKey{line.Src, line.Dst, line.Protocol, line.Verdict, line.Port}
+	key := foldKey{line.Src, line.Dst, line.Protocol, line.Verdict, line.Port, line.Staged}
 	l.mu.Lock()
 	if f, ok := l.window[key]; ok && line.Time.Sub(f.since) < l.opts.Window {
 		f.last, f.n = line, f.n+1

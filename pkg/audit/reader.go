@@ -135,7 +135,7 @@ func (cfg *ReaderConfig) line(a nflog.Attribute) (Line, bool) {
 	}
 	return Line{Time: t.UTC(), Node: cfg.Node, Verdict: at.Verdict, Direction: at.Direction,
 		Src: name(p.Src), Dst: name(p.Dst), SrcIP: p.Src.String(), DstIP: p.Dst.String(), Protocol: p.Protocol, Port: p.Port,
-		Tier: at.Tier, Policy: at.Policy, Rule: at.Rule, Action: at.Action}, true
+		Tier: at.Tier, Policy: at.Policy, Rule: at.Rule, Action: at.Action, Staged: at.Staged, Enforced: at.Enforced}, true
 }
 
 // Packet is what a line says of a packet.

@@ -81,7 +81,11 @@ func (a *Audit) logFor(mode string, at nft.Attribution) *auditLog {
 // rules (AuditAttributions).
 func (l *auditLog) prefix() string {
 	at := l.at
-	return nft.AuditPrefix + contentID(fmt.Sprintf("%s|%s|%s|%s|%s|%s", at.Verdict, at.Direction, at.Tier, at.Policy, at.Rule, at.Action))
+	key := fmt.Sprintf("%s|%s|%s|%s|%s|%s", at.Verdict, at.Direction, at.Tier, at.Policy, at.Rule, at.Action)
+	if at.Staged {
+		key += "|staged|" + at.Enforced
+	}
+	return nft.AuditPrefix + contentID(key)
 }
 
 func verdictWord(a policy.Action) string {
@@ -134,11 +138,11 @@ func (a *Audit) npModeOf(pols []*policy.Policy) string {
 func (c *idCompiler) defaultAllow(d policy.Direction) nft.Verdict {
 	log := c.audit.logOf(nil, nft.Attribution{Verdict: "allow", Direction: d.String(), Tier: policy.TierDefault.String(), Action: policy.Accept.String()})
 	if log == nil {
-		return allowed(d)
+		return c.allowed(d)
 	}
 	name := "audit-default-" + directionPrefix(d)
 	if c.t.Chains[name] == nil {
-		rules := c.decider(log).decide(nft.NewRule, allowed(d))
+		rules := c.decider(log).decide(nft.NewRule, c.allowed(d))
 		for _, r := range rules {
 			r.Comment = "no policy decided: the default allows (the verdict log)"
 		}

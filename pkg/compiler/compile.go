@@ -66,6 +66,12 @@ type Options struct {
 	// RuleCounters puts a named counter of its policy rule on every rule
 	// that decides (counters.go; the identity layout only).
 	RuleCounters bool
+	// Staged are the staged policies (policy.Model.Staged): not
+	// enforced, but evaluated beside the enforced ones, logging and
+	// counting the connections whose verdict they would change
+	// (shadow.go; the identity layout only: the address layout leaves
+	// them out).
+	Staged []*policy.Policy
 }
 
 // Names of the fixed objects.

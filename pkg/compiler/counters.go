@@ -47,6 +47,9 @@ type decider struct {
 	log      *auditLog
 	counters []*nft.Counter
 	t        *nft.Table
+	// stage, in the shadow evaluation, is the connection mark's field
+	// that names the staged policy's rule deciding (shadow.go; 0: none).
+	stage uint32
 }
 
 // decider is a decider of c's table with the counters that are on.
@@ -62,11 +65,14 @@ func (c *idCompiler) decider(log *auditLog, counters ...*nft.Counter) decider {
 
 // counted is match with the counters.
 func (dc decider) counted(match func() *nft.Builder) func() *nft.Builder {
-	if len(dc.counters) == 0 {
+	if len(dc.counters) == 0 && dc.stage == 0 {
 		return match
 	}
 	return func() *nft.Builder {
 		b := match()
+		if dc.stage != 0 {
+			b.CtMarkSetField(shadowAttributionMask, dc.stage)
+		}
 		for _, k := range dc.counters {
 			dc.t.AddCounter(k)
 			b.CountInto(k.Name)

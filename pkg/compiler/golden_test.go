@@ -47,10 +47,17 @@ var goldenCases = []struct {
 		Servers: []netip.AddrPort{netip.MustParseAddrPort("10.244.1.53:53"), netip.MustParseAddrPort("[fd00:10:244:1::53]:53")}}},
 }
 
+// demoStaged is the demo with examples/diff/staged.yaml's staged policy.
+const demoStaged = "demo+staged"
+
 func goldenSnapshot(t *testing.T, suite, name string) *cluster.Snapshot {
 	t.Helper()
-	if suite == "" {
-		snap, report := cluster.LoadPaths([]string{"../../examples/demo"}, nil)
+	if suite == "" || suite == demoStaged {
+		paths := []string{"../../examples/demo"}
+		if suite == demoStaged {
+			paths = append(paths, "../../examples/diff/staged.yaml")
+		}
+		snap, report := cluster.LoadPaths(paths, nil)
 		if len(report.Errors) > 0 {
 			t.Fatal(report.Errors)
 		}
@@ -81,7 +88,8 @@ func goldenSnapshot(t *testing.T, suite, name string) *cluster.Snapshot {
 
 func compileText(t *testing.T, snap *cluster.Snapshot, node string, dns *compiler.DNS, layout compiler.Layout, counters bool) []byte {
 	t.Helper()
-	table, err := compiler.Compile(eval.New(snap, policy.Build(snap)).Resolved(), compiler.Options{Node: node, DNS: dns, Layout: layout, RuleCounters: counters})
+	m := policy.Build(snap)
+	table, err := compiler.Compile(eval.New(snap, m).Resolved(), compiler.Options{Node: node, DNS: dns, Layout: layout, RuleCounters: counters, Staged: m.Staged})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +106,8 @@ func compileText(t *testing.T, snap *cluster.Snapshot, node string, dns *compile
 // program the DNS queue yet), and has nft itself check that each file is
 // a valid ruleset. Cases with Admin and Baseline Pass rules and
 // NetworkPolicy rules are also compiled with the agent's per-rule counters
-// (files ending in -counters).
+// (files ending in -counters), and the demo with a staged policy beside
+// (-staged).
 func TestGolden(t *testing.T) {
 	_, nftErr := exec.LookPath("nft")
 	type golden struct {
@@ -115,6 +124,10 @@ func TestGolden(t *testing.T) {
 		}
 		if gc.kase == "pass-both-tiers" || gc.kase == "" && gc.node == "node-1" {
 			all = append(all, golden{gc.name + "-identities-counters", gc.suite, gc.kase, gc.node, nil, compiler.LayoutIdentities, true})
+		}
+		if gc.kase == "" && gc.node == "node-1" {
+			// A staged policy's shadow evaluation beside the enforced one.
+			all = append(all, golden{gc.name + "-identities-staged", demoStaged, "", gc.node, nil, compiler.LayoutIdentities, true})
 		}
 	}
 	for _, gc := range all {

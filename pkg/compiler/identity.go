@@ -527,6 +527,13 @@ type idCompiler struct {
 	audit *Audit
 	// counters puts per-rule counters on them (counters.go).
 	counters bool
+	// shadow is set in the shadow compile of the staged policies
+	// (shadow.go): its objects are named apart and its verdicts mark the
+	// connection instead of deciding. funnel, in the enforced compile
+	// beside one, sends every final verdict through the chains that
+	// compare it with the shadow's.
+	shadow *shadow
+	funnel bool
 }
 
 // fromLast is what a compile whose evaluator holds only the node's pods
@@ -608,7 +615,9 @@ func buildIdentities(r *eval.Resolved, opts Options, pod podClasses) (*idCompile
 	if node < 0 {
 		return nil, fmt.Errorf("node %q is not in the snapshot", opts.Node)
 	}
-	relevant := selectedLabelKeys(localPolicies(r.Policies(), localPods(r, node)))
+	// Staged policies' peers number identities too: the shadow
+	// evaluation shares the enforced one's pod-ids maps.
+	relevant := selectedLabelKeys(localPolicies(slices.Concat(r.Policies(), opts.Staged), localPods(r, node)))
 	ids, err := newIdentities(r, opts.Identities, relevant, opts.Adopt)
 	if err != nil {
 		return nil, err
@@ -621,14 +630,14 @@ func buildIdentities(r *eval.Resolved, opts Options, pod podClasses) (*idCompile
 // from the last compile instead of the cluster's pods.
 func buildIdentitiesFrom(r *eval.Resolved, opts Options, node int, relevant []string, ids *identities, from *fromLast, pod podClasses) (*idCompiler, error) {
 	t := nft.NewTable(opts.Table)
-	c := &idCompiler{r: r, pols: r.Policies(), node: node, t: t, ids: ids, relevant: relevant, from: from,
-		classes: map[string]idClass{}, policyChains: map[string]string{}, tiers: map[string]string{}, policyRuns: map[[2]int32]string{},
-		idSets: map[string]string{}, ruleIDs: map[[3]int][]addrRange{}, peerDefIDs: map[string][]addrRange{},
-		peerDefs: map[string][]policy.Subject{}, ruleDef: map[[3]int]string{},
-		policyRecipes: map[string]policyRecipe{}, npRecipes: map[string]npRecipe{}, uses: map[string]map[string]bool{},
-		namedIDSets: map[string][]policy.Port{}, chainSig: map[string]string{},
-		ingressNamed: map[string][]policy.Port{}, namedNets: map[*nft.Family][]addrRange{},
-		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}}, audit: opts.Audit, counters: opts.RuleCounters}
+	c := newIDCompiler(r, node, t, ids, relevant)
+	c.from, c.audit, c.counters = from, opts.Audit, opts.RuleCounters
+	// The shadow evaluation where a staged policy selects a pod of the
+	// node: elsewhere it would change no verdict.
+	c.funnel = len(opts.Staged) > 0 && len(localPolicies(opts.Staged, localPods(r, node))) > 0
+	if c.funnel && from != nil {
+		return nil, errStagedIncremental
+	}
 	c.fixedObjects()
 	if opts.DNS != nil {
 		if err := c.rules.dnsChains(opts.DNS); err != nil {
@@ -652,7 +661,7 @@ func buildIdentitiesFrom(r *eval.Resolved, opts Options, node int, relevant []st
 				classes[d] = c.class(i, d)
 			}
 		}
-		elems := podElements(ids.of[i], p.Addrs, p.Node == node, classes, opts.DNS != nil)
+		elems := podElements(ids.of[i], p.Addrs, p.Node == node, classes, opts.DNS != nil, "")
 		for _, e := range elems {
 			if !claimed[e.claim] {
 				s := t.Sets[e.set]
@@ -666,12 +675,29 @@ func buildIdentitiesFrom(r *eval.Resolved, opts Options, node int, relevant []st
 			pod(i, ids.of[i], classes)
 		}
 	}
+	if c.funnel {
+		if err := c.compileShadow(opts); err != nil {
+			return nil, err
+		}
+	}
 	for _, s := range t.Sets {
 		if c.from == nil || c.from.table.Sets[s.Name] != s { // a set taken keeps its order: IdentityIncremental indexes it
 			sortElements(s)
 		}
 	}
 	return c, nil
+}
+
+// newIDCompiler is a compile of r's policies for node into table t.
+func newIDCompiler(r *eval.Resolved, node int, t *nft.Table, ids *identities, relevant []string) *idCompiler {
+	return &idCompiler{r: r, pols: r.Policies(), node: node, t: t, ids: ids, relevant: relevant,
+		classes: map[string]idClass{}, policyChains: map[string]string{}, tiers: map[string]string{}, policyRuns: map[[2]int32]string{},
+		idSets: map[string]string{}, ruleIDs: map[[3]int][]addrRange{}, peerDefIDs: map[string][]addrRange{},
+		peerDefs: map[string][]policy.Subject{}, ruleDef: map[[3]int]string{},
+		policyRecipes: map[string]policyRecipe{}, npRecipes: map[string]npRecipe{}, uses: map[string]map[string]bool{},
+		namedIDSets: map[string][]policy.Port{}, chainSig: map[string]string{},
+		ingressNamed: map[string][]policy.Port{}, namedNets: map[*nft.Family][]addrRange{},
+		rules: &compiler{r: r, pols: r.Policies(), node: node, t: t, peerCache: map[peerKey][]addrRange{}}}
 }
 
 // setElement is an element and the set it belongs to; claim is what of
@@ -692,12 +718,16 @@ type addrClaim struct {
 // podElements are the elements a pod-network pod with identity id and
 // addresses addrs puts in the node's table: its pod-ids entries and, for a
 // pod of the node (local), its dispatch, pass, self and DNS-client entries.
-func podElements(id uint32, addrs []netip.Addr, local bool, classes [2]idClass, dns bool) []setElement {
+// With a prefix (the shadow evaluation's, stagedPrefix) they are its
+// dispatch, pass and self entries in the maps of that name alone.
+func podElements(id uint32, addrs []netip.Addr, local bool, classes [2]idClass, dns bool, prefix string) []setElement {
 	var out []setElement
 	for _, a := range addrs {
 		f := nft.FamilyOf(a)
 		key := f.AddrBytes(a)
-		out = append(out, setElement{mapPodIDs + f.Suffix, addrClaim{"ids", a}, nft.Element{Key: key, Data: nft.IntegerBytes(id)}})
+		if prefix == "" {
+			out = append(out, setElement{mapPodIDs + f.Suffix, addrClaim{"ids", a}, nft.Element{Key: key, Data: nft.IntegerBytes(id)}})
+		}
 		if !local {
 			continue
 		}
@@ -709,16 +739,16 @@ func podElements(id uint32, addrs []netip.Addr, local bool, classes [2]idClass, 
 			}
 			self = true
 			claim := addrClaim{directionPrefix(d), a}
-			out = append(out, setElement{dispatchMap(d) + f.Suffix, claim, nft.Element{Key: key, Verdict: &nft.Verdict{Kind: nft.Jump, Chain: cl.chain}}})
+			out = append(out, setElement{prefix + dispatchMap(d) + f.Suffix, claim, nft.Element{Key: key, Verdict: &nft.Verdict{Kind: nft.Jump, Chain: cl.chain}}})
 			if cl.pass != nil {
-				out = append(out, setElement{passMap(d) + f.Suffix, claim, nft.Element{Key: key, Verdict: cl.pass}})
+				out = append(out, setElement{prefix + passMap(d) + f.Suffix, claim, nft.Element{Key: key, Verdict: cl.pass}})
 			}
-			if dns && d == policy.Egress && cl.dnsClient {
+			if dns && prefix == "" && d == policy.Egress && cl.dnsClient {
 				out = append(out, setElement{setDNSClients + f.Suffix, claim, nft.Element{Key: key}})
 			}
 		}
 		if self {
-			out = append(out, setElement{setSelf + f.Suffix, addrClaim{"self", a}, nft.Element{Key: nft.Key(key, key)}})
+			out = append(out, setElement{prefix + setSelf + f.Suffix, addrClaim{"self", a}, nft.Element{Key: nft.Key(key, key)}})
 		}
 	}
 	return out
@@ -741,12 +771,14 @@ func localSide(d policy.Direction) nft.Side {
 
 func (c *idCompiler) fixedObjects() {
 	for _, f := range nft.Families {
-		c.t.AddSet(&nft.Set{Name: mapPodIDs + f.Suffix, Fields: []nft.FieldType{f.Field}, Data: []nft.FieldType{nft.FieldInteger},
-			Typeof: f.Name + " daddr : meta mark"})
-		for _, m := range []string{mapEgress, mapIngress, mapEgressPass, mapIngressPass} {
-			c.t.AddSet(&nft.Set{Name: m + f.Suffix, Fields: []nft.FieldType{f.Field}, Verdict: true})
+		if c.shadow == nil {
+			c.t.AddSet(&nft.Set{Name: mapPodIDs + f.Suffix, Fields: []nft.FieldType{f.Field}, Data: []nft.FieldType{nft.FieldInteger},
+				Typeof: f.Name + " daddr : meta mark"})
 		}
-		c.t.AddSet(&nft.Set{Name: setSelf + f.Suffix, Fields: []nft.FieldType{f.Field, f.Field}})
+		for _, m := range []string{mapEgress, mapIngress, mapEgressPass, mapIngressPass} {
+			c.t.AddSet(&nft.Set{Name: c.named(m) + f.Suffix, Fields: []nft.FieldType{f.Field}, Verdict: true})
+		}
+		c.t.AddSet(&nft.Set{Name: c.named(setSelf) + f.Suffix, Fields: []nft.FieldType{f.Field, f.Field}})
 	}
 	// One base chain per hook. On forward, egress is decided first and
 	// its allow goes on to the ingress dispatch (allowed(Egress)), so a
@@ -754,11 +786,11 @@ func (c *idCompiler) fixedObjects() {
 	// source has no egress class goes there at once. On input only egress
 	// applies (the destination is the node: the ingress dispatch finds
 	// nothing and accepts), on output only ingress.
-	ingress := c.t.AddChain(&nft.Chain{Name: chainIngressDispatch})
+	ingress := c.t.AddChain(&nft.Chain{Name: c.named(chainIngressDispatch)})
 	for _, f := range nft.Families {
-		ingress.Rules = append(ingress.Rules, nft.NewRule().Vmap(f, localSide(policy.Ingress), dispatchMap(policy.Ingress)+f.Suffix))
+		ingress.Rules = append(ingress.Rules, nft.NewRule().Vmap(f, localSide(policy.Ingress), c.named(dispatchMap(policy.Ingress))+f.Suffix))
 	}
-	end := nft.NewRule().Verdict(verdictAccept)
+	end := nft.NewRule().Verdict(c.accept())
 	end.Comment = "the destination has no ingress policy"
 	ingress.Rules = append(ingress.Rules, end)
 	base := []struct {
@@ -770,26 +802,42 @@ func (c *idCompiler) fixedObjects() {
 		{chainInput, nft.HookInput, []policy.Direction{policy.Egress}, false},
 		{chainOutput, nft.HookOutput, []policy.Direction{policy.Ingress}, false},
 	}
+	priority := 0
+	if c.shadow != nil {
+		priority = shadowPriority
+	}
 	for _, b := range base {
-		ch := c.t.AddChain(&nft.Chain{Name: b.chain, Base: &nft.Hook{Type: "filter", Hook: b.hook, Priority: 0, Policy: "accept"}})
+		ch := c.t.AddChain(&nft.Chain{Name: c.named(b.chain), Base: &nft.Hook{Type: "filter", Hook: b.hook, Priority: priority, Policy: "accept"}})
 		ch.Rules = append(ch.Rules,
 			nft.NewRule().CtEstablishedRelated().Verdict(verdictAccept),
 			nft.NewRule().ICMPv6NeighborDiscovery().Verdict(verdictAccept))
+		if c.shadow != nil {
+			clear := nft.NewRule().CtMarkClear(shadowMask).Done()
+			clear.Comment = "the staged policies' evaluation starts afresh: no would-be verdict yet"
+			ch.Rules = append(ch.Rules, clear)
+		}
 		for _, f := range nft.Families {
 			if b.self {
-				r := nft.NewRule().In(f, setSelf+f.Suffix, nft.AddrOf(f, nft.Src), nft.AddrOf(f, nft.Dst)).Verdict(verdictAccept)
+				r := nft.NewRule().In(f, c.named(setSelf)+f.Suffix, nft.AddrOf(f, nft.Src), nft.AddrOf(f, nft.Dst)).Verdict(verdictAccept)
 				r.Comment = "a pod reaching itself through its Service (hairpin): policy never applies to a pod's own traffic"
 				ch.Rules = append(ch.Rules, r)
 			}
 		}
 		for _, d := range b.directions {
 			if d == policy.Ingress && len(b.directions) > 1 {
-				ch.Rules = append(ch.Rules, nft.NewRule().Verdict(nft.Verdict{Kind: nft.Goto, Chain: chainIngressDispatch}))
+				ch.Rules = append(ch.Rules, nft.NewRule().Verdict(nft.Verdict{Kind: nft.Goto, Chain: c.named(chainIngressDispatch)}))
 				continue
 			}
 			for _, f := range nft.Families {
-				ch.Rules = append(ch.Rules, nft.NewRule().Vmap(f, localSide(d), dispatchMap(d)+f.Suffix))
+				ch.Rules = append(ch.Rules, nft.NewRule().Vmap(f, localSide(d), c.named(dispatchMap(d))+f.Suffix))
 			}
+		}
+		if len(b.directions) == 1 && (c.funnel || c.shadow != nil) {
+			// No class: the default allows, said out loud so that the
+			// two evaluations compare it.
+			end := nft.NewRule().Verdict(c.accept())
+			end.Comment = "no policy applies: the default allows"
+			ch.Rules = append(ch.Rules, end)
 		}
 	}
 }
@@ -797,11 +845,11 @@ func (c *idCompiler) fixedObjects() {
 // allowed is the verdict of a connection that direction d's policy
 // allows: accept, but for egress the destination's ingress is decided
 // next (the forward hook's one base chain does both).
-func allowed(d policy.Direction) nft.Verdict {
+func (c *idCompiler) allowed(d policy.Direction) nft.Verdict {
 	if d == policy.Egress {
-		return nft.Verdict{Kind: nft.Goto, Chain: chainIngressDispatch}
+		return nft.Verdict{Kind: nft.Goto, Chain: c.named(chainIngressDispatch)}
 	}
-	return verdictAccept
+	return c.accept()
 }
 
 // class returns pod's class for direction d (chain "" when no policy
@@ -822,7 +870,7 @@ func (c *idCompiler) class(pod int, d policy.Direction) idClass {
 		return cl
 	}
 	next := c.nextTier(plan, pod, named)
-	cl := idClass{chain: directionPrefix(d) + "." + contentID(key), dnsClient: d == policy.Egress && c.namesDomains(plan)}
+	cl := idClass{chain: c.named(directionPrefix(d) + "." + contentID(key)), dnsClient: d == policy.Egress && c.namesDomains(plan)}
 	if len(plan.Admin) > 0 {
 		v := c.defaultAllow(d)
 		if next != "" {
@@ -984,7 +1032,7 @@ func (c *idCompiler) policyChain(rules []eval.PlanRule, d policy.Direction, tier
 	if tier == policy.TierBaseline {
 		prefix = "bl"
 	}
-	name := fmt.Sprintf("%s.%s.%s", prefix, contentID(key), directionPrefix(d))
+	name := c.named(fmt.Sprintf("%s.%s.%s", prefix, contentID(key), directionPrefix(d)))
 	c.policyChains[key], c.policyRuns[run] = name, name
 	rc := policyRecipe{rules: rules, d: d, tier: tier}
 	c.policyRecipes[name] = rc
@@ -1037,6 +1085,7 @@ func (c *idCompiler) fillPolicyChain(ch *nft.Chain, rc policyRecipe) {
 				Policy: p.Ref(), Rule: r.Ref(rc.d), Action: pr.Action.String()})
 		}
 		dc := c.decider(log, c.ruleCounter(p, r.Ref(rc.d), pr.Action, rc.d))
+		dc.stage = c.shadow.mark(p, nft.Attribution{Direction: rc.d.String(), Tier: rc.tier.String(), Policy: p.Ref(), Rule: r.Ref(rc.d), Action: pr.Action.String()})
 		for _, nr := range c.ruleMatches(pr, rc.d, pr.Action, pass, dc) {
 			nr.Comment = comment
 			ch.Rules = append(ch.Rules, nr)
@@ -1057,13 +1106,13 @@ func (c *idCompiler) ruleMatches(pr eval.PlanRule, d policy.Direction, action po
 			if len(dc.counters) > 0 {
 				m = func() *nft.Builder { return match().Family(f) }
 			}
-			return dc.counted(m)().Vmap(f, localSide(d), passMap(d)+f.Suffix)
+			return dc.counted(m)().Vmap(f, localSide(d), c.named(passMap(d))+f.Suffix)
 		}
 		switch {
 		case action == policy.Accept:
-			return dc.decide(match, allowed(d))
+			return dc.decide(match, c.allowed(d))
 		case action == policy.Deny:
-			return dc.decide(match, verdictDrop)
+			return dc.decide(match, c.drop())
 		case pass != nil:
 			return []*nft.Rule{dc.counted(match)().Verdict(*pass)}
 		case f != nil:
@@ -1350,7 +1399,7 @@ func (c *idCompiler) nextTier(plan *eval.Plan, pod int, named string) string {
 	if name, ok := c.tiers[key]; ok {
 		return name
 	}
-	name := directionPrefix(plan.Direction) + ".bl." + contentID(key)
+	name := c.named(directionPrefix(plan.Direction) + ".bl." + contentID(key))
 	c.tiers[key] = name
 	var jumps []string
 	for _, group := range byPolicy(plan.Baseline) {

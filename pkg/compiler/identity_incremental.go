@@ -154,7 +154,7 @@ func NewIdentityIncrementalFromPods(snap *cluster.Snapshot, model *policy.Model,
 			}
 		}
 	}
-	relevant := selectedLabelKeys(localPolicies(model.Policies, local))
+	relevant := selectedLabelKeys(localPolicies(slices.Concat(model.Policies, opts.Staged), local))
 	// One pod of each identity represents it; every pod is a record.
 	var reps []*corev1.Pod
 	repOf := map[string]int{}
@@ -394,9 +394,38 @@ func (l *IdentityIncremental) SelectsLocal(s policy.Subject) bool {
 	return false
 }
 
+// stagedChange reports whether ch may change the shadow evaluation of the
+// staged policies (shadow.go), which only a full compile builds: a pod of
+// the node (a staged policy may select it), or, with a shadow, a
+// host-network pod (the shadow's named-port sets may hold it). The
+// changes that number a new identity or follow a namespace relabelled are
+// refused in Update. What is left, the pods of other nodes with
+// identities the table has, is their pod-ids entries, which both
+// evaluations share.
+func (l *IdentityIncremental) stagedChange(ch Changes) bool {
+	if len(l.opts.Staged) == 0 {
+		return false
+	}
+	for key, p := range ch.Pods {
+		if _, ok := l.local[key]; ok || p != nil && p.Node == l.opts.Node {
+			return true
+		}
+		if old, ok := l.pods[key]; l.shadowed() && (ok && old.hostNetwork || p != nil && p.HostNetwork) {
+			return true
+		}
+	}
+	return false
+}
+
+// shadowed says the table has a shadow evaluation of staged policies.
+func (l *IdentityIncremental) shadowed() bool { return l.c != nil && l.c.funnel }
+
 // Update applies ch and returns the table, or a NeedsFullError (the state
 // is then unchanged).
 func (l *IdentityIncremental) Update(ch Changes) (*nft.Table, error) {
+	if l.stagedChange(ch) {
+		return nil, &NeedsFullError{Reason: errStagedIncremental.Error()}
+	}
 	var relabelled []string
 	for _, ns := range ch.Namespaces {
 		if cur, ok := l.ns[ns]; ok && !maps.Equal(cur, ch.NamespaceLabels(ns)) {
@@ -406,6 +435,9 @@ func (l *IdentityIncremental) Update(ch Changes) (*nft.Table, error) {
 			relabelled = append(relabelled, ns)
 		}
 	}
+	if l.shadowed() && len(relabelled) > 0 {
+		return nil, &NeedsFullError{Reason: errStagedIncremental.Error() + " (a namespace relabelled)"}
+	}
 	defer func() { l.fresh = nil }()
 	next := make(map[string]idPod, len(ch.Pods))
 	for key, p := range ch.Pods {
@@ -414,6 +446,9 @@ func (l *IdentityIncremental) Update(ch Changes) (*nft.Table, error) {
 			return nil, err
 		}
 		next[key] = np
+	}
+	if l.shadowed() && len(l.fresh) > 0 {
+		return nil, &NeedsFullError{Reason: errStagedIncremental.Error() + " (a new identity)"}
 	}
 	// Counted as they would be after the change, then put back when the
 	// change needs a full compile.
@@ -790,7 +825,7 @@ func (l *IdentityIncremental) elements(p idPod) []setElement {
 	if p.local != nil {
 		classes = l.localClasses(p.local)
 	}
-	return append(podElements(p.id, p.addrs, p.local != nil, classes, l.opts.DNS != nil), l.namedElements(p.local)...)
+	return append(podElements(p.id, p.addrs, p.local != nil, classes, l.opts.DNS != nil, ""), l.namedElements(p.local)...)
 }
 
 // namedElements are the ingress named-port entries of a pod of the node

@@ -40,7 +40,7 @@ func TestIdentityIncrementalMatchesCompile(t *testing.T) {
 		for _, n := range w.snap.Nodes {
 			t.Run(w.name+"/"+n.Name, func(t *testing.T) {
 				// Every other world with the agent's per-rule counters.
-				identityIncrementalAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 11)), &stats, worldDNS(wi, w.name), wi%2 == 1 || w.name == "realistic")
+				identityIncrementalAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(wi), 11)), &stats, worldDNS(wi, w.name), wi%2 == 1 || w.name == "realistic", nil)
 			})
 		}
 	}
@@ -48,6 +48,49 @@ func TestIdentityIncrementalMatchesCompile(t *testing.T) {
 		stats.updates, stats.local, stats.replicas, stats.relabels, stats.rebuilt, stats.setsSwapped, stats.fresh, stats.refused, stats.unconcerned, stats.rebased, stats.rebaseRefused, stats.reusedChains, stats.dnsClients)
 	if stats.updates < 1000 || stats.local < 30 || stats.replicas < 300 || stats.unconcerned < 50 || stats.dnsClients == 0 || stats.relabels < 50 || stats.rebuilt < 10 || stats.setsSwapped == 0 || stats.fresh < 50 || stats.rebased < 300 || stats.reusedChains < 1000 {
 		t.Fatalf("too little compared: want at least 1,000 updates, 30 to pods of the node, 300 replicas, 50 unconcerned policies, a DNS client, 50 namespaces relabelled, 10 of them rewriting chains and one swapping sets, 50 new identities, 300 rebases and 1,000 chains they reused")
+	}
+}
+
+// TestIdentityIncrementalStagedMatchesCompile is TestIdentityIncrementalMatchesCompile
+// with a staged policy beside the enforced ones (a copy of one of the
+// realistic cluster's Admin policies, which selects pods of every node):
+// the updates an IdentityIncremental takes with the shadow evaluation in
+// the table (a replica on another node: its pod-ids entries, which both
+// evaluations share) leave the table a full compile makes, and it refuses
+// the rest (a pod of the node, a new identity, a namespace relabelled).
+func TestIdentityIncrementalStagedMatchesCompile(t *testing.T) {
+	var stats identityIncrementalStats
+	worlds := identityWorlds(t)
+	w := worlds[len(worlds)-1]
+	m := policy.Build(w.snap)
+	var staged *policy.Policy
+	for _, p := range m.Policies {
+		if p.Tier == policy.TierAdmin {
+			staged = p.Renamed("staged-" + p.Name)
+			staged.Staged = true
+			break
+		}
+	}
+	if staged == nil {
+		t.Fatal("no Admin policy to stage")
+	}
+	shadowed := 0
+	for i, n := range w.snap.Nodes {
+		t.Run(n.Name, func(t *testing.T) {
+			table, err := compiler.Compile(eval.New(w.snap, m).Resolved(), compiler.Options{Node: n.Name, Layout: compiler.LayoutIdentities, Staged: []*policy.Policy{staged}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if table.Chains["staged-forward"] != nil {
+				shadowed++
+			}
+			identityIncrementalAgrees(t, w.snap, n.Name, rand.New(rand.NewPCG(uint64(i), 13)), &stats, nil, true, []*policy.Policy{staged})
+		})
+	}
+	t.Logf("%s staged; %d of %d nodes with a shadow evaluation; %d updates compared with a full compile (%d replicas), %d refused",
+		staged.Ref(), shadowed, len(w.snap.Nodes), stats.updates, stats.replicas, stats.refused)
+	if shadowed == 0 || stats.replicas < 20 || stats.refused == 0 {
+		t.Fatal("too little compared: want a node with a shadow evaluation, 20 replicas taken and one change refused")
 	}
 }
 
@@ -76,10 +119,11 @@ type identityIncrementalStats struct {
 	reusedChains int
 }
 
-func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *identityIncrementalStats, dns *compiler.DNS, counters bool) {
+func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string, r *rand.Rand, stats *identityIncrementalStats, dns *compiler.DNS, counters bool,
+	staged []*policy.Policy) {
 	snap := mutableCopy(base)
 	numbering := &compiler.Identities{}
-	opts := compiler.Options{Node: node, DNS: dns, Layout: compiler.LayoutIdentities, Identities: numbering, RuleCounters: counters}
+	opts := compiler.Options{Node: node, DNS: dns, Layout: compiler.LayoutIdentities, Identities: numbering, RuleCounters: counters, Staged: staged}
 	// The model from a policy.Cache, as the agent has it: an unchanged
 	// policy keeps its *policy.Policy, and Rebase reuses its chains.
 	var cache policy.Cache
@@ -178,7 +222,9 @@ func identityIncrementalAgrees(t *testing.T, base *cluster.Snapshot, node string
 		var full *compiler.NeedsFullError
 		switch {
 		case errors.As(err, &full):
-			if replica && !strings.Contains(err.Error(), "named ports") {
+			if replica && !strings.Contains(err.Error(), "named ports") && (staged == nil || !local) {
+				// (With staged policies, a pod of the node is a full
+				// compile: the shadow evaluation's dispatch.)
 				// (A pod in the networks of a rule with named ports is
 				// allowed by address: only a full compile places it.)
 				t.Fatalf("step %d (%s): a replica of an existing workload was refused: %v", step, what, err)

@@ -25,7 +25,7 @@ func (c *idCompiler) networkPolicyTier(plan *eval.Plan, pod int, named string) s
 	for i, pi := range plan.Isolating {
 		refs[i] = c.pols[pi].Ref()
 	}
-	list := directionPrefix(plan.Direction) + ".np." + contentID(strings.Join(refs, "\x00")+"\x00"+named)
+	list := c.named(directionPrefix(plan.Direction) + ".np." + contentID(strings.Join(refs, "\x00")+"\x00"+named))
 	if _, ok := c.tiers[list]; ok {
 		return list
 	}
@@ -66,19 +66,22 @@ func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
 	}
 	if plan.OwnNodeAllowed {
 		ownNode := c.decider(logOf("allow", "", "", policy.Accept))
-		for _, own := range ownNode.decide(func() *nft.Builder { return nft.NewRule().FibSaddrLocal() }, verdictAccept) {
+		for _, own := range ownNode.decide(func() *nft.Builder { return nft.NewRule().FibSaddrLocal() }, c.accept()) {
 			own.Comment = "NetworkPolicy tier: ingress from the pod's own node is always allowed"
 			ch.Rules = append(ch.Rules, own)
 		}
 	}
-	if c.counters || c.audit != nil && logs(mode, true) {
+	if c.counters || c.audit != nil && logs(mode, true) || c.shadow != nil && c.stagedIn(plan) {
 		// A rule at a time, in the evaluator's order: the first that
-		// matches is the one logged and counted, as explain names it.
+		// matches is the one logged and counted, as explain names it
+		// (and, in the shadow evaluation, marked when it is staged).
 		for i, pr := range plan.Allow {
 			one := *plan
 			one.Allow = []eval.PlanRule{pr}
 			p, r := c.pols[pr.Policy], c.rules.rule(pr, d)
 			dc := c.decider(logOf("allow", p.Ref(), r.Ref(d), policy.Accept), c.ruleCounter(p, r.Ref(d), policy.Accept, d))
+			dc.stage = c.shadow.mark(p, nft.Attribution{Direction: d.String(), Tier: policy.TierNetworkPolicy.String(), Policy: p.Ref(), Rule: r.Ref(d),
+				Action: policy.Accept.String()})
 			c.allowRules(ch, &one, pod, fmt.Sprintf("r%d", i), "NetworkPolicy tier: "+p.Ref()+" "+r.Ref(d), dc)
 		}
 	} else {
@@ -89,7 +92,8 @@ func (c *idCompiler) fillNetworkPolicyTier(ch *nft.Chain, rc npRecipe) {
 		isolation[i] = c.ruleCounter(c.pols[pi], IsolationRule, policy.Deny, d)
 	}
 	deny := c.decider(logOf("deny", strings.Join(refs, ", "), "", policy.Deny), isolation...)
-	for _, deny := range deny.decide(nft.NewRule, verdictDrop) {
+	deny.stage = c.stagedIsolation(plan)
+	for _, deny := range deny.decide(nft.NewRule, c.drop()) {
 		deny.Comment = "NetworkPolicy tier: isolated, and no rule allows"
 		ch.Rules = append(ch.Rules, deny)
 	}
@@ -144,7 +148,7 @@ func (c *idCompiler) allowRules(ch *nft.Chain, plan *eval.Plan, pod int, tag, co
 			return b.L4ProtoPortInSet(set)
 		}
 		if rs := idSets[id]; len(rs) > 0 {
-			for _, r := range dc.decide(func() *nft.Builder { return withPorts(nft.NewRule().In(nil, c.idSetOf(rs), nft.MarkKey())) }, allowed(d)) {
+			for _, r := range dc.decide(func() *nft.Builder { return withPorts(nft.NewRule().In(nil, c.idSetOf(rs), nft.MarkKey())) }, c.allowed(d)) {
 				r.Comment = comment
 				ch.Rules = append(ch.Rules, r)
 			}
@@ -157,7 +161,7 @@ func (c *idCompiler) allowRules(ch *nft.Chain, plan *eval.Plan, pod int, tag, co
 			name := allowSetName(list, "nets"+tag, id, f)
 			c.t.AddSet(&nft.Set{Name: name, Fields: []nft.FieldType{f.Field}, Interval: true, Elements: rangeElements(rs, f)})
 			c.use(name)
-			for _, r := range dc.decide(func() *nft.Builder { return withPorts(nft.NewRule().AddrInSet(f, peerSide(d), name)) }, allowed(d)) {
+			for _, r := range dc.decide(func() *nft.Builder { return withPorts(nft.NewRule().AddrInSet(f, peerSide(d), name)) }, c.allowed(d)) {
 				r.Comment = comment
 				ch.Rules = append(ch.Rules, r)
 			}

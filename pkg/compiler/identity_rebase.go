@@ -37,6 +37,9 @@ func (l *IdentityIncremental) Rebase(ch Changes, model *policy.Model, nodes []*c
 	if !slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return n.Name == l.opts.Node }) {
 		return nil, &NeedsFullError{Reason: "node " + l.opts.Node + " is not among the nodes"}
 	}
+	if len(l.opts.Staged) > 0 || len(model.Staged) > 0 {
+		return nil, &NeedsFullError{Reason: errStagedIncremental.Error()}
+	}
 	if l.c.egressNamedAllow {
 		// Such a rule allows some pods by address, which only the
 		// cluster's pods say (and a reused chain would not record).

@@ -183,11 +183,10 @@ func loggedLines(p dataplane.Path, attributions map[string]nft.Attribution) []st
 	var out []string
 	for _, h := range p.Hops {
 		for _, s := range h.Result.Steps {
-			if !s.Matched || !strings.Contains(s.Text, "log prefix") {
+			prefix := logPrefixOf(s.Text)
+			if !s.Matched || prefix == "" {
 				continue
 			}
-			prefix := s.Text[strings.Index(s.Text, `log prefix "`)+len(`log prefix "`):]
-			prefix = prefix[:strings.Index(prefix, `"`)]
 			at, ok := attributions[prefix]
 			if !ok {
 				out = append(out, "unknown prefix "+prefix)

@@ -62,6 +62,9 @@ type Options struct {
 	// RuleCounters: the policy tables count each rule's decisions
 	// (`--rule-counters`, compiler.Options.RuleCounters).
 	RuleCounters bool
+	// Staged: the staged policies the policy tables evaluate beside the
+	// enforced ones (compiler.Options.Staged; the model's Staged).
+	Staged []*policy.Policy
 }
 
 // NewWith is New with the agents' options.
@@ -72,7 +75,7 @@ func NewWith(snap *cluster.Snapshot, ev *eval.Evaluator, opts Options) (*Cluster
 		n := &Node{Name: r.NodeName(i), Addrs: r.NodeAddrs(i)}
 		var err error
 		if n.Policy, err = compiler.Compile(r, compiler.Options{Node: n.Name, AgentPorts: opts.AgentPorts, Layout: opts.Layout, Audit: opts.Audit,
-			RuleCounters: opts.RuleCounters}); err != nil {
+			RuleCounters: opts.RuleCounters, Staged: opts.Staged}); err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}
 		tables := []*nft.Table{n.Policy}

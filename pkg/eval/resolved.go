@@ -100,3 +100,20 @@ func (r *Resolved) PeerNodes(pi int, d policy.Direction, ri int, node int) bool 
 func (r *Resolved) EachPeerPod(pi int, d policy.Direction, ri int) iter.Seq[int] {
 	return r.ix.policies[pi].rules(d)[ri].pods.members()
 }
+
+// WithPolicies is the resolution of the same pods and nodes under other
+// policies (in evaluation order): the compiler's shadow evaluation of the
+// enforced and the staged policies together (compiler.Options.Staged).
+// The pods are shared, read-only; the policies' selections are made
+// afresh.
+func (r *Resolved) WithPolicies(pols []*policy.Policy) *Resolved {
+	old := r.ix
+	ix := &index{pods: old.pods, podsSorted: old.podsSorted, idents: old.idents, identOf: old.identOf,
+		identsByNamespace: old.identsByNamespace, nodes: old.nodes, nodeByIP: old.nodeByIP, selected: map[string]*selection{}}
+	for _, p := range pols {
+		ix.policies = append(ix.policies, ix.compile(p))
+	}
+	ix.indexSelecting()
+	ix.initPlans()
+	return &Resolved{ix: ix}
+}

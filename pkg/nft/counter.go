@@ -29,6 +29,11 @@ type CounterOf struct {
 	Rule      string `json:"rule"`
 	Action    string `json:"action"`
 	Direction string `json:"direction"`
+	// Staged marks a counter of a staged policy's would-be verdicts
+	// (compiler.Options.Staged): the connections the policy would decide
+	// otherwise (Verdict: would allow or deny) were it enforced.
+	Staged  bool   `json:"staged,omitempty"`
+	Verdict string `json:"verdict,omitempty"`
 }
 
 // Policy is the counted policy as explain names it: "KIND NAMESPACE/NAME",

@@ -52,4 +52,10 @@ type Attribution struct {
 	Policy    string `json:"policy,omitempty"`
 	Rule      string `json:"rule,omitempty"`
 	Action    string `json:"action"`
+	// Staged marks a staged policy's would-be verdict (compiler.Options.Staged):
+	// Verdict is what the node would decide were the staged policies
+	// enforced, Enforced what it decides, and Tier, Policy, Rule and
+	// Action name the staged policy's rule that makes the difference.
+	Staged   bool   `json:"staged,omitempty"`
+	Enforced string `json:"enforced,omitempty"`
 }

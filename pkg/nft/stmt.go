@@ -251,6 +251,25 @@ func (b *Builder) CtMarkSet(bits uint32) *Builder { return b.markSet(connMark, b
 // CtMarkClear clears bits in the connection's mark.
 func (b *Builder) CtMarkClear(bits uint32) *Builder { return b.markClear(connMark, bits) }
 
+// CtMarkSetField writes value into the bits of the connection's mark that
+// mask covers, leaving the others: `ct mark set ct mark & ~mask | value`
+// (value within mask).
+func (b *Builder) CtMarkSetField(mask, value uint32) *Builder {
+	b.markRewrite(connMark, ^mask, value&mask)
+	b.words = append(b.words, fmt.Sprintf("ct mark set ct mark & 0x%08x | 0x%08x", ^mask, value&mask))
+	return b
+}
+
+// CtMarkBits is the connection's mark with only mask's bits kept (`ct
+// mark & mask`): a key of a map of FieldInteger (host order).
+func CtMarkBits(mask uint32) Value {
+	return Value{text: fmt.Sprintf("ct mark & 0x%08x", mask), len: 4, load: func(reg uint32) []expr.Any {
+		return []expr.Any{&expr.Ct{Key: expr.CtKeyMARK, Register: reg},
+			&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(mask), Xor: binaryutil.NativeEndian.PutUint32(0)}}
+	}}
+}
+
 // mark is a 32-bit mark the rules can read and write: the packet's
 // (meta mark) or its connection's (ct mark).
 type mark struct {

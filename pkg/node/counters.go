@@ -2,6 +2,7 @@ package node
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 
 	"github.com/netpol/netpol/pkg/nft"
@@ -20,13 +21,11 @@ type RuleCount struct {
 // CountsRules says the table has per-rule counters (Options.RuleCounters).
 func (p *Programmer) CountsRules() bool { return p.opts.RuleCounters }
 
-// noteCounters notes the per-rule counters of table, about to be applied.
+// noteCounters notes the per-rule counters of table, about to be applied,
+// and the staged policies' counters (compiler.Options.Staged).
 // A full compile and a rebase call it; an update builds chains again from
 // the same policies, with the same counters.
 func (p *Programmer) noteCounters(table *nft.Table) {
-	if !p.opts.RuleCounters {
-		return
-	}
 	m := make(map[string]nft.CounterOf, len(table.Counters))
 	for name, c := range table.Counters {
 		m[name] = c.Of
@@ -39,8 +38,24 @@ func (p *Programmer) noteCounters(table *nft.Table) {
 // counters of the table last compiled are reported (one the kernel does not
 // hold yet is left out). It may run while a sync does.
 func (p *Programmer) RuleCounts() ([]RuleCount, error) {
+	if !p.opts.RuleCounters {
+		return nil, nil
+	}
+	return p.counts(false)
+}
+
+// StagedCounts reads the staged policies' counters from the kernel: for
+// each staged policy and would-be verdict, the new connections whose
+// verdict the policy would change on this node were it enforced
+// (CounterOf.Staged; Verdict is the would-be verdict). Ordered as
+// RuleCounts.
+func (p *Programmer) StagedCounts() ([]RuleCount, error) { return p.counts(true) }
+
+// counts reads the counters of the table last compiled, the staged
+// policies' or the others.
+func (p *Programmer) counts(staged bool) ([]RuleCount, error) {
 	of := p.counterOf.Load()
-	if of == nil {
+	if of == nil || !slices.ContainsFunc(slices.Collect(maps.Values(*of)), func(c nft.CounterOf) bool { return c.Staged == staged }) {
 		return nil, nil
 	}
 	values, err := p.policy.Counters()
@@ -49,13 +64,13 @@ func (p *Programmer) RuleCounts() ([]RuleCount, error) {
 	}
 	out := make([]RuleCount, 0, len(*of))
 	for name, c := range *of {
-		if v, ok := values[name]; ok {
+		if v, ok := values[name]; ok && c.Staged == staged {
 			out = append(out, RuleCount{name, c, v})
 		}
 	}
 	slices.SortFunc(out, func(a, b RuleCount) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name),
-			cmp.Compare(a.Direction, b.Direction), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Action, b.Action))
+			cmp.Compare(a.Direction, b.Direction), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Action, b.Action), cmp.Compare(a.Verdict, b.Verdict))
 	})
 	return out, nil
 }

@@ -369,11 +369,14 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 			if in.Model == nil {
 				in.Model = policy.Build(in.Snapshot)
 			}
-			opts.Identities = &p.identities
+			opts.Identities, opts.Staged = &p.identities, in.Model.Staged
 			live, err = compiler.NewIdentityIncrementalFromPods(in.Snapshot, in.Model, in.Pods, in.PodCount, opts)
 		case p.opts.Layout == compiler.LayoutIdentities:
 			in.prepare()
 			opts.Identities = &p.identities
+			if in.Model != nil {
+				opts.Staged = in.Model.Staged
+			}
 			live, err = compiler.NewIdentityIncremental(in.Resolved, opts)
 		default:
 			in.prepare()

@@ -112,6 +112,14 @@ func (p *Policy) Ref() string {
 	return p.makeRef()
 }
 
+// Renamed is a copy of p under another name (a copy staged beside it).
+func (p *Policy) Renamed(name string) *Policy {
+	c := *p
+	c.Name = name
+	c.ref = c.makeRef()
+	return &c
+}
+
 func (p *Policy) makeRef() string {
 	if p.Namespace != "" {
 		return fmt.Sprintf("%s %s/%s", p.Kind, p.Namespace, p.Name)

@@ -346,7 +346,7 @@ func (w *world) expected() (*cluster.Snapshot, *policy.Model, expectation) {
 		w.t.Fatal(err)
 	}
 	model := policy.Build(snap)
-	return snap, model, expectation{t: w.t, snap: snap, resolved: eval.New(snap, model).Resolved(), nodes: w.lab.Nodes()}
+	return snap, model, expectation{t: w.t, snap: snap, resolved: eval.New(snap, model).Resolved(), staged: model.Staged, nodes: w.lab.Nodes()}
 }
 
 // expectation is what the nodes must hold for one cluster state.
@@ -354,6 +354,7 @@ type expectation struct {
 	t        testing.TB
 	snap     *cluster.Snapshot
 	resolved *eval.Resolved
+	staged   []*policy.Policy // evaluated beside the enforced ones
 	nodes    []*lab.Node
 }
 
@@ -368,7 +369,7 @@ func (e expectation) holds(tables map[string]*nft.Table) bool {
 		if got == nil {
 			return false
 		}
-		want := agentTable(e.t, e.resolved, n, compiler.Options{DNS: agentDNS(e.t, e.snap, n)}, got)
+		want := agentTable(e.t, e.resolved, n, compiler.Options{DNS: agentDNS(e.t, e.snap, n), Staged: e.staged}, got)
 		if !kernel.Diff(got, want).Empty() {
 			return false
 		}
