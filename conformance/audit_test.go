@@ -97,27 +97,15 @@ func verdictLogInKernel(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 	ev := eval.New(snap, policy.Build(snap))
-	ctx := context.Background()
-	type conn struct {
-		from     string
-		protocol corev1.Protocol
-		port     int32
-		ipv6     bool
-	}
-	conns := []conn{
+	conns := []connToXB{
 		{"x/c", corev1.ProtocolTCP, 80, false},
 		{"x/a", corev1.ProtocolUDP, 81, false},
 		{"y/a", corev1.ProtocolTCP, 80, true},
 	}
 	var want []audit.Line
 	for i, c := range conns {
-		family := ipfamily.IPv4
-		if c.ipv6 {
-			family = ipfamily.IPv6
-		}
-		to := podAddr(t, labPod(t, l, "x/b"), c.ipv6)
-		obs := l.Dial(ctx, c.from, netip.AddrPortFrom(to, uint16(c.port)), c.protocol, lab.DialOptions{SourcePort: uint16(43000 + i), Timeout: 700 * time.Millisecond})
-		v, err := ev.Explain(c.from, "x/b", l4.Port{Protocol: c.protocol, Port: c.port}, family)
+		obs, probe, family := c.dial(t, l, uint16(43000+i))
+		v, err := ev.Explain(c.from, "x/b", probe, family)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,6 +150,28 @@ func verdictLogInKernel(t *testing.T, mode string) {
 	if n := logger.Stats.Dropped.Load(); n > 0 {
 		t.Errorf("%d lines dropped", n)
 	}
+}
+
+// connToXB is a new connection to x/b of the verdict log's lab tests.
+type connToXB struct {
+	from     string
+	protocol corev1.Protocol
+	port     int32
+	ipv6     bool
+}
+
+// dial makes the connection from source port sport (700 ms at most) and
+// returns what the kernel did, with the connection's probe and family.
+func (c connToXB) dial(t *testing.T, l *lab.Lab, sport uint16) (lab.Observation, l4.Port, ipfamily.Family) {
+	t.Helper()
+	family := ipfamily.IPv4
+	if c.ipv6 {
+		family = ipfamily.IPv6
+	}
+	to := podAddr(t, labPod(t, l, "x/b"), c.ipv6)
+	obs := l.Dial(context.Background(), c.from, netip.AddrPortFrom(to, uint16(c.port)), c.protocol,
+		lab.DialOptions{SourcePort: sport, Timeout: 700 * time.Millisecond})
+	return obs, l4.Port{Protocol: c.protocol, Port: c.port}, family
 }
 
 func lineText(ls []audit.Line) string {

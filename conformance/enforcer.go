@@ -302,23 +302,20 @@ func (e *Enforcer) Close() {
 // RuleCounts is each node's per-rule counters (node.Programmer.RuleCounts),
 // by node name.
 func (e *Enforcer) RuleCounts() (map[string][]node.RuleCount, error) {
-	out := map[string][]node.RuleCount{}
-	var errs []error
-	for name, p := range e.nodes {
-		c, err := p.RuleCounts()
-		out[name] = c
-		errs = append(errs, err)
-	}
-	return out, errors.Join(errs...)
+	return e.counts((*node.Programmer).RuleCounts)
 }
 
 // StagedCounts is each node's staged policies' counters
 // (node.Programmer.StagedCounts), by node name.
 func (e *Enforcer) StagedCounts() (map[string][]node.RuleCount, error) {
+	return e.counts((*node.Programmer).StagedCounts)
+}
+
+func (e *Enforcer) counts(read func(*node.Programmer) ([]node.RuleCount, error)) (map[string][]node.RuleCount, error) {
 	out := map[string][]node.RuleCount{}
 	var errs []error
 	for name, p := range e.nodes {
-		c, err := p.StagedCounts()
+		c, err := read(p)
 		out[name] = c
 		errs = append(errs, err)
 	}

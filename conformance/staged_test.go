@@ -1,9 +1,7 @@
 package conformance_test
 
 import (
-	"context"
 	"encoding/json"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -19,8 +17,6 @@ import (
 	"github.com/netpol/netpol/pkg/compiler"
 	"github.com/netpol/netpol/pkg/conntrack"
 	"github.com/netpol/netpol/pkg/eval"
-	"github.com/netpol/netpol/pkg/ipfamily"
-	"github.com/netpol/netpol/pkg/l4"
 	"github.com/netpol/netpol/pkg/lab"
 	"github.com/netpol/netpol/pkg/node"
 	"github.com/netpol/netpol/pkg/policy"
@@ -29,14 +25,6 @@ import (
 // staged is a policy's YAML with the netpol.io/staged annotation.
 func staged(yaml, name string) string {
 	return strings.Replace(yaml, "metadata: {name: "+name+"}", "metadata: {name: "+name+`, annotations: {netpol.io/staged: "true"}}`, 1)
-}
-
-// stagedConn is a new connection of the staged-policy test.
-type stagedConn struct {
-	from     string
-	protocol corev1.Protocol
-	port     int32
-	ipv6     bool
 }
 
 // TestStagedPolicyInKernel: an Admin Deny of x/a to x/b, staged over open
@@ -94,7 +82,7 @@ func TestStagedPolicyInKernel(t *testing.T) {
 			t.Errorf("%s: cut by a staged policy", f)
 		}
 	}
-	conns := []stagedConn{
+	conns := []connToXB{
 		{"x/a", corev1.ProtocolTCP, 80, false},
 		{"x/a", corev1.ProtocolUDP, 81, true},
 		{"x/c", corev1.ProtocolTCP, 80, false},
@@ -157,7 +145,7 @@ func TestStagedPolicyInKernel(t *testing.T) {
 	if _, err := enf.Sync(snap); err != nil {
 		t.Fatal(err)
 	}
-	conns = []stagedConn{{"x/a", corev1.ProtocolTCP, 80, true}, {"x/c", corev1.ProtocolUDP, 80, false}}
+	conns = []connToXB{{"x/a", corev1.ProtocolTCP, 80, true}, {"x/c", corev1.ProtocolUDP, 80, false}}
 	want = stagedConnections(t, l, snap, conns, &sport, false)
 	got = slices.DeleteFunc(stagedLines(t, out, len(want)), func(l audit.Line) bool { return l.Port == echoPort })
 	if lineText(got) != lineText(want) {
@@ -174,21 +162,14 @@ func TestStagedPolicyInKernel(t *testing.T) {
 // kernel decides as explain does with the policies enforced (allowed), and
 // returns the staged lines expected: one where explain with the staged
 // policies enforced decides otherwise, naming its deciding side.
-func stagedConnections(t *testing.T, l *lab.Lab, snap *cluster.Snapshot, conns []stagedConn, sport *uint16, wantAllowed bool) []audit.Line {
+func stagedConnections(t *testing.T, l *lab.Lab, snap *cluster.Snapshot, conns []connToXB, sport *uint16, wantAllowed bool) []audit.Line {
 	t.Helper()
 	m := policy.Build(snap)
 	enforced, promoted := eval.New(snap, m), eval.New(snap, policy.Promoted(m))
 	var want []audit.Line
 	for _, c := range conns {
-		family := ipfamily.IPv4
-		if c.ipv6 {
-			family = ipfamily.IPv6
-		}
 		*sport++
-		to := podAddr(t, labPod(t, l, "x/b"), c.ipv6)
-		obs := l.Dial(context.Background(), c.from, netip.AddrPortFrom(to, uint16(c.port)), c.protocol,
-			lab.DialOptions{SourcePort: *sport, Timeout: 700 * time.Millisecond})
-		probe := l4.Port{Protocol: c.protocol, Port: c.port}
+		obs, probe, family := c.dial(t, l, *sport)
 		v, err := enforced.Explain(c.from, "x/b", probe, family)
 		if err != nil {
 			t.Fatal(err)

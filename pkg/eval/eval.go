@@ -264,6 +264,20 @@ func (e *Evaluator) AllowedIn(d policy.Direction, src, dst Endpoint, probe l4.Po
 	return e.decide(d, dst, src, probe, nil)
 }
 
+// DecisionIn is one direction of Evaluate (full: its trace, as explain's)
+// or of Decide (what decided): the source's egress, or the destination's
+// ingress.
+func (e *Evaluator) DecisionIn(d policy.Direction, src, dst Endpoint, probe l4.Port, full bool) *DirectionVerdict {
+	t := traceBrief
+	if full {
+		t = traceFull
+	}
+	if d == policy.Egress {
+		return e.direction(d, src, dst, probe, t)
+	}
+	return e.direction(d, dst, src, probe, t)
+}
+
 func (e *Evaluator) direction(d policy.Direction, subject, peer Endpoint, probe l4.Port, trace int) *DirectionVerdict {
 	dv := &DirectionVerdict{Subject: e.Name(subject), brief: trace == traceBrief}
 	if trace == traceNone {

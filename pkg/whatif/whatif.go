@@ -181,13 +181,14 @@ func Compare(before, after State, o Options) *Result {
 			return
 		}
 		c := Change{From: ra.Pod(src.Pod).Key, To: ra.Pod(dst.Pod).Key, Protocol: probe.Protocol, Port: probe.Port, Before: wasAllowed, After: isAllowed}
-		var vb, va *eval.Verdict
-		if o.Explain {
-			vb, va = eb.Evaluate(srcB, dstB, probe, true), ea.Evaluate(src, dst, probe, true)
-		} else {
-			vb, va = eb.Decide(srcB, dstB, probe), ea.Decide(src, dst, probe)
+		// The side that flipped (egress when both did, as Flipped says),
+		// decided again with its trace.
+		d := policy.Ingress
+		if egressA != egressB {
+			d = policy.Egress
 		}
-		c.Direction, c.BeforeDecision, c.AfterDecision = Flipped(vb, va)
+		c.Direction = d.String()
+		c.BeforeDecision, c.AfterDecision = eb.DecisionIn(d, srcB, dstB, probe, o.Explain), ea.DecisionIn(d, src, dst, probe, o.Explain)
 		mu.Lock()
 		changes = append(changes, indexed{c, cell.Index})
 		mu.Unlock()

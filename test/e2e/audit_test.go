@@ -47,14 +47,8 @@ func TestAgentVerdictLog(t *testing.T) {
 	}
 	var lines []audit.Line
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		data, _ := os.ReadFile(logPath)
-		lines = nil
-		for _, s := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-			var l audit.Line
-			if s == "" || json.Unmarshal([]byte(s), &l) != nil {
-				continue
-			}
-			lines = append(lines, l)
+		lines = readVerdictLog(logPath)
+		for _, l := range lines {
 			key := strings.Join([]string{l.Verdict, l.Src, l.Dst, l.Protocol, strconv.Itoa(int(l.Port)), quote(l.Tier, l.Policy, l.Rule), l.Action, l.Node}, " ")
 			if _, ok := want[key]; ok {
 				want[key] = true
@@ -77,6 +71,20 @@ func TestAgentVerdictLog(t *testing.T) {
 	if got := a.metric(t, "netpol_audit_decisions_total"); got < 2 {
 		t.Errorf("netpol_audit_decisions_total = %v, want 2 or more", got)
 	}
+}
+
+// readVerdictLog is the lines of the verdict log file so far (a line
+// being written is left out).
+func readVerdictLog(path string) []audit.Line {
+	data, _ := os.ReadFile(path)
+	var out []audit.Line
+	for _, s := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var l audit.Line
+		if s != "" && json.Unmarshal([]byte(s), &l) == nil {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // bFromC is the NetworkPolicy that admits only x/c to x/b, with extra

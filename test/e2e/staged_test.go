@@ -4,11 +4,8 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"net/netip"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -68,14 +65,8 @@ func TestAgentStagedPolicy(t *testing.T) {
 	var lines []audit.Line
 	found := false
 	for deadline := time.Now().Add(5 * time.Second); !found && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		data, _ := os.ReadFile(logPath)
-		lines = nil
-		for _, s := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-			var l audit.Line
-			if s == "" || json.Unmarshal([]byte(s), &l) != nil {
-				continue
-			}
-			lines = append(lines, l)
+		lines = readVerdictLog(logPath)
+		for _, l := range lines {
 			if l.Staged && l.Src == "x/a" && l.Dst == "x/b" && l.Verdict == "deny" && l.Enforced == "allow" && l.Direction == "ingress" &&
 				l.Tier == "NetworkPolicy" && l.Policy == "NetworkPolicy x/b-from-c" && l.Rule == "" && l.Action == "Deny" && l.Node == "node-1" {
 				found = true
