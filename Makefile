@@ -6,7 +6,7 @@ BIN     := bin/netpol
 COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo " (modified)")
 PKGS    := ./...
 
-.PHONY: build install uninstall test lint bench bench-agent bench-churn bench-scale bench-peers fuzz demo clean e2e e2e-deps image cluster-up cluster-down e2e-cluster
+.PHONY: build install uninstall test lint bench bench-agent bench-churn bench-scale bench-peers fuzz demo clean e2e e2e-deps image cluster-up cluster-down e2e-cluster e2e-images conformance-upstream
 
 # Where `make install` puts netpol (and kubectl-netpol, so that
 # `kubectl netpol ...` works): $(DESTDIR)$(PREFIX)/bin.
@@ -159,12 +159,26 @@ cluster-up: image
 cluster-down:
 	hack/cluster-down.sh
 
+# The upstream suites' images, built from source (hack/e2e-images.sh):
+# agnhost with the tools the tests exec, CoreDNS, the suites' pause tag.
+# cluster-up imports them when present and then runs the cluster DNS.
+e2e-images:
+	hack/e2e-images.sh
+
+# Kubernetes' own sig-network e2e tests against netpol on that cluster
+# (hack/conformance-upstream.sh; root; not in CI): SUITES=netpol,services,
+# KEEP_CLUSTER=1 uses a cluster that is up; writes
+# _output/conformance-upstream/summary.json and each suite's JUnit.
+conformance-upstream: image
+	flock $(LAB_LOCK) env NETPOL_LAB_LOCKED=1 hack/conformance-upstream.sh
+
 # netpol from deploy/ on that cluster, real pods (test/cluster; root). The
-# cluster is brought up if it is not, the test runs under the lab lock, and
-# the cluster is taken down afterwards unless KEEP_CLUSTER=1.
+# cluster is brought up if it is not (with the cluster DNS of e2e-images),
+# the test runs under the lab lock, and the cluster is taken down
+# afterwards unless KEEP_CLUSTER=1.
 LAB_LOCK ?= /tmp/netpol-lab.lock
 
-e2e-cluster: image
+e2e-cluster: image e2e-images
 	$(GO) test -c -tags e2e_cluster -o _output/cluster.test ./test/cluster
 	flock $(LAB_LOCK) env NETPOL_LAB_LOCKED=1 sh -c '\
 		hack/cluster-up.sh && (cd test/cluster && ../../_output/cluster.test -test.v -test.count=1 -test.timeout 20m); rc=$$?; \

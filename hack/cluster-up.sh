@@ -271,10 +271,18 @@ cat >"$CLUSTER_DIR/cni/net.d/10-netpol-cluster.conflist" <<JSON
 JSON
 start containerd containerd --config "$CLUSTER_DIR/containerd/config.toml"
 wait_for containerd 30 ctr --address "$CTRD_SOCK" version
-for img in pause netpol probe; do
+# The upstream suites' images and the cluster DNS too, when make e2e-images
+# has built them (hack/e2e-images.sh).
+for img in pause netpol probe agnhost coredns pause-upstream; do
+	case $img in agnhost | coredns | pause-upstream) [ -f "$IMAGES_DIR/$img.tar" ] || continue ;; esac
 	ctr --address "$CTRD_SOCK" -n k8s.io images import "$IMAGES_DIR/$img.tar" >/dev/null ||
 		die "ctr could not import $IMAGES_DIR/$img.tar"
 done
+cluster_dns=
+if [ -f "$IMAGES_DIR/coredns.tar" ]; then
+	cluster_dns="clusterDNS: [$DNS_IP]
+clusterDomain: cluster.local"
+fi
 
 # The ServiceAccount admission plugin rejects pods until the controller
 # manager has made the namespace's default ServiceAccount.
@@ -304,6 +312,7 @@ authentication:
 authorization:
   mode: Webhook
 resolvConf: /etc/resolv.conf
+$cluster_dns
 # A scratch machine: no evictions for its disk or memory.
 evictionHard:
   memory.available: "1Mi"
@@ -321,5 +330,11 @@ node_ready() {
 		-o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
 }
 wait_for "node $NODE_NAME" 120 node_ready
+if [ -n "$cluster_dns" ]; then
+	coredns_image=$(tar -xOf "$IMAGES_DIR/coredns.tar" manifest.json | sed -n 's/.*"RepoTags":\["\([^"]*\)".*/\1/p')
+	sed -e "s|\${DNS_IP}|$DNS_IP|g" -e "s|\${APISERVER_HOST}|$NODE_IP|g" -e "s|\${APISERVER_PORT}|$APISERVER_PORT|g" \
+		-e "s|\${COREDNS_IMAGE}|$coredns_image|g" hack/cluster/coredns.yaml | kc apply -f - >/dev/null
+	log "cluster DNS: $coredns_image at $DNS_IP (kube-system/kube-dns)"
+fi
 log "up in $(printf '%.1f' "$(echo "$(date +%s.%N) - $start_time" | bc 2>/dev/null || echo 0)") s: node $NODE_NAME Ready at $NODE_IP"
 log "  export KUBECONFIG=$KUBECONFIG PATH=$CLUSTER_DIR/bin:\$PATH"

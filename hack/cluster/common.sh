@@ -20,6 +20,9 @@ POD_CIDR=${CLUSTER_POD_CIDR:-10.247.0.0/24}
 CLUSTER_CIDR=${CLUSTER_CLUSTER_CIDR:-10.247.0.0/16}
 SERVICE_CIDR=${CLUSTER_SERVICE_CIDR:-10.98.0.0/16}
 SERVICE_IP=${CLUSTER_SERVICE_IP:-10.98.0.1}
+# The cluster DNS's Service address (kubelet clusterDNS), when make
+# e2e-images has built CoreDNS (hack/cluster/coredns.yaml).
+DNS_IP=${CLUSTER_DNS_IP:-10.98.0.10}
 LOCK=${NETPOL_LAB_LOCK:-/tmp/netpol-lab.lock}
 CNI_BIN_DIR=${CLUSTER_CNI_BIN_DIR:-/usr/lib/cni}
 IMAGES_DIR=${CLUSTER_IMAGES_DIR:-$PWD/_output/images}

@@ -7,6 +7,9 @@
 //
 //	go run ./hack/image -o netpol.tar -tag netpol.local/netpol:dev \
 //	    -entrypoint /bin/netpol -file bin/netpol=_output/image/netpol
+//
+// -cmd gives the default arguments (the image's Cmd), as upstream's
+// agnhost image has `pause`.
 package main
 
 import (
@@ -35,6 +38,7 @@ func main() {
 		out        = flag.String("o", "", "output tarball")
 		tag        = flag.String("tag", "", "image name:tag (repeatable with commas)")
 		entrypoint = flag.String("entrypoint", "", "the entrypoint, space-separated")
+		cmd        = flag.String("cmd", "", "the default arguments (Cmd), space-separated")
 		dirs       = flag.String("dirs", "tmp", "empty directories in the image, comma-separated")
 		files      fileList
 	)
@@ -44,7 +48,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: image -o OUT.tar -tag NAME:TAG [-entrypoint CMD] -file IMAGE_PATH=HOST_PATH...")
 		os.Exit(2)
 	}
-	if err := run(*out, strings.Split(*tag, ","), strings.Fields(*entrypoint), strings.Split(*dirs, ","), files); err != nil {
+	if err := run(*out, strings.Split(*tag, ","), strings.Fields(*entrypoint), strings.Fields(*cmd), strings.Split(*dirs, ","), files); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
@@ -53,22 +57,26 @@ func main() {
 // epoch is every entry's modification time, for reproducible layers.
 var epoch = time.Unix(0, 0).UTC()
 
-func run(out string, tags, entrypoint, dirs []string, files []string) error {
+func run(out string, tags, entrypoint, cmd, dirs []string, files []string) error {
 	layer, err := buildLayer(dirs, files)
 	if err != nil {
 		return err
 	}
 	diffID := digest(layer)
+	imageConfig := map[string]any{
+		"Entrypoint": entrypoint,
+		"Env":        []string{"PATH=/bin:/usr/bin:/usr/local/bin"},
+		"WorkingDir": "/",
+	}
+	if len(cmd) > 0 {
+		imageConfig["Cmd"] = cmd
+	}
 	config := map[string]any{
 		"architecture": runtime.GOARCH,
 		"os":           "linux",
 		"created":      epoch.Format(time.RFC3339),
-		"config": map[string]any{
-			"Entrypoint": entrypoint,
-			"Env":        []string{"PATH=/bin:/usr/bin:/usr/local/bin"},
-			"WorkingDir": "/",
-		},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + diffID}},
+		"config":       imageConfig,
+		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + diffID}},
 		"history": []map[string]any{{
 			"created":    epoch.Format(time.RFC3339),
 			"created_by": "hack/image " + strings.Join(files, " "),

@@ -2,7 +2,6 @@ package node
 
 import (
 	"cmp"
-	"maps"
 	"slices"
 
 	"github.com/netpol/netpol/pkg/nft"
@@ -55,8 +54,18 @@ func (p *Programmer) StagedCounts() ([]RuleCount, error) { return p.counts(true)
 // policies' or the others.
 func (p *Programmer) counts(staged bool) ([]RuleCount, error) {
 	of := p.counterOf.Load()
-	if of == nil || !slices.ContainsFunc(slices.Collect(maps.Values(*of)), func(c nft.CounterOf) bool { return c.Staged == staged }) {
+	if of == nil {
 		return nil, nil
+	}
+	found := false
+	for _, c := range *of {
+		if c.Staged == staged {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return nil, nil // no kernel read for nothing
 	}
 	values, err := p.policy.Counters()
 	if err != nil {

@@ -450,7 +450,67 @@ spec:
 		{"client-a", np, true}, {"client-b", np, true},
 	})
 
+	t.Run("domainNames through the cluster DNS", func(t *testing.T) { testDomainNames(t, ns, nodeIP) })
 	t.Run("conformance cluster runner", testConformanceRunner)
+}
+
+// testDomainNames: an Admin policy lets the namespace's pods reach the node
+// only by the name outside.netpol.test, which the cluster DNS (CoreDNS,
+// built from source by make e2e-images; its hosts plugin serves the
+// netpol.test zone: hack/cluster/coredns.yaml) answers with the node's
+// address. A host-network server there is refused to client-a by address
+// until client-a resolves the name through kube-dns: the agent learns the
+// answer (domainNames), and the same address connects.
+func testDomainNames(t *testing.T, ns, nodeIP string) {
+	if _, err := kubectl(t, "", "-n", "kube-system", "get", "service", "kube-dns"); err != nil {
+		t.Skip("no cluster DNS: make e2e-images before cluster-up deploys CoreDNS (kube-system/kube-dns)")
+	}
+	mustKubectl(t, "", "-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=120s")
+	const port = "18080"
+	mustKubectl(t, fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: node-server, namespace: %[1]s}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: probe
+    image: netpol.local/probe:dev
+    imagePullPolicy: IfNotPresent
+    args: [serve, "%[2]s"]
+`, ns, port), "apply", "-f", "-")
+	mustKubectl(t, "", "-n", ns, "wait", "--for=condition=Ready", "pod/node-server", "--timeout=120s")
+	byAddr := nodeIP + ":" + port
+	expect(t, ns, "the node's server, no policy", []cell{{"client-a", byAddr, true}})
+	cnp := "np-e2e-domains-" + ns
+	mustKubectl(t, fmt.Sprintf(`apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: %[1]s}
+spec:
+  tier: Admin
+  priority: 15
+  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: %[2]s}}}
+  egress:
+  - name: by-name
+    action: Accept
+    to: [{domainNames: [outside.netpol.test]}]
+  - name: not-by-address
+    action: Deny
+    to: [{networks: [%[3]s/32]}]
+`, cnp, ns, nodeIP), "apply", "-f", "-")
+	t.Cleanup(func() { kubectl(t, "", "delete", "clusternetworkpolicies.policy.networking.k8s.io", cnp) })
+	expect(t, ns, "the node by address, before any answer", []cell{{"client-a", byAddr, false}})
+	// Resolved by the pod's resolver (Go's, /etc/resolv.conf: kube-dns),
+	// then the connection to the address it got.
+	took := eventually(t, 30*time.Second, "outside.netpol.test resolved and connected", func() error {
+		out, err := probe(t, ns, "client-a", "outside.netpol.test:"+port)
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+	t.Logf("outside.netpol.test answered by CoreDNS, learned and connected in %s", took.Round(time.Millisecond))
+	expect(t, ns, "the node by address, once learned", []cell{{"client-a", byAddr, true}})
 }
 
 // testConformanceRunner runs the conformance suite's cluster runner on the
