@@ -676,9 +676,7 @@ func buildIdentitiesFrom(r *eval.Resolved, opts Options, node int, relevant []st
 		}
 	}
 	if c.funnel {
-		if err := c.compileShadow(opts); err != nil {
-			return nil, err
-		}
+		c.compileShadow(opts)
 	}
 	for _, s := range t.Sets {
 		if c.from == nil || c.from.table.Sets[s.Name] != s { // a set taken keeps its order: IdentityIncremental indexes it

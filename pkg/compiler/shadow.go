@@ -170,7 +170,7 @@ func (c *idCompiler) stagedIsolation(plan *eval.Plan) uint32 {
 // compileShadow adds to c's table (the enforced compile, c.funnel) the
 // shadow evaluation of c's policies and the staged ones, and the
 // comparison of its verdicts with c's.
-func (c *idCompiler) compileShadow(opts Options) error {
+func (c *idCompiler) compileShadow(opts Options) {
 	pols := policy.Promoted(&policy.Model{Policies: c.pols, Staged: opts.Staged}).Policies
 	s := newIDCompiler(c.r.WithPolicies(pols), c.node, c.t, c.ids, c.relevant)
 	s.shadow = &shadow{index: map[string]uint32{}}
@@ -200,7 +200,6 @@ func (c *idCompiler) compileShadow(opts Options) error {
 		}
 	}
 	c.compareShadow(s.shadow, opts.Audit)
-	return nil
 }
 
 // wouldVerdicts are the verdicts a staged rule with action can be
