@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make conformance-upstream: Kubernetes' own sig-network e2e tests, unmodified,
 # live against netpol on make cluster-up's cluster (issue 37; root; not in
-# CI). Brings the cluster up with the upstream images and the cluster DNS
-# (hack/e2e-images.sh) unless KEEP_CLUSTER is set and it is up, deploys
+# CI). Brings a cluster up with the upstream images and the cluster DNS
+# (hack/e2e-images.sh) and takes it down at the end, unless KEEP_CLUSTER is
+# set (then a cluster that is up is used, and left up), deploys
 # deploy/, builds e2e.test from the k8s.io/kubernetes module (hack/e2e-upstream,
 # cached by its sources), runs each suite and writes
 # _output/conformance-upstream/: summary.json ([{"suite", "version",
@@ -48,7 +49,13 @@ if [ ! -x "$e2e" ]; then
 fi
 
 if [ -z "${KEEP_CLUSTER:-}" ] || [ ! -f "$CLUSTER_DIR/up" ]; then
+	# A cluster of its own, with the images just built; down at the end
+	# unless KEEP_CLUSTER is set.
+	hack/cluster-down.sh
 	hack/cluster-up.sh
+fi
+if [ -z "${KEEP_CLUSTER:-}" ]; then
+	trap 'hack/cluster-down.sh >&2 || true' EXIT
 fi
 kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
 kc apply -k deploy/ >/dev/null

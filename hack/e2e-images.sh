@@ -5,9 +5,10 @@
 #   agnhost.tar  k8s.io/kubernetes/test/images/agnhost at hack/tools'
 #                version, laid out as upstream's image (/agnhost, entrypoint
 #                /agnhost, default `pause`), with what the tests exec in it:
-#                /bin/sh, bash, nc (OpenBSD netcat: -t, -u), curl, seq,
-#                nslookup and a few coreutils, from this machine's Debian
-#                packages with their libraries; tagged as Kubernetes' e2e
+#                /bin/sh, bash, nc (OpenBSD netcat: -t, -u), curl, wget, seq,
+#                nslookup, dig, host, ip and a few coreutils (upstream's
+#                Alpine image has them from busybox and bind-tools), from
+#                this machine's Debian packages with their libraries; tagged as Kubernetes' e2e
 #                suite at that version (test/utils/image/manifest.go) and
 #                network-policy-api's conformance ask for it.
 #   coredns.tar  github.com/coredns/coredns at the version kubeadm of that
@@ -55,13 +56,13 @@ build agnhost hack/tools k8s.io/kubernetes/test/images/agnhost
 build "coredns-$coredns_version" hack/coredns github.com/coredns/coredns
 
 # The tools, with every library they load and the loader.
-tools=(bash dash nc curl seq nslookup cat sleep ls grep head tail tr cut wc date hostname timeout env)
+tools=(bash dash nc curl wget seq nslookup dig host ip cat sleep ls grep head tail tr cut wc sort uniq sed awk tee xargs date hostname timeout env echo printf test true false kill)
 missing=()
 for t in "${tools[@]}"; do
-	command -v "$t" >/dev/null || missing+=("$t")
+	type -P "$t" >/dev/null || missing+=("$t") # the binary, not a shell builtin
 done
 if [ ${#missing[@]} -gt 0 ]; then
-	log "missing ${missing[*]}: apt-get install netcat-openbsd bind9-dnsutils curl coreutils"
+	log "missing ${missing[*]}: apt-get install netcat-openbsd bind9-dnsutils curl wget iproute2 coreutils"
 	exit 1
 fi
 files=(-file agnhost="$out/agnhost")
@@ -72,7 +73,7 @@ add() { # IMAGE_PATH HOST_PATH
 	files+=(-file "$1=$2")
 }
 for t in "${tools[@]}"; do
-	bin=$(readlink -f "$(command -v "$t")")
+	bin=$(readlink -f "$(type -P "$t")")
 	case $t in
 	dash) add bin/sh "$bin" ;;
 	bash) add bin/bash "$bin" ;;
