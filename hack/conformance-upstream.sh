@@ -87,7 +87,9 @@ run_suite() { # NAME FOCUS SKIP
 	local rc=$?
 	set -e
 	log "$name: exit $rc in $(($(date +%s) - t0)) s ($out/$name/log)"
+	[ $rc = 0 ] || failed+=("$name")
 }
+failed=()
 declare -A focus=(
 	[netpol]='\[sig-network\] Netpol'
 	[services]='\[sig-network\] Services.*\[Conformance\]'
@@ -114,3 +116,7 @@ fi
 go run ./hack/conformance-summary -dir "$out" -version "$version" -nodes "$nodes" "${summary[@]}" >"$out/summary.json"
 cat "$out/summary.json"
 log "done in $(($(date +%s) - start)) s"
+if [ ${#failed[@]} -gt 0 ]; then
+	log "failed: ${failed[*]}"
+	exit 1
+fi
