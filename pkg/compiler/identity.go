@@ -617,7 +617,7 @@ func buildIdentities(r *eval.Resolved, opts Options, pod podClasses) (*idCompile
 	}
 	// Staged policies' peers number identities too: the shadow
 	// evaluation shares the enforced one's pod-ids maps.
-	relevant := selectedLabelKeys(localPolicies(slices.Concat(r.Policies(), opts.Staged), localPods(r, node)))
+	relevant := selectedLabelKeys(localPolicies(append(r.Policies(), opts.Staged...), localPods(r, node))) // r.Policies is a copy
 	ids, err := newIdentities(r, opts.Identities, relevant, opts.Adopt)
 	if err != nil {
 		return nil, err

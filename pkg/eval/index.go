@@ -236,12 +236,17 @@ func buildIndexFrom(snap *cluster.Snapshot, model *policy.Model, pods iter.Seq[*
 		ix.pods = append(ix.pods, pi)
 		ix.identOf = append(ix.identOf, ident)
 	}
-	for _, pol := range model.Policies {
+	ix.setPolicies(model.Policies)
+	return ix
+}
+
+// setPolicies resolves pols (in evaluation order) against the indexed pods.
+func (ix *index) setPolicies(pols []*policy.Policy) {
+	for _, pol := range pols {
 		ix.policies = append(ix.policies, ix.compile(pol))
 	}
 	ix.indexSelecting()
 	ix.initPlans()
-	return ix
 }
 
 // indexSelecting finds, once, the policies selecting each identity,

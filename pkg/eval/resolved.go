@@ -110,10 +110,6 @@ func (r *Resolved) WithPolicies(pols []*policy.Policy) *Resolved {
 	old := r.ix
 	ix := &index{pods: old.pods, podsSorted: old.podsSorted, idents: old.idents, identOf: old.identOf,
 		identsByNamespace: old.identsByNamespace, nodes: old.nodes, nodeByIP: old.nodeByIP, selected: map[string]*selection{}}
-	for _, p := range pols {
-		ix.policies = append(ix.policies, ix.compile(p))
-	}
-	ix.indexSelecting()
-	ix.initPlans()
+	ix.setPolicies(pols)
 	return &Resolved{ix: ix}
 }
