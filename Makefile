@@ -146,10 +146,14 @@ image:
 	$(GO) run ./hack/image -o $(IMAGES_DIR)/pause.tar -tag $(PAUSE_IMAGE) -entrypoint /pause -file pause=$(IMAGES_DIR)/bin/pause
 	$(GO) run ./hack/image -o $(IMAGES_DIR)/probe.tar -tag $(PROBE_IMAGE) -entrypoint /bin/probe -file bin/probe=$(IMAGES_DIR)/bin/probe
 
-# A one-node Kubernetes cluster on this machine (docs/cluster.md): etcd,
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
-# containerd, no kube-proxy; state in $(CLUSTER_DIR). Root. cluster-down
-# removes everything cluster-up made.
+# A Kubernetes cluster on this machine (docs/cluster.md): etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, and per node a
+# kubelet and containerd (node 1 in the host's network namespace, nodes
+# 2..NODES each in one of its own), no kube-proxy; state in
+# $(CLUSTER_DIR). Root. cluster-down removes everything cluster-up made.
+# NODES=N (make cluster-up, e2e-cluster, conformance-upstream) reaches the
+# scripts from make's command line or the environment; cluster-up's default
+# is 1, conformance-upstream's 2.
 CLUSTER_DIR ?= /tmp/netpol-cluster
 export CLUSTER_DIR
 

@@ -29,8 +29,12 @@ if alive kube-apiserver && alive kubelet && [ -x "$KUBECTL" ]; then
 	kc delete pods --all --all-namespaces --grace-period 1 --wait=true --timeout 45s >/dev/null 2>&1 || true
 fi
 
-# 2. The processes, the node agent last-but-kubelet first.
-for name in kubelet kube-scheduler kube-controller-manager; do
+nodes=$(cluster_nodes)
+# 2. The processes, the kubelets first.
+for k in $(seq "$nodes" -1 1); do
+	stop "$(node_proc kubelet "$k")"
+done
+for name in kube-scheduler kube-controller-manager; do
 	stop "$name"
 done
 
@@ -39,7 +43,7 @@ done
 #    then containerd.
 kill_kubepods() {
 	local f pid
-	for f in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+	for f in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods $(node_cgroups kubepods); do
 		[ -d "$f" ] || continue
 		find "$f" -name cgroup.procs 2>/dev/null | while read -r procs; do
 			while read -r pid; do
@@ -48,17 +52,27 @@ kill_kubepods() {
 		done
 	done
 }
+# node_cgroups [SUB]: the cgroup roots of nodes 2..N (/NAME), or SUB in them.
+node_cgroups() {
+	local k
+	for k in $(seq 2 "$nodes"); do
+		ls -d /sys/fs/cgroup/*/"$(node_name "$k")${1:+/$1}" 2>/dev/null || true
+	done
+}
 our_shims() {
-	local d
+	local d k socks=()
+	for k in $(seq "$nodes"); do socks+=(-e "-address $(node_sock "$k") "); done
 	for d in /proc/[0-9]*; do
-		if tr '\0' ' ' 2>/dev/null <"$d/cmdline" | grep -q -- "-address $CTRD_SOCK "; then
+		if tr '\0' ' ' 2>/dev/null <"$d/cmdline" | grep -q -F "${socks[@]}"; then
 			echo "${d#/proc/}"
 		fi
 	done
 }
 kill_kubepods
 for pid in $(our_shims); do kill -9 "$pid" 2>/dev/null || true; done
-stop containerd
+for k in $(seq "$nodes" -1 1); do
+	stop "$(node_proc containerd "$k")"
+done
 for pid in $(our_shims); do kill -9 "$pid" 2>/dev/null || true; done
 sleep 0.5
 kill_kubepods
@@ -86,7 +100,7 @@ fi
 
 # 5. cgroups the kubelet made (cgroupfs driver): kubepods in every hierarchy,
 #    deepest first, once no process is left in them.
-for f in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+for f in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods $(node_cgroups); do
 	[ -d "$f" ] || continue
 	find "$f" -depth -type d -exec rmdir {} \; 2>/dev/null || true
 done
@@ -129,6 +143,16 @@ fi
 if [ -e "$CLUSTER_DIR/addr.created" ]; then
 	ip addr delete "$NODE_IP/32" dev lo 2>/dev/null || true
 fi
+# The nodes' network namespaces and the underlay (node 1's address on the
+# underlay goes with its link).
+if [ "$nodes" -gt 1 ]; then
+	for ns in $(for k in $(seq 2 "$nodes"); do node_netns "$k"; done) "$UNDERLAY_NS"; do
+		if [ -e "/run/netns/$ns" ]; then
+			ip netns delete "$ns" || log "could not delete the network namespace $ns"
+		fi
+	done
+	ip link delete "$UNDERLAY_LINK" 2>/dev/null || true
+fi
 
 # 7. The sysctls as they were.
 if [ -f "$CLUSTER_DIR/sysctls.saved" ]; then
@@ -136,6 +160,20 @@ if [ -f "$CLUSTER_DIR/sysctls.saved" ]; then
 		[ -n "$kv" ] && sysctl -q -w "$kv" >/dev/null 2>&1 || log "could not restore $kv"
 	done <"$CLUSTER_DIR/sysctls.saved"
 fi
+
+# What the nodes made outside the scratch dir must be gone: say what is not.
+left=()
+for k in $(seq "$nodes"); do
+	for name in kubelet containerd; do
+		alive "$(node_proc "$name" "$k")" && left+=("process $(node_proc "$name" "$k")")
+	done
+	[ "$k" = 1 ] && continue
+	[ -e "/run/netns/$(node_netns "$k")" ] && left+=("network namespace $(node_netns "$k")")
+	for d in $(node_cgroups | grep "/$(node_name "$k")\$" || true); do left+=("cgroup $d"); done
+done
+[ -e "/run/netns/$UNDERLAY_NS" ] && left+=("network namespace $UNDERLAY_NS")
+ip link show "$UNDERLAY_LINK" >/dev/null 2>&1 && left+=("link $UNDERLAY_LINK")
+[ ${#left[@]} -eq 0 ] || die "left behind: ${left[*]}"
 
 # 8. The scratch directory (kubelet's files may be immutable-free but mounted:
 #    anything still mounted stays and is reported).

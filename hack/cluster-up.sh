@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# make cluster-up: a one-node Kubernetes cluster on this machine (docs/cluster.md).
+# make cluster-up [NODES=N]: a Kubernetes cluster on this machine
+# (docs/cluster.md), one node by default; node 1 in the host's network
+# namespace, nodes 2..N each in a network namespace of its own on a shared
+# underlay, with its own containerd and kubelet (hack/cluster/common.sh).
 # etcd (Debian etcd-server), kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubelet and kubectl built from hack/tools (cached), containerd
 # + runc + CNI plugins from Debian, the images of make image imported; no
@@ -46,13 +49,22 @@ APISERVER=${bins[0]} KCM=${bins[1]} SCHEDULER=${bins[2]} KUBELET=${bins[3]} KUBE
 
 take_lock "$0" "$@"
 
-kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
+case $NODES in '' | *[!0-9]*) die "NODES=$NODES: the number of nodes, 1 to 16" ;; esac
+[ "$NODES" -ge 1 ] && [ "$NODES" -le 16 ] || die "NODES=$NODES: the number of nodes, 1 to 16"
 
-if [ -f "$CLUSTER_DIR/up" ]; then
-	if alive etcd && alive kube-apiserver && alive kube-controller-manager && alive kube-scheduler &&
-		alive containerd && alive kubelet &&
-		kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True; then
-		log "already up: export KUBECONFIG=$KUBECONFIG"
+kc() { "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
+node_ready() { # K
+	kc get node "$(node_name "$1")" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True
+}
+
+if [ -f "$CLUSTER_DIR/up" ] && [ "$(cluster_nodes)" = "$NODES" ] &&
+	alive etcd && alive kube-apiserver && alive kube-controller-manager && alive kube-scheduler; then
+	up=1
+	for k in $(seq "$NODES"); do
+		alive "$(node_proc containerd "$k")" && alive "$(node_proc kubelet "$k")" && node_ready "$k" || up=
+	done
+	if [ -n "$up" ]; then
+		log "already up ($NODES node(s)): export KUBECONFIG=$KUBECONFIG"
 		exit 0
 	fi
 fi
@@ -85,11 +97,44 @@ for ipt in iptables ip6tables; do
 done
 [ -d /run/containerd ] && touch "$CLUSTER_DIR/run-containerd.existed"
 
-# The node's address: a /32 of its own on the host's loopback (this kernel
-# may have no dummy links), so no real interface is used or exposed.
-if ! ip -4 -o addr show dev lo | grep -q " $NODE_IP/32 "; then
-	ip addr add "$NODE_IP/32" dev lo
-	touch "$CLUSTER_DIR/addr.created"
+echo "$NODES" >"$CLUSTER_DIR/nodes.count"
+if [ "$NODES" = 1 ]; then
+	# The node's address: a /32 of its own on the host's loopback (this
+	# kernel may have no dummy links), so no real interface is used or exposed.
+	if ! ip -4 -o addr show dev lo | grep -q " $NODE_IP/32 "; then
+		ip addr add "$NODE_IP/32" dev lo
+		touch "$CLUSTER_DIR/addr.created"
+	fi
+else
+	# The underlay: a bridge in a namespace of its own; node 1 (the host)
+	# on it through $UNDERLAY_LINK, node k through the eth0 of its own
+	# namespace. Node k routes the Services' range to node 1 only so that
+	# a connection to a ClusterIP from its host network gets past the
+	# routing decision: its own table DNATs it first. The pod ranges get
+	# routes once the controller manager has given the nodes theirs.
+	for ns in "$UNDERLAY_NS" $(for k in $(seq 2 "$NODES"); do node_netns "$k"; done); do
+		[ ! -e "/run/netns/$ns" ] || die "network namespace $ns exists already (a cluster of another CLUSTER_DIR?)"
+	done
+	! ip link show "$UNDERLAY_LINK" >/dev/null 2>&1 || die "link $UNDERLAY_LINK exists already"
+	ip netns add "$UNDERLAY_NS"
+	ip -n "$UNDERLAY_NS" link set lo up
+	ip -n "$UNDERLAY_NS" link add br0 type bridge
+	ip -n "$UNDERLAY_NS" link set br0 up
+	ip link add "$UNDERLAY_LINK" type veth peer name n1 netns "$UNDERLAY_NS"
+	ip -n "$UNDERLAY_NS" link set n1 master br0 up
+	ip addr add "$NODE_IP/$UNDERLAY_PREFIX" dev "$UNDERLAY_LINK"
+	ip link set "$UNDERLAY_LINK" up
+	for k in $(seq 2 "$NODES"); do
+		ns=$(node_netns "$k")
+		ip netns add "$ns"
+		ip -n "$ns" link set lo up
+		ip -n "$UNDERLAY_NS" link add "n$k" type veth peer name eth0 netns "$ns"
+		ip -n "$UNDERLAY_NS" link set "n$k" master br0 up
+		ip -n "$ns" addr add "$(node_ip "$k")/$UNDERLAY_PREFIX" dev eth0
+		ip -n "$ns" link set eth0 up
+		ip -n "$ns" route add "$SERVICE_CIDR" via "$NODE_IP"
+		in_node "$k" sysctl -q -w net.ipv4.ip_forward=1
+	done
 fi
 
 # Certificates: one CA (ECDSA P-256) signs every server and client.
@@ -115,8 +160,13 @@ cert apiserver "/CN=kube-apiserver" \
 cert admin "/O=system:masters/CN=admin"
 cert kube-controller-manager "/CN=system:kube-controller-manager"
 cert kube-scheduler "/CN=system:kube-scheduler"
-cert kubelet-client "/O=system:nodes/CN=system:node:$NODE_NAME"
-cert kubelet-serving "/CN=$NODE_NAME" "DNS:$NODE_NAME,IP:$NODE_IP" serverAuth
+# Each node's kubelet: node 1's files are named as the one node's always were.
+node_suffix() { if [ "$1" = 1 ]; then echo ""; else echo "-$(node_name "$1")"; fi; }
+for k in $(seq "$NODES"); do
+	n=$(node_name "$k")
+	cert "kubelet-client$(node_suffix "$k")" "/O=system:nodes/CN=system:node:$n"
+	cert "kubelet-serving$(node_suffix "$k")" "/CN=$n" "DNS:$n,IP:$(node_ip "$k")" serverAuth
+done
 cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
 openssl ecparam -name prime256v1 -genkey -noout -out sa.key 2>/dev/null
 openssl ec -in sa.key -pubout -out sa.pub 2>/dev/null
@@ -146,7 +196,10 @@ KC
 kubeconfig "$KUBECONFIG" admin
 kubeconfig "$CLUSTER_DIR/kube-controller-manager.kubeconfig" kube-controller-manager
 kubeconfig "$CLUSTER_DIR/kube-scheduler.kubeconfig" kube-scheduler
-kubeconfig "$CLUSTER_DIR/kubelet.kubeconfig" kubelet-client
+for k in $(seq "$NODES"); do
+	mkdir -p "$(node_dir "$k")"
+	kubeconfig "$(node_dir "$k")/kubelet.kubeconfig" "kubelet-client$(node_suffix "$k")"
+done
 
 # start NAME COMMAND...: in the background, in its own session, logging to
 # $LOGS/NAME.log; the pid in $RUN/NAME.pid. Every other file descriptor is
@@ -209,26 +262,29 @@ start kube-scheduler "$SCHEDULER" \
 	--authorization-kubeconfig "$CLUSTER_DIR/kube-scheduler.kubeconfig" \
 	--bind-address 127.0.0.1 --secure-port 0 --leader-elect=false
 
-# containerd: its own root, state and socket; the CRI settings this machine
-# needs (docs/cluster.md): restrict_oom_score_adj (root here lacks
-# CAP_SYS_RESOURCE), no AppArmor, runc (crun fails on hybrid cgroups),
-# cgroupfs, the local pause image.
-mkdir -p "$CLUSTER_DIR/containerd" "$CLUSTER_DIR/cni/net.d" "$CLUSTER_DIR/cni/ipam"
-cat >"$CLUSTER_DIR/containerd/config.toml" <<TOML
+# write_containerd_config K: node K's containerd, with its own root, state
+# and socket; the CRI settings this machine needs (docs/cluster.md):
+# restrict_oom_score_adj (root here lacks CAP_SYS_RESOURCE), no AppArmor,
+# runc (crun fails on hybrid cgroups), cgroupfs, the local pause image.
+write_containerd_config() {
+	local dir
+	dir=$(node_dir "$1")
+	mkdir -p "$dir/containerd" "$dir/cni/net.d" "$dir/cni/ipam"
+	cat >"$dir/containerd/config.toml" <<TOML
 version = 2
-root = "$CLUSTER_DIR/containerd/root"
-state = "$CLUSTER_DIR/containerd/state"
+root = "$dir/containerd/root"
+state = "$dir/containerd/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
 [grpc]
-  address = "$CTRD_SOCK"
+  address = "$dir/containerd/containerd.sock"
 [ttrpc]
-  address = "$CLUSTER_DIR/containerd/containerd.sock.ttrpc"
+  address = "$dir/containerd/containerd.sock.ttrpc"
 [debug]
   address = ""
 [metrics]
   address = ""
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$CLUSTER_DIR/containerd/opt"
+  path = "$dir/containerd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   restrict_oom_score_adj = true
@@ -241,16 +297,22 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "$(command -v runc)"
-        Root = "$CLUSTER_DIR/containerd/runc"
+        Root = "$dir/containerd/runc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$CNI_BIN_DIR"
-    conf_dir = "$CLUSTER_DIR/cni/net.d"
+    conf_dir = "$dir/cni/net.d"
     max_conf_num = 1
 TOML
-# ptp: a routed veth per pod, so pod-to-pod traffic crosses the host's
-# forward hook (where netpol enforces). No masquerade: nothing leaves.
-cat >"$CLUSTER_DIR/cni/net.d/10-netpol-cluster.conflist" <<JSON
+}
+
+# write_cni_config K POD_CIDR: ptp, a routed veth per pod, so pod-to-pod
+# traffic crosses the node's forward hook (where netpol enforces). No
+# masquerade: nothing leaves. containerd picks the file up when it appears.
+write_cni_config() {
+	local dir
+	dir=$(node_dir "$1")
+	cat >"$dir/cni/net.d/10-netpol-cluster.conflist.tmp" <<JSON
 {
   "cniVersion": "0.4.0",
   "name": "netpol-cluster",
@@ -261,50 +323,75 @@ cat >"$CLUSTER_DIR/cni/net.d/10-netpol-cluster.conflist" <<JSON
       "mtu": 1500,
       "ipam": {
         "type": "host-local",
-        "ranges": [[{"subnet": "$POD_CIDR"}]],
+        "ranges": [[{"subnet": "$2"}]],
         "routes": [{"dst": "0.0.0.0/0"}],
-        "dataDir": "$CLUSTER_DIR/cni/ipam"
+        "dataDir": "$dir/cni/ipam"
       }
     }
   ]
 }
 JSON
-start containerd containerd --config "$CLUSTER_DIR/containerd/config.toml"
-wait_for containerd 30 ctr --address "$CTRD_SOCK" version
-# The upstream suites' images and the cluster DNS too, when make e2e-images
-# has built them (hack/e2e-images.sh).
-for img in pause netpol probe agnhost coredns pause-upstream; do
-	case $img in agnhost | coredns | pause-upstream) [ -f "$IMAGES_DIR/$img.tar" ] || continue ;; esac
-	ctr --address "$CTRD_SOCK" -n k8s.io images import "$IMAGES_DIR/$img.tar" >/dev/null ||
-		die "ctr could not import $IMAGES_DIR/$img.tar"
-done
+	mv "$dir/cni/net.d/10-netpol-cluster.conflist.tmp" "$dir/cni/net.d/10-netpol-cluster.conflist"
+}
+
+# start_containerd K: node K's containerd, in its network namespace, with
+# the images imported: the upstream suites' images and the cluster DNS too,
+# when make e2e-images has built them (hack/e2e-images.sh).
+start_containerd() {
+	local k=$1 sock img cmd=()
+	sock=$(node_sock "$k")
+	[ "$k" = 1 ] || cmd=(nsenter --net="/run/netns/$(node_netns "$k")" --)
+	start "$(node_proc containerd "$k")" "${cmd[@]}" containerd --config "$(node_dir "$k")/containerd/config.toml"
+	wait_for "containerd of $(node_name "$k")" 30 ctr --address "$sock" version
+	for img in pause netpol probe agnhost coredns pause-upstream; do
+		case $img in agnhost | coredns | pause-upstream) [ -f "$IMAGES_DIR/$img.tar" ] || continue ;; esac
+		ctr --address "$sock" -n k8s.io images import "$IMAGES_DIR/$img.tar" >/dev/null ||
+			die "ctr could not import $IMAGES_DIR/$img.tar into $(node_name "$k")'s containerd"
+	done
+}
+
 cluster_dns=
 if [ -f "$IMAGES_DIR/coredns.tar" ]; then
 	cluster_dns="clusterDNS: [$DNS_IP]
 clusterDomain: cluster.local"
 fi
 
-# The ServiceAccount admission plugin rejects pods until the controller
-# manager has made the namespace's default ServiceAccount.
-wait_for "the default ServiceAccount" 60 "$KUBECTL" --kubeconfig "$KUBECONFIG" -n default get serviceaccount default
-
-mkdir -p "$CLUSTER_DIR/kubelet"
-cat >"$CLUSTER_DIR/kubelet/config.yaml" <<YAML
+# start_kubelet K: node K's kubelet, in its network namespace; node k > 1
+# puts its pods under the cgroup /NAME (made here in every v1 hierarchy)
+# so that no two kubelets manage the same cgroups.
+start_kubelet() {
+	local k=$1 dir ip sfx cgroup_root= cmd=() h
+	dir=$(node_dir "$k") ip=$(node_ip "$k") sfx=$(node_suffix "$k")
+	if [ "$k" != 1 ]; then
+		cmd=(nsenter --net="/run/netns/$(node_netns "$k")" --)
+		cgroup_root="cgroupRoot: /$(node_name "$k")"
+		for h in /sys/fs/cgroup/*/; do
+			case $h in */unified/) continue ;; esac
+			mkdir -p "$h$(node_name "$k")"
+			if [ -f "${h}cpuset.cpus" ]; then
+				cat "${h}cpuset.cpus" >"$h$(node_name "$k")/cpuset.cpus"
+				cat "${h}cpuset.mems" >"$h$(node_name "$k")/cpuset.mems"
+			fi
+		done
+	fi
+	mkdir -p "$dir/kubelet"
+	cat >"$dir/kubelet/config.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This machine: cgroup v1 hierarchies, swap may be on.
 failCgroupV1: false
 cgroupDriver: cgroupfs
+$cgroup_root
 failSwapOn: false
 oomScoreAdj: 0
-containerRuntimeEndpoint: unix://$CTRD_SOCK
-address: $NODE_IP
+containerRuntimeEndpoint: unix://$(node_sock "$k")
+address: $ip
 port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
-tlsCertFile: $PKI/kubelet-serving.crt
-tlsPrivateKeyFile: $PKI/kubelet-serving.key
+tlsCertFile: $PKI/kubelet-serving$sfx.crt
+tlsPrivateKeyFile: $PKI/kubelet-serving$sfx.key
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: true}
@@ -322,19 +409,51 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 YAML
-start kubelet "$KUBELET" --config "$CLUSTER_DIR/kubelet/config.yaml" \
-	--kubeconfig "$CLUSTER_DIR/kubelet.kubeconfig" --root-dir "$CLUSTER_DIR/kubelet/root" \
-	--cert-dir "$CLUSTER_DIR/kubelet/pki" --node-ip "$NODE_IP" --hostname-override "$NODE_NAME" --v=1
-node_ready() {
-	"$KUBECTL" --kubeconfig "$KUBECONFIG" get node "$NODE_NAME" \
-		-o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
+	start "$(node_proc kubelet "$k")" "${cmd[@]}" "$KUBELET" --config "$dir/kubelet/config.yaml" \
+		--kubeconfig "$dir/kubelet.kubeconfig" --root-dir "$dir/kubelet/root" \
+		--cert-dir "$dir/kubelet/pki" --node-ip "$ip" --hostname-override "$(node_name "$k")" --v=1
 }
-wait_for "node $NODE_NAME" 120 node_ready
+
+# Node 1: its pod range is the first the controller manager gives out.
+write_containerd_config 1
+write_cni_config 1 "$POD_CIDR"
+start_containerd 1
+# The ServiceAccount admission plugin rejects pods until the controller
+# manager has made the namespace's default ServiceAccount.
+wait_for "the default ServiceAccount" 60 "$KUBECTL" --kubeconfig "$KUBECONFIG" -n default get serviceaccount default
+pod_cidr() { kc get node "$(node_name "$1")" -o jsonpath='{.spec.podCIDR}' 2>/dev/null; }
+has_pod_cidr() { [ -n "$(pod_cidr "$1")" ]; }
+start_kubelet 1
+wait_for "node $NODE_NAME" 120 node_ready 1
+wait_for "the pod range of $NODE_NAME" 60 has_pod_cidr 1
+[ "$(pod_cidr 1)" = "$POD_CIDR" ] || die "$NODE_NAME has the pod range $(pod_cidr 1), not $POD_CIDR (its CNI configuration's)"
+
+# Nodes 2..N, one after the other, so that node k has the k-th pod range;
+# each one's CNI configuration once the controller manager has given it
+# its range.
+for k in $(seq 2 "$NODES"); do
+	write_containerd_config "$k"
+	start_containerd "$k"
+	start_kubelet "$k"
+	wait_for "the pod range of $(node_name "$k")" 120 has_pod_cidr "$k"
+	write_cni_config "$k" "$(pod_cidr "$k")"
+	wait_for "node $(node_name "$k")" 120 node_ready "$k"
+done
+# Every node routes every other node's pod range to that node's address.
+if [ "$NODES" -gt 1 ]; then
+	for k in $(seq "$NODES"); do
+		for j in $(seq "$NODES"); do
+			[ "$j" = "$k" ] && continue
+			in_node "$k" ip route replace "$(pod_cidr "$j")" via "$(node_ip "$j")"
+		done
+	done
+fi
+
 if [ -n "$cluster_dns" ]; then
 	coredns_image=$(tar -xOf "$IMAGES_DIR/coredns.tar" manifest.json | sed -n 's/.*"RepoTags":\["\([^"]*\)".*/\1/p')
 	sed -e "s|\${DNS_IP}|$DNS_IP|g" -e "s|\${APISERVER_HOST}|$NODE_IP|g" -e "s|\${APISERVER_PORT}|$APISERVER_PORT|g" \
 		-e "s|\${COREDNS_IMAGE}|$coredns_image|g" hack/cluster/coredns.yaml | kc apply -f - >/dev/null
 	log "cluster DNS: $coredns_image at $DNS_IP (kube-system/kube-dns)"
 fi
-log "up in $(printf '%.1f' "$(echo "$(date +%s.%N) - $start_time" | bc 2>/dev/null || echo 0)") s: node $NODE_NAME Ready at $NODE_IP"
+log "up in $(printf '%.1f' "$(echo "$(date +%s.%N) - $start_time" | bc 2>/dev/null || echo 0)") s: $NODES node(s) Ready: $(for k in $(seq "$NODES"); do printf '%s (%s) ' "$(node_name "$k")" "$(node_ip "$k")"; done)"
 log "  export KUBECONFIG=$KUBECONFIG PATH=$CLUSTER_DIR/bin:\$PATH"

@@ -4,7 +4,9 @@
 # import (the kubelet never pulls):
 #   agnhost.tar  k8s.io/kubernetes/test/images/agnhost at hack/tools'
 #                version, laid out as upstream's image (/agnhost, entrypoint
-#                /agnhost, default `pause`), with what the tests exec in it:
+#                /agnhost, default `pause`; /agnhost runs upstream's binary,
+#                except for porter's SCTP ports on a kernel without SCTP:
+#                hack/agnhost-sctp), with what the tests exec in it:
 #                /bin/sh, bash, nc (OpenBSD netcat: -t, -u), curl, wget, seq,
 #                nslookup, dig, host, ip and a few coreutils (upstream's
 #                Alpine image has them from busybox and bind-tools), from
@@ -65,7 +67,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 	log "missing ${missing[*]}: apt-get install netcat-openbsd bind9-dnsutils curl wget iproute2 coreutils"
 	exit 1
 fi
-files=(-file agnhost="$out/agnhost")
+# /agnhost is hack/agnhost-sctp, which runs upstream's binary
+# (/agnhost-upstream) as it is, except porter on a kernel without SCTP
+# (docs/conformance.md).
+CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$images/bin/agnhost-sctp" ./hack/agnhost-sctp
+files=(-file agnhost="$images/bin/agnhost-sctp" -file agnhost-upstream="$out/agnhost")
 declare -A seen=()
 add() { # IMAGE_PATH HOST_PATH
 	[ -n "${seen[$1]:-}" ] && return

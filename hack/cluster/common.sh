@@ -28,6 +28,21 @@ CNI_BIN_DIR=${CLUSTER_CNI_BIN_DIR:-/usr/lib/cni}
 IMAGES_DIR=${CLUSTER_IMAGES_DIR:-$PWD/_output/images}
 PAUSE_IMAGE=${PAUSE_IMAGE:-netpol.local/pause:dev}
 
+# Nodes (make cluster-up NODES=N): node 1 runs in the host's network
+# namespace, as the one-node cluster always has; node k (2..N) in a network
+# namespace of its own named as the node, with its own containerd, kubelet
+# (cgroup root /NAME) and state under $CLUSTER_DIR/nodes/NAME. With more than
+# one node the nodes share an underlay: a bridge in the network namespace
+# $UNDERLAY_NS, which the host reaches through $UNDERLAY_LINK (node 1's
+# address moves there from lo) and node k through its eth0. The bridge is
+# in a namespace of its own so that bridged frames between other nodes
+# never cross the host's netfilter hooks (br_netfilter), where node 1's
+# agent enforces.
+NODES=${NODES:-1}
+UNDERLAY_NS=${CLUSTER_UNDERLAY_NS:-netpol-underlay}
+UNDERLAY_LINK=${CLUSTER_UNDERLAY_LINK:-netpol-ul}
+UNDERLAY_PREFIX=24
+
 RUN=$CLUSTER_DIR/run
 LOGS=$CLUSTER_DIR/logs
 PKI=$CLUSTER_DIR/pki
@@ -91,3 +106,23 @@ start() {
 	) &
 	echo $! >"$RUN/$name.pid"
 }
+
+# node_name K, node_ip K, node_dir K (node 1's files are where the one-node
+# cluster's always were), node_sock K (its containerd), node_proc NAME K
+# (the name start and stop know node K's daemon NAME by), node_netns K (""
+# for node 1: the host's).
+node_name() { if [ "$1" = 1 ]; then echo "$NODE_NAME"; else echo "$NODE_NAME-$1"; fi; }
+node_ip() { echo "${NODE_IP%.*}.$((${NODE_IP##*.} + $1 - 1))"; }
+node_dir() { if [ "$1" = 1 ]; then echo "$CLUSTER_DIR"; else echo "$CLUSTER_DIR/nodes/$(node_name "$1")"; fi; }
+node_sock() { echo "$(node_dir "$1")/containerd/containerd.sock"; }
+node_proc() { if [ "$2" = 1 ]; then echo "$1"; else echo "$1-$(node_name "$2")"; fi; }
+node_netns() { if [ "$1" = 1 ]; then echo ""; else node_name "$1"; fi; }
+# in_node K COMMAND...: COMMAND in node K's network namespace (nsenter, not
+# ip netns exec: that would remount /sys and hide the cgroup hierarchies).
+in_node() {
+	local k=$1
+	shift
+	if [ "$k" = 1 ]; then "$@"; else nsenter --net="/run/netns/$(node_netns "$k")" -- "$@"; fi
+}
+# cluster_nodes: how many nodes the cluster that is up has.
+cluster_nodes() { cat "$CLUSTER_DIR/nodes.count" 2>/dev/null || echo 1; }

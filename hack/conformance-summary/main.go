@@ -1,8 +1,15 @@
-// Command conformance-summary reads the JUnit reports of the upstream suites
+// Command conformance-summary reads the results of the upstream suites
 // (hack/conformance-upstream.sh) and writes their summary as JSON:
 // [{"suite", "version", "passed", "failed", "skipped", "skippedWhy":
-// {reason: count}, "nodes"}]. A spec counts when its name matches its
-// suite's focus: the report lists the specs the focus left out too.
+// {reason: count}, "nodes"}].
+//
+// Kubernetes' e2e suites (-suite): their JUnit reports; a spec counts when
+// its name matches its suite's focus (the report lists the specs the focus
+// left out too). network-policy-api's conformance suites (-gosuite): the
+// go test events of TestConformanceProfiles, one test per conformance test,
+// and the tests the run left out (-test.skip), which the suite's own report
+// counts as passed: conformance-summary writes the report again with those
+// tests skipped (see gosuite.go).
 package main
 
 import (
@@ -55,6 +62,8 @@ func main() {
 	var suites, skips suiteFlag
 	flag.Var(&suites, "suite", "NAME=FOCUS, repeatable")
 	flag.Var(&skips, "skip", "REGEXP=REASON, repeatable: why the run's skip filter left out the specs it matches")
+	var gosuites suiteFlag
+	flag.Var(&gosuites, "gosuite", "NAME=VERSION=SKIPPED_RESULT, repeatable: a network-policy-api conformance run in DIR/NAME (gosuite.go)")
 	flag.Parse()
 	var why []skipReason
 	for _, s := range skips {
@@ -75,6 +84,18 @@ func main() {
 			fail(err)
 		}
 		sum.Suite, sum.Version, sum.Nodes = name, *version, *nodes
+		out = append(out, sum)
+	}
+	for _, g := range gosuites {
+		parts := strings.Split(g, "=")
+		if len(parts) != 3 {
+			fail(fmt.Errorf("-gosuite %q: want NAME=VERSION=SKIPPED_RESULT", g))
+		}
+		sum, err := summarizeGoSuite(filepath.Join(*dir, parts[0]), parts[2])
+		if err != nil {
+			fail(err)
+		}
+		sum.Suite, sum.Version, sum.Nodes = parts[0], parts[1], *nodes
 		out = append(out, sum)
 	}
 	enc := json.NewEncoder(os.Stdout)
