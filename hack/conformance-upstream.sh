@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make conformance-upstream: Kubernetes' own sig-network e2e tests and
 # network-policy-api's conformance suites, unmodified, live against netpol
-# on make cluster-up's cluster (issue 37; root; not in CI). Brings a cluster
+# on make cluster-up's cluster (issue 37; root; .ci/run runs a slice of
+# the v0.3.0 suite, docs/conformance.md the rest). Brings a cluster
 # of NODES nodes (default 2 here: network-policy-api's host-network pods
 # need two) up with the upstream images and the cluster DNS
 # (hack/e2e-images.sh) and takes it down at the end, unless KEEP_CLUSTER is
@@ -170,17 +171,19 @@ run_npapi() {
 		kc wait --for=condition=Established --timeout=60s -f "$f" >/dev/null
 	done
 	: >"$out/$name/not-run"
-	# Every conformance test of the version (its ShortName) with its file
-	# and how many of its probes connect over "sctp".
+	# Every conformance test of the version (its ShortName) with its file,
+	# how many of its probes connect over "sctp", and the features it names.
 	mapfile -t tests < <(for f in "$src"/conformance/tests/*.go; do
 		awk -v file="$(basename "$f")" '
-			/ShortName:/ { if (n != "") print n, file, c; match($0, /"[^"]*"/); n = substr($0, RSTART + 1, RLENGTH - 2); c = 0 }
+			function out() { if (n != "") print n, file, c, (feat == "" ? "-" : feat) }
+			/ShortName:/ { out(); match($0, /"[^"]*"/); n = substr($0, RSTART + 1, RLENGTH - 2); c = 0; feat = "" }
 			/"sctp",/ { c++ }
-			END { if (n != "") print n, file, c }' "$f"
+			/suite\.Support[A-Za-z]+,/ { match($0, /Support[A-Za-z]+/); feat = feat (feat == "" ? "" : ",") substr($0, RSTART, RLENGTH) }
+			END { out() }' "$f"
 	done)
-	local test file sctp profile level why
+	local test file sctp features profile level why
 	for f in "${tests[@]}"; do
-		read -r test file sctp <<<"$f"
+		read -r test file sctp features <<<"$f"
 		why=
 		if [ -n "$sctp_skip" ] && [ "$sctp" -gt 0 ]; then
 			why="connects over SCTP: this kernel has no SCTP sockets"
@@ -188,8 +191,15 @@ run_npapi() {
 			why="not in this run's NPAPI_TESTS"
 		fi
 		[ -n "$why" ] || continue
+		# The profile the suite counts the test in: the one with every
+		# feature the test names; none ("-") for v0.1.7's tests that name
+		# both the Admin and the Baseline feature.
 		profile=ClusterNetworkPolicy level=standard
-		case $test in BaselineAdminNetworkPolicy*) profile=BaselineAdminNetworkPolicy ;; AdminNetworkPolicy*) profile=AdminNetworkPolicy ;; esac
+		case ,$features, in
+		*,SupportAdminNetworkPolicy,*,SupportBaselineAdminNetworkPolicy,* | *,SupportBaselineAdminNetworkPolicy,*,SupportAdminNetworkPolicy,*) profile=- ;;
+		*,SupportBaselineAdminNetworkPolicy,*) profile=BaselineAdminNetworkPolicy ;;
+		*,SupportAdminNetworkPolicy,*) profile=AdminNetworkPolicy ;;
+		esac
 		case $file in *experimental*) level=experimental ;; esac
 		echo "$test $profile $level $why" >>"$out/$name/not-run"
 		left+=("$test")
@@ -212,7 +222,9 @@ run_npapi() {
 	# run would meet them terminating.
 	local i
 	for i in $(seq 300); do
-		kc get namespaces -o name | grep -q '^namespace/network-policy-conformance-' || break
+		# (grep reads it all: with -q, kubectl could die of SIGPIPE and
+		# pipefail end the wait early.)
+		kc get namespaces -o name | grep '^namespace/network-policy-conformance-' >/dev/null || break
 		sleep 1
 	done
 	log "$name: exit $rc in $(($(date +%s) - t0)) s ($out/$name/log)"

@@ -19,7 +19,8 @@ import (
 //	events.json        go test -json events of TestConformanceProfiles
 //	not-run            the conformance tests the run left out with
 //	                   -test.skip, one per line: TEST PROFILE LEVEL REASON
-//	                   (LEVEL standard or experimental)
+//	                   (PROFILE the one the suite counts the test in, "-"
+//	                   for none; LEVEL standard or experimental)
 //	report.suite.yaml  the suite's report (--report-output)
 //
 // and gets report.yaml: the suite's report with the left-out tests counted
@@ -171,6 +172,9 @@ func rewriteReport(dir string, left []notRun, skippedResult string) error {
 		return nil, fmt.Errorf("no profile %s", profile)
 	}
 	for _, l := range left {
+		if l.profile == "-" {
+			continue // the suite counts it in no profile
+		}
 		st, err := level(l.profile, l.level)
 		if err != nil {
 			return fmt.Errorf("%s/report.suite.yaml: %s: %w", dir, l.test, err)

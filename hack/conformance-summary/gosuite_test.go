@@ -25,7 +25,8 @@ func TestSummarizeGoSuite(t *testing.T) {
 {"Action":"fail","Test":"TestConformanceProfiles"}
 `
 	notRun := "CNPAdminTierEgressSCTP ClusterNetworkPolicy standard no SCTP here\n" +
-		"CNPAdminTierEgressNodePeers ClusterNetworkPolicy experimental no SCTP here\n"
+		"CNPAdminTierEgressNodePeers ClusterNetworkPolicy experimental no SCTP here\n" +
+		"AdminNetworkPolicyIntegration - standard not in this run\n"
 	report := `apiVersion: policy.networking.k8s.io/v1alpha1
 kind: ConformanceReport
 date: "2026-12-07"
@@ -53,10 +54,11 @@ profiles:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Passed != 1 || sum.Failed != 1 || sum.Skipped != 3 {
-		t.Errorf("passed %d failed %d skipped %d, want 1 1 3", sum.Passed, sum.Failed, sum.Skipped)
+	if sum.Passed != 1 || sum.Failed != 1 || sum.Skipped != 4 {
+		t.Errorf("passed %d failed %d skipped %d, want 1 1 4", sum.Passed, sum.Failed, sum.Skipped)
 	}
-	if sum.SkippedWhy["no SCTP here"] != 2 || sum.SkippedWhy["suite does not support ClusterNetworkPolicyNamedPorts"] != 1 {
+	if sum.SkippedWhy["no SCTP here"] != 2 || sum.SkippedWhy["suite does not support ClusterNetworkPolicyNamedPorts"] != 1 ||
+		sum.SkippedWhy["not in this run"] != 1 {
 		t.Errorf("skippedWhy %v", sum.SkippedWhy)
 	}
 	if strings.Join(sum.FailedSpecs, ",") != "CNPAdminTierEgressTCP" {
