@@ -189,6 +189,67 @@ func getPods(t testing.TB, ns, selector string) []podInfo {
 	return list.Items
 }
 
+// deployNetpol applies deploy/, for real, with the API server's real
+// address for the agent, and waits for the DaemonSet's rollout.
+func deployNetpol(t *testing.T) {
+	t.Helper()
+	host, port := apiServer(t)
+	mustKubectl(t, "", "apply", "-k", "../../deploy/")
+	cm := mustKubectl(t, "", "-n", "netpol-system", "create", "configmap", "kubernetes-services-endpoint",
+		"--from-literal=KUBERNETES_SERVICE_HOST="+host, "--from-literal=KUBERNETES_SERVICE_PORT="+port,
+		"--dry-run=client", "-o", "yaml")
+	mustKubectl(t, cm, "apply", "-f", "-")
+	mustKubectl(t, "", "-n", "netpol-system", "rollout", "status", "daemonset/netpol-agent", "--timeout=180s")
+}
+
+// serverService makes the NodePort Service name of ns over the pods
+// app=server (port 8080 to their 80) and returns its ClusterIP:8080 and
+// its node port.
+func serverService(t *testing.T, ns, name string) (vip, nodePort string) {
+	t.Helper()
+	mustKubectl(t, fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata: {name: %s, namespace: %s}
+spec:
+  type: NodePort
+  selector: {app: server}
+  ports: [{name: http, port: 8080, targetPort: 80, protocol: TCP}]
+`, name, ns), "apply", "-f", "-")
+	clusterIP := strings.TrimSpace(mustKubectl(t, "", "-n", ns, "get", "service", name, "-o", "jsonpath={.spec.clusterIP}"))
+	nodePort = strings.TrimSpace(mustKubectl(t, "", "-n", ns, "get", "service", name, "-o", "jsonpath={.spec.ports[0].nodePort}"))
+	return clusterIP + ":8080", nodePort
+}
+
+// testNamespace makes a namespace PREFIX-N for the test, deleted at its end
+// (kept when it failed and KEEP_NAMESPACE is set).
+func testNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ns := fmt.Sprintf("%s-%d", prefix, rand.Intn(1e6))
+	mustKubectl(t, "", "create", "namespace", ns)
+	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("KEEP_NAMESPACE") != "" {
+			return
+		}
+		kubectl(t, "", "delete", "namespace", ns, "--wait=false")
+	})
+	return ns
+}
+
+// serversFromA is the NetworkPolicy name of ns that lets the pods app=server
+// accept only the pods role=a, only on TCP port 80.
+func serversFromA(ns, name string) string {
+	return fmt.Sprintf(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: %s, namespace: %s}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  policyTypes: [Ingress]
+  ingress:
+  - from: [{podSelector: {matchLabels: {role: a}}}]
+    ports: [{port: 80, protocol: TCP}]
+`, name, ns)
+}
+
 // apiServer returns the kubeconfig's server host and port.
 func apiServer(t testing.TB) (string, string) {
 	out := mustKubectl(t, "", "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
@@ -220,15 +281,8 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("a kube-proxy DaemonSet runs: %s", out)
 	}
 
-	// deploy/, for real, and the API server's real address for the agent.
-	host, port := apiServer(t)
-	mustKubectl(t, "", "apply", "-k", "../../deploy/")
-	cm := mustKubectl(t, "", "-n", "netpol-system", "create", "configmap", "kubernetes-services-endpoint",
-		"--from-literal=KUBERNETES_SERVICE_HOST="+host, "--from-literal=KUBERNETES_SERVICE_PORT="+port,
-		"--dry-run=client", "-o", "yaml")
-	mustKubectl(t, cm, "apply", "-f", "-")
 	start := time.Now()
-	mustKubectl(t, "", "-n", "netpol-system", "rollout", "status", "daemonset/netpol-agent", "--timeout=120s")
+	deployNetpol(t)
 	// rollout status can answer before the DaemonSet controller has
 	// counted the new pod (one run saw it 1.2 s after apply, the pod not
 	// ready yet): wait for the pod itself.
@@ -281,14 +335,7 @@ func TestCluster(t *testing.T) {
 	checkAgentCaps(t)
 
 	// Real pods: a Deployment of two servers and two client Pods.
-	ns := fmt.Sprintf("np-e2e-%d", rand.Intn(1e6))
-	mustKubectl(t, "", "create", "namespace", ns)
-	t.Cleanup(func() {
-		if t.Failed() && os.Getenv("KEEP_NAMESPACE") != "" {
-			return
-		}
-		kubectl(t, "", "delete", "namespace", ns, "--wait=false")
-	})
+	ns := testNamespace(t, "np-e2e")
 	mustKubectl(t, workloads(ns), "apply", "-f", "-")
 	mustKubectl(t, "", "-n", ns, "rollout", "status", "deployment/server", "--timeout=120s")
 	mustKubectl(t, "", "-n", ns, "wait", "--for=condition=Ready", "pod/client-a", "pod/client-b", "--timeout=120s")
@@ -307,16 +354,7 @@ func TestCluster(t *testing.T) {
 	// NetworkPolicy: the servers accept only client-a, only on port 80.
 	// Events carry whole seconds: anything from this second on counts.
 	policyApplied := time.Now().Truncate(time.Second)
-	mustKubectl(t, fmt.Sprintf(`apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: server-from-a, namespace: %s}
-spec:
-  podSelector: {matchLabels: {app: server}}
-  policyTypes: [Ingress]
-  ingress:
-  - from: [{podSelector: {matchLabels: {role: a}}}]
-    ports: [{port: 80, protocol: TCP}]
-`, ns), "apply", "-f", "-")
+	mustKubectl(t, serversFromA(ns, "server-from-a"), "apply", "-f", "-")
 	withPolicy := []cell{
 		{"client-a", s0, true}, {"client-a", s1, true}, {"client-a", s0b, false},
 		{"client-b", s0, false}, {"client-b", s1, false}, {"client-b", s0b, false},
@@ -365,17 +403,7 @@ spec:
 
 	// A ClusterIP and NodePort Service, load-balanced by netpol (no
 	// kube-proxy); policy applies after DNAT.
-	mustKubectl(t, fmt.Sprintf(`apiVersion: v1
-kind: Service
-metadata: {name: server, namespace: %s}
-spec:
-  type: NodePort
-  selector: {app: server}
-  ports: [{name: http, port: 8080, targetPort: 80, protocol: TCP}]
-`, ns), "apply", "-f", "-")
-	clusterIP := strings.TrimSpace(mustKubectl(t, "", "-n", ns, "get", "service", "server", "-o", "jsonpath={.spec.clusterIP}"))
-	nodePort := strings.TrimSpace(mustKubectl(t, "", "-n", ns, "get", "service", "server", "-o", "jsonpath={.spec.ports[0].nodePort}"))
-	vip := clusterIP + ":8080"
+	vip, nodePort := serverService(t, ns, "server")
 	np := nodeIP + ":" + nodePort
 	// (A NodePort connection is masqueraded to the node's address, as
 	// kube-proxy does, so the policy does not see client-a there: it is

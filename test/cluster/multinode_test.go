@@ -5,7 +5,6 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand"
 	"os"
 	"os/exec"
 	"sort"
@@ -69,13 +68,7 @@ func TestMultiNode(t *testing.T) {
 		t.Logf("node %s at %s, pods %s", n.name, n.ip, n.podCIDR)
 	}
 
-	host, port := apiServer(t)
-	mustKubectl(t, "", "apply", "-k", "../../deploy/")
-	cm := mustKubectl(t, "", "-n", "netpol-system", "create", "configmap", "kubernetes-services-endpoint",
-		"--from-literal=KUBERNETES_SERVICE_HOST="+host, "--from-literal=KUBERNETES_SERVICE_PORT="+port,
-		"--dry-run=client", "-o", "yaml")
-	mustKubectl(t, cm, "apply", "-f", "-")
-	mustKubectl(t, "", "-n", "netpol-system", "rollout", "status", "daemonset/netpol-agent", "--timeout=180s")
+	deployNetpol(t)
 	// One Ready agent on every node.
 	eventually(t, 120*time.Second, "an agent Ready on every node", func() error {
 		out := mustKubectl(t, "", "-n", "netpol-system", "get", "pods", "-l", "app.kubernetes.io/name=netpol", "-o",
@@ -106,46 +99,25 @@ func TestMultiNode(t *testing.T) {
 		}
 	}
 
-	ns := fmt.Sprintf("np-multi-%d", rand.Intn(1e6))
-	mustKubectl(t, "", "create", "namespace", ns)
-	t.Cleanup(func() {
-		if t.Failed() && os.Getenv("KEEP_NAMESPACE") != "" {
-			return
-		}
-		kubectl(t, "", "delete", "namespace", ns, "--wait=false")
-	})
+	ns := testNamespace(t, "np-multi")
 	// On every node: a server and two clients (role a and b), placed by
 	// nodeName.
 	var pods strings.Builder
 	for i, n := range nodes {
-		fmt.Fprintf(&pods, `---
+		for _, p := range []struct{ name, labels, ports string }{
+			{"server", "app: server", `"80", "81"`}, {"a", "role: a", `"80"`}, {"b", "role: b", `"80"`},
+		} {
+			fmt.Fprintf(&pods, `---
 apiVersion: v1
 kind: Pod
-metadata: {name: server-%[2]d, namespace: %[1]s, labels: {app: server}}
+metadata: {name: %s-%d, namespace: %s, labels: {%s}}
 spec:
-  nodeName: %[3]s
+  nodeName: %s
   terminationGracePeriodSeconds: 1
   containers:
-  - {name: probe, image: netpol.local/probe:dev, imagePullPolicy: IfNotPresent, args: [serve, "80", "81"]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: a-%[2]d, namespace: %[1]s, labels: {role: a}}
-spec:
-  nodeName: %[3]s
-  terminationGracePeriodSeconds: 1
-  containers:
-  - {name: probe, image: netpol.local/probe:dev, imagePullPolicy: IfNotPresent, args: [serve, "80"]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: b-%[2]d, namespace: %[1]s, labels: {role: b}}
-spec:
-  nodeName: %[3]s
-  terminationGracePeriodSeconds: 1
-  containers:
-  - {name: probe, image: netpol.local/probe:dev, imagePullPolicy: IfNotPresent, args: [serve, "80"]}
-`, ns, i+1, n.name)
+  - {name: probe, image: netpol.local/probe:dev, imagePullPolicy: IfNotPresent, args: [serve, %s]}
+`, p.name, i+1, ns, p.labels, n.name, p.ports)
+		}
 	}
 	mustKubectl(t, pods.String(), "apply", "-f", "-")
 	mustKubectl(t, "", "-n", ns, "wait", "--for=condition=Ready", "pod", "--all", "--timeout=180s")
@@ -169,16 +141,7 @@ spec:
 	expect(t, ns, "no policy: every client reaches every server, across nodes", both(cells("a", 80, true), cells("b", 80, true)))
 
 	// Ingress, decided on the server's node.
-	mustKubectl(t, fmt.Sprintf(`apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: servers-from-a, namespace: %s}
-spec:
-  podSelector: {matchLabels: {app: server}}
-  policyTypes: [Ingress]
-  ingress:
-  - from: [{podSelector: {matchLabels: {role: a}}}]
-    ports: [{port: 80, protocol: TCP}]
-`, ns), "apply", "-f", "-")
+	mustKubectl(t, serversFromA(ns, "servers-from-a"), "apply", "-f", "-")
 	expect(t, ns, "ingress policy on the servers' nodes", both(both(cells("a", 80, true), cells("a", 81, false)), cells("b", 80, false)))
 	mustKubectl(t, "", "-n", ns, "delete", "networkpolicy", "servers-from-a")
 
@@ -194,17 +157,7 @@ spec:
 
 	// A ClusterIP Service with an endpoint on every node: every node's
 	// clients are answered by every server.
-	mustKubectl(t, fmt.Sprintf(`apiVersion: v1
-kind: Service
-metadata: {name: servers, namespace: %s}
-spec:
-  type: NodePort
-  selector: {app: server}
-  ports: [{name: http, port: 8080, targetPort: 80, protocol: TCP}]
-`, ns), "apply", "-f", "-")
-	clusterIP := strings.TrimSpace(mustKubectl(t, "", "-n", ns, "get", "service", "servers", "-o", "jsonpath={.spec.clusterIP}"))
-	nodePort := strings.TrimSpace(mustKubectl(t, "", "-n", ns, "get", "service", "servers", "-o", "jsonpath={.spec.ports[0].nodePort}"))
-	vip := clusterIP + ":8080"
+	vip, nodePort := serverService(t, ns, "servers")
 	var svc []cell
 	for i := range nodes {
 		svc = append(svc, cell{fmt.Sprintf("a-%d", i+1), vip, true}, cell{fmt.Sprintf("b-%d", i+1), vip, false})
