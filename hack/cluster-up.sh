@@ -441,10 +441,12 @@ for k in $(seq 2 "$NODES"); do
 done
 # Every node routes every other node's pod range to that node's address.
 if [ "$NODES" -gt 1 ]; then
+	cidrs=()
+	for j in $(seq "$NODES"); do cidrs[j]=$(pod_cidr "$j"); done
 	for k in $(seq "$NODES"); do
 		for j in $(seq "$NODES"); do
 			[ "$j" = "$k" ] && continue
-			in_node "$k" ip route replace "$(pod_cidr "$j")" via "$(node_ip "$j")"
+			in_node "$k" ip route replace "${cidrs[j]}" via "$(node_ip "$j")"
 		done
 	done
 fi
