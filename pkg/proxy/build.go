@@ -154,6 +154,11 @@ func (b *builder) clusterCIDRs(nodes []*corev1.Node, opts Options) {
 	})
 }
 
+// LabelServiceProxyName on a Service (and its EndpointSlices) names the
+// proxy implementation that serves it instead of the default one: kube-proxy
+// (and netpol) leave such Services alone, whatever the value.
+const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+
 func validProtocol(p corev1.Protocol) bool {
 	return p == corev1.ProtocolTCP || p == corev1.ProtocolUDP || p == corev1.ProtocolSCTP
 }
@@ -164,6 +169,9 @@ func (b *builder) service(svc *corev1.Service, endpointSlices []*Slice) {
 	spec := &svc.Spec
 	if spec.Type == corev1.ServiceTypeExternalName {
 		return
+	}
+	if _, ok := svc.Labels[LabelServiceProxyName]; ok {
+		return // another proxy's, as kube-proxy leaves it
 	}
 	if spec.ClusterIP == "" || spec.ClusterIP == corev1.ClusterIPNone {
 		return // headless

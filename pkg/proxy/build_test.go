@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"maps"
 	"net/netip"
 	"slices"
 	"testing"
@@ -541,6 +542,36 @@ func TestSkippedServices(t *testing.T) {
 	}
 	if e := p.ClusterEndpoints[0]; !e.Ready || !e.Serving || e.Terminating || e.Local || e.NodeName != "" {
 		t.Errorf("manual endpoint %+v", e)
+	}
+}
+
+// TestProxyLabels: what kube-proxy's informers select out is not proxied:
+// a Service labelled service.kubernetes.io/service-proxy-name (another
+// proxy's), and slices labelled with it or service.kubernetes.io/headless
+// (upstream e2e: "should implement service.kubernetes.io/headless" and
+// "... service-proxy-name").
+func TestProxyLabels(t *testing.T) {
+	labelled := func(es *discoveryv1.EndpointSlice, key string) *discoveryv1.EndpointSlice {
+		es.Labels[key] = ""
+		return es
+	}
+	m := Build(snapshot(
+		svc("other-proxy", func(s *corev1.Service) { s.Labels = map[string]string{LabelServiceProxyName: "foo-bar"} }),
+		slice("other-proxy", "other-proxy-1", httpPort, ep("a", "10.0.1.1", "n1")),
+		svc("headless-slice"),
+		labelled(slice("headless-slice", "headless-slice-1", httpPort, ep("a", "10.0.1.2", "n1")), corev1.IsHeadlessService),
+		svc("proxy-name-slice"),
+		labelled(slice("proxy-name-slice", "proxy-name-slice-1", httpPort, ep("a", "10.0.1.3", "n1")), LabelServiceProxyName),
+		slice("proxy-name-slice", "proxy-name-slice-2", httpPort, ep("b", "10.0.1.4", "n1")),
+	), thisNode, Options{})
+	noErrors(t, m)
+	got := map[string]string{}
+	for _, p := range m.Services {
+		got[p.Name] = names(p.ClusterEndpoints)
+	}
+	want := map[string]string{"headless-slice": "", "proxy-name-slice": "b@10.0.1.4:8080"}
+	if !maps.Equal(got, want) {
+		t.Errorf("Services and endpoints %v, want %v", got, want)
 	}
 }
 

@@ -8,8 +8,9 @@
 // the same model, sorted. It mirrors the behaviour of kube-proxy
 // (k8s.io/kubernetes/pkg/proxy, v1.37):
 //
-//   - servicechangetracker / serviceport.go: Services of type ExternalName
-//     and headless Services (clusterIP None or empty) are not proxied; a
+//   - servicechangetracker / serviceport.go: Services of type ExternalName,
+//     headless Services (clusterIP None or empty) and Services labelled
+//     service.kubernetes.io/service-proxy-name are not proxied; a
 //     Service yields one ServicePort per spec.ports entry and IP family of
 //     its clusterIPs; externalIPs, load-balancer ingress IPs (ipMode VIP or
 //     unset) and loadBalancerSourceRanges are split by family, and a
@@ -17,7 +18,9 @@
 //     health-check node port exists only for type LoadBalancer with
 //     externalTrafficPolicy Local; ClientIP affinity defaults to 10800 s.
 //   - endpointslicecache: slices belong to the Service named by their
-//     kubernetes.io/service-name label; a slice port contributes to the
+//     kubernetes.io/service-name label; slices labelled
+//     service.kubernetes.io/headless or service-proxy-name are ignored (kube-proxy's
+//     informer selects them out); a slice port contributes to the
 //     Service port with the same name and protocol, and its port number is
 //     the (already resolved) target port; only the first address of an
 //     endpoint is used; ready defaults to true, serving defaults to ready's

@@ -60,6 +60,14 @@ func ParseSlice(es *discoveryv1.EndpointSlice, node string) *Slice {
 		errorf("metadata.labels["+discoveryv1.LabelServiceName+"]", "missing: the slice belongs to no Service")
 		return ps
 	}
+	// kube-proxy watches only slices without these labels: a headless
+	// Service's slice, or one another proxy implements.
+	if _, ok := es.Labels[corev1.IsHeadlessService]; ok {
+		return ps
+	}
+	if _, ok := es.Labels[LabelServiceProxyName]; ok {
+		return ps
+	}
 	switch es.AddressType {
 	case discoveryv1.AddressTypeIPv4:
 		ps.Family = corev1.IPv4Protocol
