@@ -203,6 +203,12 @@ func (b *Builder) CtStateNew() *Builder {
 	return b.ctAny(expr.CtKeySTATE, expr.CtStateBitNEW, "ct state new")
 }
 
+// CtStateInvalid matches packets conntrack could not place in a
+// connection (a TCP segment out of its window).
+func (b *Builder) CtStateInvalid() *Builder {
+	return b.ctAny(expr.CtKeySTATE, expr.CtStateBitINVALID, "ct state invalid")
+}
+
 // CtStatusDNAT matches connections whose destination was translated.
 func (b *Builder) CtStatusDNAT() *Builder {
 	return b.ctAny(expr.CtKeySTATUS, IPSDstNAT, "ct status dnat")

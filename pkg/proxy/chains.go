@@ -86,6 +86,15 @@ func baseChains(t *nft.Table) {
 	natPre := hook("nat-prerouting", "nat", "prerouting", -100)
 	natOut := hook("nat-output", "nat", "output", -100)
 	natPost := hook("nat-postrouting", "nat", "postrouting", 100)
+	// A packet conntrack finds invalid (a TCP segment out of its window)
+	// is not translated back: it would reach the client from the
+	// endpoint's own address and draw a reset that ends the connection.
+	// Dropped, as kube-proxy's KUBE-FORWARD does (upstream e2e: "the
+	// invalid conntrack state bug", kubernetes#74839).
+	filterFwd := hook("filter-forward", "filter", "forward", -110)
+	invalid := nft.NewRule().CtStateInvalid().Verdict(nft.Verdict{Kind: nft.Drop})
+	invalid.Comment = "out of conntrack's window: never un-NATed"
+	filterFwd.Rules = []*nft.Rule{invalid}
 	// Before DNAT (dstnat - 10), where the destination is still the frontend.
 	filterPre := hook("filter-prerouting", "filter", "prerouting", -110)
 	filterOut := hook("filter-output", "filter", "output", -110)
