@@ -104,3 +104,22 @@ func TestDialAll(t *testing.T) {
 		}
 	}
 }
+
+// TestUDPReplyFromDst: a UDP server on the wildcard address answers from
+// the address it was asked on (127.0.0.2 here), not from the one routing
+// picks towards the client (127.0.0.1), which the client's connected
+// socket would not take: a host-network pod, asked on its node's address
+// by a local pod, is the case in a cluster.
+func TestUDPReplyFromDst(t *testing.T) {
+	port := freePort(t)
+	s, err := Serve(netns.None(), "h/h", netip.IPv4Unspecified(), l4.Port{Protocol: corev1.ProtocolUDP, Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	other := netip.MustParseAddr("127.0.0.2")
+	got := DialAll(context.Background(), []Target{{"h/h", other, corev1.ProtocolUDP, port}}, DialOptions{Timeout: time.Second, RetryTimeout: time.Second})
+	if len(got) != 1 || !got[0].Allowed || got[0].Result != ResultOK {
+		t.Errorf("UDP to %s on a wildcard server: %+v, want an answer", other, got)
+	}
+}

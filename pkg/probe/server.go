@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
@@ -36,7 +38,7 @@ func Serve(h netns.NsHandle, owner string, addr netip.Addr, probe l4.Port) (*Ser
 			return nil, fmt.Errorf("serving %s on %s: %w", probe, addr, err)
 		}
 		s.close = pc.Close
-		s.done.Go(func() { answerDatagrams(pc, reply) })
+		s.done.Go(func() { answerDatagrams(replyFromDst(pc, addr.Is4()), reply) })
 		return s, nil
 	}
 	ln, err := Listen(h, addr, int(probe.Port), probe.Protocol)
@@ -77,17 +79,71 @@ func ListenPacket(h netns.NsHandle, addr netip.Addr, port int) (net.PacketConn, 
 	return net.FilePacketConn(file)
 }
 
-func answerDatagrams(pc net.PacketConn, reply []byte) {
+// datagramConn reads datagrams with the address each was sent to, and
+// writes from a given address.
+type datagramConn interface {
+	readFrom(b []byte) (from net.Addr, dst net.IP, err error)
+	writeTo(b []byte, src net.IP, to net.Addr) error
+}
+
+// replyFromDst wraps a UDP socket of one family so that a reply leaves
+// from the address the request came to: on a wildcard address of a host
+// with several (a host-network pod: its node's address, and the gateway
+// address of each local pod's veth) routing would pick the source, and
+// the client's socket takes no answer from another address than the one
+// it sent to.
+func replyFromDst(pc net.PacketConn, v4 bool) datagramConn {
+	if v4 {
+		c := ipv4.NewPacketConn(pc)
+		c.SetControlMessage(ipv4.FlagDst, true)
+		return ipv4Conn{c}
+	}
+	c := ipv6.NewPacketConn(pc)
+	c.SetControlMessage(ipv6.FlagDst, true)
+	return ipv6Conn{c}
+}
+
+type ipv4Conn struct{ *ipv4.PacketConn }
+
+func (c ipv4Conn) readFrom(b []byte) (net.Addr, net.IP, error) {
+	_, cm, from, err := c.ReadFrom(b)
+	if cm == nil {
+		return from, nil, err
+	}
+	return from, cm.Dst, err
+}
+
+func (c ipv4Conn) writeTo(b []byte, src net.IP, to net.Addr) error {
+	_, err := c.WriteTo(b, &ipv4.ControlMessage{Src: src}, to)
+	return err
+}
+
+type ipv6Conn struct{ *ipv6.PacketConn }
+
+func (c ipv6Conn) readFrom(b []byte) (net.Addr, net.IP, error) {
+	_, cm, from, err := c.ReadFrom(b)
+	if cm == nil {
+		return from, nil, err
+	}
+	return from, cm.Dst, err
+}
+
+func (c ipv6Conn) writeTo(b []byte, src net.IP, to net.Addr) error {
+	_, err := c.WriteTo(b, &ipv6.ControlMessage{Src: src}, to)
+	return err
+}
+
+func answerDatagrams(pc datagramConn, reply []byte) {
 	buf := make([]byte, 2048)
 	for {
-		_, from, err := pc.ReadFrom(buf)
+		from, dst, err := pc.readFrom(buf)
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
 		if err != nil {
 			continue // e.g. an ICMP error for an earlier reply
 		}
-		pc.WriteTo(reply, from)
+		pc.writeTo(reply, dst, from)
 	}
 }
 
