@@ -12,7 +12,14 @@
 #                Alpine image has them from busybox and bind-tools), from
 #                this machine's Debian packages with their libraries; tagged as Kubernetes' e2e
 #                suite at that version (test/utils/image/manifest.go) and
-#                network-policy-api's conformance ask for it.
+#                network-policy-api's conformance ask for it; also tagged
+#                as glibc-dns-testing (the DNS tests' glibc querier runs sh,
+#                dig and getent); /coredns as upstream's has it.
+#   busybox.tar  Debian's busybox-static, every applet linked.
+#   nginx.tar    Debian's nginx answering on port 80 (hack/e2e-images/nginx.conf).
+#   regression-issue-74839.tar  test/images/regression-issue-74839 (the
+#                conntrack test's server), as upstream's: the one binary.
+#                Both Debian packages are unpacked, not installed.
 #   coredns.tar  github.com/coredns/coredns at the version kubeadm of that
 #                Kubernetes version installs (hack/coredns), at /coredns.
 #   pause-upstream.tar  hack/pause, tagged as the suites' sandbox image.
@@ -25,7 +32,8 @@ mkdir -p "$images/bin"
 log() { echo "e2e-images: $*" >&2; }
 
 version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" { print $3 }' hack/tools/go.mod)
-manifest=$(cd hack/tools && GOWORK=off go mod download -json k8s.io/kubernetes | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')/test/utils/image/manifest.go
+kube_src=$(cd hack/tools && GOWORK=off go mod download -json k8s.io/kubernetes | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+manifest=$kube_src/test/utils/image/manifest.go
 [ -f "$manifest" ] || { log "no $manifest (go mod download k8s.io/kubernetes in hack/tools)"; exit 1; }
 # configs[Agnhost] = Config{list.PromoterE2eRegistry, "agnhost", "2.66.1"}
 agnhost_tag=$(sed -n 's/.*configs\[Agnhost\] = Config{[^,]*, "agnhost", "\([^"]*\)"}.*/\1/p' "$manifest")
@@ -55,10 +63,64 @@ build() {
 	fi
 }
 build agnhost hack/tools k8s.io/kubernetes/test/images/agnhost
+build regression-issue-74839 hack/tools k8s.io/kubernetes/test/images/regression-issue-74839
 build "coredns-$coredns_version" hack/coredns github.com/coredns/coredns
 
-# The tools, with every library they load and the loader.
-tools=(bash dash nc curl wget seq nslookup dig host ip cat sleep ls grep head tail tr cut wc sort uniq sed awk tee xargs date hostname timeout env echo printf test true false kill)
+# Files of the image being built: -file IMAGE_PATH=HOST_PATH arguments of
+# hack/image, each path once.
+files=()
+declare -A seen=()
+add() { # IMAGE_PATH HOST_PATH
+	[ -n "${seen[$1]:-}" ] && return
+	seen[$1]=1
+	files+=(-file "$1=$2")
+}
+add_binary() { # IMAGE_PATH HOST_PATH: the binary, every library it loads and the loader
+	local lib
+	add "$1" "$2"
+	# ldd: "libx.so.1 => /lib/x86_64-linux-gnu/libx.so.1 (0x...)" and the loader.
+	while read -r lib; do
+		add "${lib#/}" "$(readlink -f "$lib")"
+	done < <(ldd "$2" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
+	if ldd "$2" | grep -q 'not found'; then
+		log "$2 needs a library this machine lacks: $(ldd "$2" | grep 'not found' | tr -s '\t\n' ' ')"
+		exit 1
+	fi
+}
+new_image() { files=(); seen=(); }
+# deb PACKAGE: the directory Debian's package is unpacked in (not
+# installed: nginx's would start a server on this machine); the .deb is
+# cached with the tools.
+deb() {
+	local pkg=$1 dir=$images/deb/$1 cache=${cache_dir%/*}/debs debfile
+	if [ ! -f "$dir/.unpacked" ]; then
+		mkdir -p "$cache"
+		debfile=$(ls "$cache/$pkg"_*.deb 2>/dev/null | tail -1 || true)
+		if [ -z "$debfile" ]; then
+			if ! (cd "$cache" && apt-get download "$pkg" >/dev/null 2>&1); then
+				[ "$(id -u)" = 0 ] || { log "apt-get download $pkg failed (apt-get update as root first)"; exit 1; }
+				apt-get update >/dev/null
+				(cd "$cache" && apt-get download "$pkg" >/dev/null)
+			fi
+			debfile=$(ls "$cache/$pkg"_*.deb | tail -1)
+		fi
+		rm -rf "$dir"
+		mkdir -p "$dir"
+		dpkg-deb -x "$debfile" "$dir"
+		touch "$dir/.unpacked"
+	fi
+	echo "$dir"
+}
+e2e_tag() { # NAME: the tag of test/utils/image/manifest.go's configs[NAME]
+	local t
+	t=$(sed -n 's/.*configs\['"$1"'\] = Config{[^,]*, "\([^"]*\)", "\([^"]*\)"}.*/\1:\2/p' "$manifest")
+	[ -n "$t" ] || { log "no configs[$1] in $manifest"; exit 1; }
+	echo "registry.k8s.io/e2e-test-images/$t"
+}
+
+# agnhost, also tagged as glibc-dns-testing: the DNS tests' glibc querier
+# needs only sh, dig and getent (glibc's resolver), which this image has.
+tools=(bash dash nc curl wget seq nslookup dig host getent ip ss cat sleep ls grep head tail tr cut wc sort uniq sed awk tee xargs date hostname timeout env echo printf test true false kill dd mkdir rm touch id)
 missing=()
 for t in "${tools[@]}"; do
 	type -P "$t" >/dev/null || missing+=("$t") # the binary, not a shell builtin
@@ -69,28 +131,50 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # /agnhost is hack/agnhost-sctp, which runs upstream's binary
 # (/agnhost-upstream) as it is, except porter on a kernel without SCTP
-# (docs/conformance.md).
+# (docs/conformance.md). As in upstream's image (its Dockerfile): /coredns
+# (a DNS test runs it), porter's TLS certificate /localhost.crt and key
+# /localhost.key (the Proxy tests' TLS ports), /uploads, /agnhost-2. /bin
+# is /usr/bin, as on Debian: the tests exec /bin/sleep, /bin/false ...
 CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$images/bin/agnhost-sctp" ./hack/agnhost-sctp
-files=(-file agnhost="$images/bin/agnhost-sctp" -file agnhost-upstream="$out/agnhost")
-declare -A seen=()
-add() { # IMAGE_PATH HOST_PATH
-	[ -n "${seen[$1]:-}" ] && return
-	seen[$1]=1
-	files+=(-file "$1=$2")
-}
+new_image
+add agnhost "$images/bin/agnhost-sctp"
+add agnhost-upstream "$out/agnhost"
+add coredns "$out/coredns-$coredns_version"
+add localhost.crt "$kube_src/test/images/agnhost/porter/localhost.crt"
+add localhost.key "$kube_src/test/images/agnhost/porter/localhost.key"
 for t in "${tools[@]}"; do
 	bin=$(readlink -f "$(type -P "$t")")
 	case $t in
-	dash) add bin/sh "$bin" ;;
-	bash) add bin/bash "$bin" ;;
-	*) add "usr/bin/$t" "$bin" ;;
+	dash) add_binary usr/bin/sh "$bin" ;;
+	*) add_binary "usr/bin/$t" "$bin" ;;
 	esac
-	# ldd: "libx.so.1 => /lib/x86_64-linux-gnu/libx.so.1 (0x...)" and the loader.
-	while read -r lib; do
-		add "${lib#/}" "$(readlink -f "$lib")"
-	done < <(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
 done
-go run ./hack/image -o "$images/agnhost.tar" -tag "$tags" -entrypoint /agnhost -cmd pause "${files[@]}"
+go run ./hack/image -o "$images/agnhost.tar" -tag "$tags,$(e2e_tag GlibcDnsTesting)" -entrypoint /agnhost -cmd pause \
+	-dirs tmp,uploads -link agnhost-2=agnhost -link bin=usr/bin "${files[@]}"
+
+# busybox: Debian's static busybox with every applet linked, default sh.
+bb=$(deb busybox-static)/bin/busybox
+links=()
+while read -r applet; do
+	[ "$applet" = bin/busybox ] || links+=(-link "$applet=/bin/busybox")
+done < <("$bb" --list-full)
+go run ./hack/image -o "$images/busybox.tar" -tag "$(e2e_tag BusyBox)" -cmd sh -file bin/busybox="$bb" "${links[@]}"
+
+# regression-issue-74839: the conntrack test's server, which sends a TCP
+# segment out of the window (upstream's image is the one binary).
+go run ./hack/image -o "$images/regression-issue-74839.tar" -tag "$(e2e_tag RegressionIssue74839)" \
+	-entrypoint /regression-issue-74839 -file regression-issue-74839="$out/regression-issue-74839"
+
+# nginx: Debian's nginx answering on port 80 (hack/e2e-images/nginx.conf).
+new_image
+add_binary usr/sbin/nginx "$(deb nginx)/usr/sbin/nginx"
+add etc/nginx/nginx.conf hack/e2e-images/nginx.conf
+printf 'root:x:0:0:root:/root:/bin/sh\n' >"$images/bin/passwd"
+printf 'root:x:0:\n' >"$images/bin/group"
+add etc/passwd "$images/bin/passwd"
+add etc/group "$images/bin/group"
+go run ./hack/image -o "$images/nginx.tar" -tag "$(e2e_tag Nginx),$(e2e_tag NginxNew)" -dirs tmp,run,var/log/nginx,var/lib/nginx \
+	-entrypoint "/usr/sbin/nginx -e stderr -c /etc/nginx/nginx.conf" "${files[@]}"
 # The sandbox image the suites name (the kubelet's is netpol.local/pause).
 pause_tag=$(sed -n 's/.*configs\[Pause\] = Config{[^,]*, "pause", "\([^"]*\)"}.*/\1/p' "$manifest")
 [ -n "$pause_tag" ] || { log "no pause version in $manifest"; exit 1; }

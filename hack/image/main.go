@@ -9,7 +9,8 @@
 //	    -entrypoint /bin/netpol -file bin/netpol=_output/image/netpol
 //
 // -cmd gives the default arguments (the image's Cmd), as upstream's
-// agnhost image has `pause`.
+// agnhost image has `pause`; -link IMAGE_PATH=TARGET adds a symbolic link
+// (busybox's applets).
 package main
 
 import (
@@ -41,14 +42,16 @@ func main() {
 		cmd        = flag.String("cmd", "", "the default arguments (Cmd), space-separated")
 		dirs       = flag.String("dirs", "tmp", "empty directories in the image, comma-separated")
 		files      fileList
+		links      fileList
 	)
 	flag.Var(&files, "file", "IMAGE_PATH=HOST_PATH, repeatable; the file keeps its mode")
+	flag.Var(&links, "link", "IMAGE_PATH=TARGET, repeatable: a symbolic link")
 	flag.Parse()
 	if *out == "" || *tag == "" || len(files) == 0 {
 		fmt.Fprintln(os.Stderr, "usage: image -o OUT.tar -tag NAME:TAG [-entrypoint CMD] -file IMAGE_PATH=HOST_PATH...")
 		os.Exit(2)
 	}
-	if err := run(*out, strings.Split(*tag, ","), strings.Fields(*entrypoint), strings.Fields(*cmd), strings.Split(*dirs, ","), files); err != nil {
+	if err := run(*out, strings.Split(*tag, ","), strings.Fields(*entrypoint), strings.Fields(*cmd), strings.Split(*dirs, ","), files, links); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
@@ -57,8 +60,8 @@ func main() {
 // epoch is every entry's modification time, for reproducible layers.
 var epoch = time.Unix(0, 0).UTC()
 
-func run(out string, tags, entrypoint, cmd, dirs []string, files []string) error {
-	layer, err := buildLayer(dirs, files)
+func run(out string, tags, entrypoint, cmd, dirs, files, links []string) error {
+	layer, err := buildLayer(dirs, files, links)
 	if err != nil {
 		return err
 	}
@@ -145,10 +148,11 @@ func run(out string, tags, entrypoint, cmd, dirs []string, files []string) error
 	return nil
 }
 
-func buildLayer(dirs, files []string) ([]byte, error) {
+func buildLayer(dirs, files, links []string) ([]byte, error) {
 	type entry struct {
 		name string
 		host string
+		link bool // host is the link's target
 	}
 	var entries []entry
 	parents := map[string]bool{}
@@ -163,8 +167,18 @@ func buildLayer(dirs, files []string) ([]byte, error) {
 		if !ok || img == "" || host == "" {
 			return nil, fmt.Errorf("-file %q: want IMAGE_PATH=HOST_PATH", f)
 		}
-		entries = append(entries, entry{img, host})
-		for d := path.Dir(img); d != "."; d = path.Dir(d) {
+		entries = append(entries, entry{name: img, host: host})
+	}
+	for _, l := range links {
+		img, target, ok := strings.Cut(l, "=")
+		img = strings.Trim(img, "/")
+		if !ok || img == "" || target == "" {
+			return nil, fmt.Errorf("-link %q: want IMAGE_PATH=TARGET", l)
+		}
+		entries = append(entries, entry{name: img, host: target, link: true})
+	}
+	for _, e := range entries {
+		for d := path.Dir(e.name); d != "."; d = path.Dir(d) {
 			parents[d] = true
 		}
 	}
@@ -183,6 +197,12 @@ func buildLayer(dirs, files []string) ([]byte, error) {
 		}
 	}
 	for _, e := range entries {
+		if e.link {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: e.name, Linkname: e.host, Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		data, err := os.ReadFile(e.host)
 		if err != nil {
 			return nil, err
