@@ -106,7 +106,8 @@ for f in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods $(node_cgroups); do
 done
 
 # 6. Host networking: netpol's tables in the host namespace (the agent ran
-#    there, host network), the kubelet's iptables canary chains, the node's address.
+#    there, host network), the kubelet's iptables canary chains and
+#    portmap's (hostPort) chains, the node's address.
 netpol=$root/_output/images/bin/netpol
 [ -x "$netpol" ] || netpol=$root/bin/netpol
 if [ -f "$CLUSTER_DIR/up" ] && [ -x "$netpol" ]; then
@@ -117,7 +118,7 @@ for ipt in iptables ip6tables; do
 	[ -f "$CLUSTER_DIR/$ipt-chains.before" ] || continue
 	for table in mangle nat filter; do
 		for chain in $($ipt -w -t $table -S 2>/dev/null | awk '$1 == "-N" { print $2 }'); do
-			case $chain in KUBE-*) ;; *) continue ;; esac
+			case $chain in KUBE-* | CNI-*) ;; *) continue ;; esac # the kubelet's, portmap's
 			grep -qx "$table $chain" "$CLUSTER_DIR/$ipt-chains.before" && continue
 			# The rules that jump to it, then the chain.
 			$ipt -w -t $table -S 2>/dev/null | grep -- " -j $chain\( \|\$\)" | grep '^-A ' | while read -r _ rest; do

@@ -308,7 +308,9 @@ TOML
 
 # write_cni_config K POD_CIDR: ptp, a routed veth per pod, so pod-to-pod
 # traffic crosses the node's forward hook (where netpol enforces). No
-# masquerade: nothing leaves. containerd picks the file up when it appears.
+# masquerade: nothing leaves. hostPort is the CNI's job, not a Service
+# proxy's: portmap (iptables DNAT, as on kind). containerd picks the file
+# up when it appears.
 write_cni_config() {
 	local dir
 	dir=$(node_dir "$1")
@@ -327,7 +329,8 @@ write_cni_config() {
         "routes": [{"dst": "0.0.0.0/0"}],
         "dataDir": "$dir/cni/ipam"
       }
-    }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
 JSON
@@ -343,8 +346,8 @@ start_containerd() {
 	[ "$k" = 1 ] || cmd=(nsenter --net="/run/netns/$(node_netns "$k")" --)
 	start "$(node_proc containerd "$k")" "${cmd[@]}" containerd --config "$(node_dir "$k")/containerd/config.toml"
 	wait_for "containerd of $(node_name "$k")" 30 ctr --address "$sock" version
-	for img in pause netpol probe agnhost coredns pause-upstream; do
-		case $img in agnhost | coredns | pause-upstream) [ -f "$IMAGES_DIR/$img.tar" ] || continue ;; esac
+	for img in pause netpol probe agnhost busybox nginx regression-issue-74839 coredns pause-upstream; do
+		case $img in pause | netpol | probe) ;; *) [ -f "$IMAGES_DIR/$img.tar" ] || continue ;; esac
 		ctr --address "$sock" -n k8s.io images import "$IMAGES_DIR/$img.tar" >/dev/null ||
 			die "ctr could not import $IMAGES_DIR/$img.tar into $(node_name "$k")'s containerd"
 	done
@@ -400,6 +403,10 @@ authorization:
   mode: Webhook
 resolvConf: /etc/resolv.conf
 $cluster_dns
+# Each node its own: a kubelet removes the log directories of pods it does
+# not know from its podLogsDir, so a shared /var/log/pods loses the other
+# nodes' logs (kubectl logs fails).
+podLogsDir: $dir/kubelet/pod-logs
 # A scratch machine: no evictions for its disk or memory.
 evictionHard:
   memory.available: "1Mi"
