@@ -22,7 +22,9 @@
 #   sig-network   [sig-network], less what kube-proxy replacements skip
 #                 (kpng's e2e list: machinery|Feature|Federation|
 #                 PerformanceDNS|Disruptive|Serial|LoadBalancer|KubeProxy|
-#                 GCE|Netpol|NetworkPolicy); about half an hour or more
+#                 GCE|Netpol|NetworkPolicy; and kube-proxy, from Cilium's:
+#                 the one spec it adds checks kube-proxy's own status URLs);
+#                 on PROCS (default 3) ginkgo processes, about 20 minutes
 #   npapi-v0.3.0  network-policy-api v0.3.0 TestConformanceProfiles,
 #                 profile ClusterNetworkPolicy, every feature, on that
 #                 version's experimental CRD
@@ -60,6 +62,11 @@ e2e=$root/_output/tools/$version/e2e.test-$stamp
 if [ ! -x "$e2e" ] && [[ ",$suites," =~ ,(netpol|services|sig-network), ]]; then
 	log "building e2e.test ($version)"
 	(cd hack/e2e-upstream && go test -c -o "$e2e" .)
+fi
+# The ginkgo CLI, for the suites run on PROCS parallel processes.
+ginkgo=$root/_output/tools/$version/ginkgo-$stamp
+if [ ! -x "$ginkgo" ] && [[ ",$suites," =~ ,sig-network, ]]; then
+	(cd hack/e2e-upstream && GOWORK=off go build -o "$ginkgo" github.com/onsi/ginkgo/v2/ginkgo)
 fi
 
 # network-policy-api's conformance tests, each version built from its own
@@ -124,17 +131,24 @@ sctp_skip=
 if ! python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_SCTP)' 2>/dev/null; then
 	sctp_skip='|SCTP'
 fi
-run_suite() { # NAME FOCUS SKIP
-	local name=$1 focus=$2 skip=$3
+run_suite() { # NAME FOCUS SKIP PROCS
+	local name=$1 focus=$2 skip=$3 procs=$4 t0 rc
+	# --num-nodes: the specs that need two nodes read it (the skeleton
+	# provider does not count them).
+	local args=(--provider=skeleton --kubeconfig="$KUBECONFIG" --report-dir="$out/$name" --disable-log-dump --num-nodes="$nodes")
 	rm -rf "${out:?}/$name"
 	mkdir -p "$out/$name"
-	log "$name: --ginkgo.focus='$focus' --ginkgo.skip='$skip'"
-	local t0
+	log "$name: --ginkgo.focus='$focus' --ginkgo.skip='$skip'${procs:+, $procs processes}"
 	t0=$(date +%s)
 	set +e
-	"$e2e" --provider=skeleton --kubeconfig="$KUBECONFIG" --report-dir="$out/$name" --disable-log-dump \
-		--ginkgo.focus="$focus" --ginkgo.skip="$skip" --ginkgo.no-color -test.timeout=0 >"$out/$name/log" 2>&1
-	local rc=$?
+	if [ -n "$procs" ]; then
+		# The CLI runs a compiled suite only by a name ending in .test.
+		ln -sf "$e2e" "$out/bin/e2e.test"
+		"$ginkgo" --procs="$procs" --focus="$focus" --skip="$skip" --no-color --timeout=4h "$out/bin/e2e.test" -- "${args[@]}" >"$out/$name/log" 2>&1
+	else
+		"$e2e" "${args[@]}" --ginkgo.focus="$focus" --ginkgo.skip="$skip" --ginkgo.no-color -test.timeout=0 >"$out/$name/log" 2>&1
+	fi
+	rc=$?
 	set -e
 	log "$name: exit $rc in $(($(date +%s) - t0)) s ($out/$name/log)"
 	[ $rc = 0 ] || failed+=("$name")
@@ -146,8 +160,11 @@ declare -A focus=(
 	[sig-network]='\[sig-network\]'
 )
 declare -A skip=(
-	[sig-network]='machinery|Feature|Federation|PerformanceDNS|Disruptive|Serial|LoadBalancer|KubeProxy|GCE|Netpol|NetworkPolicy'
+	[sig-network]='machinery|Feature|Federation|PerformanceDNS|Disruptive|Serial|LoadBalancer|KubeProxy|kube-proxy|GCE|Netpol|NetworkPolicy'
 )
+# The wider set is a hundred and more specs, most of them waiting on pods:
+# run on parallel processes (the others one at a time, as measured before).
+declare -A procs=([sig-network]=${PROCS:-3})
 
 # run_npapi NAME VERSION PROFILES: one network-policy-api
 # conformance run, on that version's experimental CRDs only (the suite
@@ -246,10 +263,10 @@ for s in "${want[@]}"; do
 		continue
 	fi
 	[ -n "${focus[$s]:-}" ] || { log "unknown suite $s (${!focus[*]} ${!npapi_version[*]})"; exit 2; }
-	run_suite "$s" "${focus[$s]}" "${skip[$s]:-NOTHING}$sctp_skip"
+	run_suite "$s" "${focus[$s]}" "${skip[$s]:-NOTHING}$sctp_skip" "${procs[$s]:-}"
 	summary+=(-suite "$s=${focus[$s]}")
 	if [ -n "${skip[$s]:-}" ]; then
-		summary+=(-skip "${skip[$s]}=--ginkgo.skip: what kube-proxy replacements skip (kpng's e2e list)")
+		summary+=(-skip "${skip[$s]}=--ginkgo.skip: what kube-proxy replacements skip (kpng's e2e list; kube-proxy from Cilium's: kube-proxy's own status URLs)")
 	fi
 done
 if [ -n "$sctp_skip" ]; then
