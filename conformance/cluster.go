@@ -72,6 +72,10 @@ type ClusterOptions struct {
 	// Probes are the ports (default generator.Probes(); SCTP is dropped,
 	// with a note, where the pods cannot make SCTP sockets).
 	Probes []l4.Port
+	// NoHostNetwork: make no host-network pod h/h (it serves the probe
+	// ports on node-1's own addresses); the cases involving it are left
+	// out.
+	NoHostNetwork bool
 	// CaseDone is called after each case (progress).
 	CaseDone func(CaseResult)
 	// Logf, when set, is told what the runner is doing.
@@ -116,15 +120,17 @@ const firstProbeAfter = 500 * time.Millisecond
 const fieldManager = "netpol-conformance"
 
 // RunCluster runs the cases on the cluster opts.Config reaches: it makes
-// the base's namespaces (PREFIX-RUN-x, -y, -z, labelled with
-// generator.RunLabel) and its nine probe pods on the cluster's nodes,
-// rewrites each case for them (generator.ForCluster; cases the cluster
-// cannot express are left out, counted in the notes), writes each step's
-// objects, probes every pod pair on every port from inside the pods (one
-// exec per source pod, dialing every target at once), and compares with
-// the evaluator fed the live objects. Everything it made is deleted on
-// every way out, a cancelled ctx (Ctrl-C) included; the report so far is
-// returned with ctx's error.
+// the base's namespaces (PREFIX-RUN-x, -y, -z and -h, labelled with
+// generator.RunLabel), its nine probe pods and the host-network pod h/h
+// on the cluster's nodes, labels the nodes with the base's rack (a label
+// of the run's own, when node-1 and node-2 are two nodes), rewrites each
+// case for them (generator.ForCluster; cases the cluster cannot express
+// are left out, counted in the notes), writes each step's objects (pods
+// added, moved and removed too), probes every pod pair on every port from
+// inside the pods (one exec per source pod, dialing every target at
+// once), and compares with the evaluator fed the live objects. Everything
+// it made is deleted on every way out, a cancelled ctx (Ctrl-C) included;
+// the report so far is returned with ctx's error.
 func RunCluster(ctx context.Context, cases []generator.Case, opts ClusterOptions) (_ *Report, err error) {
 	start := time.Now()
 	opts.defaults()
@@ -200,9 +206,16 @@ type clusterRun struct {
 	mapper   meta.RESTMapper
 
 	run        string
-	namespaces map[string]string // base -> live
-	env        generator.ClusterEnv
-	probes     []l4.Port
+	namespaces map[string]string // base (x, y, z and h) -> live
+	// nodeFor maps the base's nodes to the live ones; rackLabel is the
+	// label standing for the base's rack on them ("" on one node).
+	nodeFor   map[string]*corev1.Node
+	rackLabel string
+	// present are the probe pods there now (live ns/name): the base's,
+	// less those a case removed, plus those it added.
+	present map[string]bool
+	env     generator.ClusterEnv
+	probes  []l4.Port
 	// skippedPerStep counts the probes of each cell not run (SCTP).
 	skippedPerStep int
 	// banpTaken: a BaselineAdminNetworkPolicy "default" that is not the
@@ -247,6 +260,11 @@ func newClusterRun(opts ClusterOptions) (*clusterRun, error) {
 	for _, ns := range generator.BaseNamespaces() {
 		r.namespaces[ns] = fmt.Sprintf("%s-%s-%s", opts.Prefix, r.run, ns)
 	}
+	if !opts.NoHostNetwork {
+		hp := generator.BaseHostPod()
+		r.namespaces[hp.Namespace] = fmt.Sprintf("%s-%s-%s", opts.Prefix, r.run, hp.Namespace)
+	}
+	r.present = map[string]bool{}
 	r.opts.Config = cfg
 	return r, nil
 }
@@ -268,12 +286,21 @@ func (r *clusterRun) setUp(ctx context.Context) error {
 		return errors.New("the cluster has no Ready, schedulable node")
 	}
 	sort.Slice(ready, func(i, j int) bool { return ready[i].Name < ready[j].Name })
-	nodeFor := map[string]*corev1.Node{}
+	r.nodeFor = map[string]*corev1.Node{}
 	for i, base := range generator.BaseNodes() {
-		nodeFor[base] = &ready[i%len(ready)]
+		r.nodeFor[base] = &ready[i%len(ready)]
 	}
 	if len(ready) == 1 {
 		r.notes = append(r.notes, fmt.Sprintf("one node (%s): the base's two nodes are the same node, so every probe stays on it", ready[0].Name))
+	} else {
+		// The base's rack label, under a name of the run's own: nothing
+		// else in the cluster selects it.
+		r.rackLabel = "netpol.io/rack-" + r.run
+		for _, base := range generator.BaseNodes() {
+			if err := r.setNodeRack(ctx, r.nodeFor[base].Name, generator.BaseNodeRack(base)); err != nil {
+				return err
+			}
+		}
 	}
 
 	if taken, err := r.banpExists(ctx); err != nil {
@@ -283,34 +310,31 @@ func (r *clusterRun) setUp(ctx context.Context) error {
 		r.notes = append(r.notes, "a BaselineAdminNetworkPolicy \"default\" exists: cases that write one are left out")
 	}
 
-	r.opts.Logf("conformance: creating namespaces %s-%s-{x,y,z} and 9 probe pods (image %s)", r.opts.Prefix, r.run, r.opts.Image)
-	for _, base := range generator.BaseNamespaces() {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.namespaces[base], Labels: r.namespaceLabels(base, generator.BaseNamespaceLabels(base))}}
+	base := r.basePods()
+	r.opts.Logf("conformance: creating namespaces %s-%s-{%s} and %d probe pods (image %s)", r.opts.Prefix, r.run, strings.Join(slices.Sorted(maps.Keys(r.namespaces)), ","), len(base), r.opts.Image)
+	for _, b := range slices.Sorted(maps.Keys(r.namespaces)) {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.namespaces[b], Labels: r.namespaceLabels(b, generator.BaseNamespaceLabels(b))}}
 		if _, err := r.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
 			return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
 		}
 	}
-	for _, bp := range generator.BasePods() {
-		pod := r.probePod(bp, nodeFor[bp.Node].Name)
-		if _, err := r.kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
-			return fmt.Errorf("creating pod %s/%s: %w", pod.Namespace, pod.Name, err)
-		}
-	}
 	waitStart := time.Now()
-	pods, err := r.waitForPods(ctx)
-	if err != nil {
+	if err := r.createPods(ctx, base...); err != nil {
 		return err
 	}
 	r.opts.Logf("conformance: probe pods ready after %v", time.Since(waitStart).Round(time.Millisecond))
 
 	env := generator.ClusterEnv{Run: r.run, Namespaces: r.namespaces, PodIPs: map[string]netip.Addr{},
-		NodeIPs: map[string]netip.Addr{}, NodePodCIDRs: map[string]netip.Prefix{}}
-	for key, ip := range pods {
-		env.PodIPs[key] = ip
-	}
+		NodeIPs: map[string]netip.Addr{}, NodePodCIDRs: map[string]netip.Prefix{},
+		NodeNames: map[string]string{}, NodeHostnames: map[string]string{}, RackLabel: r.rackLabel}
 	var podCIDRs, nodeIPs []netip.Prefix
 	for _, base := range generator.BaseNodes() {
-		n := nodeFor[base]
+		n := r.nodeFor[base]
+		env.NodeNames[base] = n.Name
+		env.NodeHostnames[base] = n.Labels[corev1.LabelHostname]
+		if env.NodeHostnames[base] == "" {
+			env.NodeHostnames[base] = n.Name
+		}
 		ip, ok := nodeAddress(n)
 		if !ok {
 			return fmt.Errorf("node %s has no InternalIP", n.Name)
@@ -326,6 +350,9 @@ func (r *clusterRun) setUp(ctx context.Context) error {
 	env.PodsCIDR = around(podCIDRs, 0)
 	env.NodesCIDR = around(nodeIPs, 24)
 	r.env = env
+	if err := r.learnAddresses(ctx, base); err != nil {
+		return err
+	}
 
 	r.probes = r.opts.Probes
 	if slices.ContainsFunc(r.probes, isSCTP) {
@@ -349,64 +376,170 @@ func (r *clusterRun) namespaceLabels(base string, labels map[string]string) map[
 	return out
 }
 
-// probePod is base pod bp as a probe pod on node.
-func (r *clusterRun) probePod(bp generator.BasePod, node string) *corev1.Pod {
+// basePods are the probe pods of the base: the nine, and h/h unless
+// NoHostNetwork.
+func (r *clusterRun) basePods() []generator.BasePod {
+	pods := generator.BasePods()
+	if hp := generator.BaseHostPod(); r.namespaces[hp.Namespace] != "" {
+		pods = append(pods, hp)
+	}
+	return pods
+}
+
+// basePod is the base's pod that live pod ns/name stands for.
+func (r *clusterRun) basePod(ns, name string) (generator.BasePod, bool) {
+	for _, bp := range r.basePods() {
+		if r.namespaces[bp.Namespace] == ns && bp.Name == name {
+			return bp, true
+		}
+	}
+	return generator.BasePod{}, false
+}
+
+// probePod is a probe pod: ns and name live, on live node, with labels;
+// host-network for the base's h/h.
+func (r *clusterRun) probePod(ns, name, node string, labels map[string]string) *corev1.Pod {
+	bp, _ := r.basePod(ns, name)
+	hostNetwork := bp.HostNetwork
 	var ports []corev1.ContainerPort
 	var serve []string
 	for _, p := range generator.Probes() {
-		ports = append(ports, corev1.ContainerPort{Name: fmt.Sprintf("serve-%d-%s", p.Port, strings.ToLower(string(p.Protocol))), ContainerPort: p.Port, Protocol: p.Protocol})
+		port := corev1.ContainerPort{Name: fmt.Sprintf("serve-%d-%s", p.Port, strings.ToLower(string(p.Protocol))), ContainerPort: p.Port, Protocol: p.Protocol}
+		if hostNetwork {
+			port.HostPort = p.Port
+		}
+		ports = append(ports, port)
 		serve = append(serve, fmt.Sprintf("%s/%d", strings.ToLower(string(p.Protocol)), p.Port))
 	}
 	grace := int64(1)
-	ns := r.namespaces[bp.Namespace]
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: bp.Name, Namespace: ns, Labels: bp.Labels},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
+			HostNetwork:                   hostNetwork,
 			TerminationGracePeriodSeconds: &grace,
 			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			Containers: []corev1.Container{{
 				Name:            "probe",
 				Image:           r.opts.Image,
 				ImagePullPolicy: r.opts.PullPolicy,
-				Args:            []string{"probe", "serve", "--owner", ns + "/" + bp.Name, "--ports", strings.Join(serve, ",")},
+				Args:            []string{"probe", "serve", "--owner", ns + "/" + name, "--ports", strings.Join(serve, ",")},
 				Ports:           ports,
 			}},
 		},
 	}
 }
 
-// waitForPods waits until the nine probe pods run, are ready and have an
-// address; it returns the addresses by base name (x/a ...).
-func (r *clusterRun) waitForPods(ctx context.Context) (map[string]netip.Addr, error) {
+// createPods creates probe pods (ns/name live) and waits for them; each is
+// then present.
+func (r *clusterRun) createPods(ctx context.Context, pods ...generator.BasePod) error {
+	for _, p := range pods {
+		pod := r.probePod(r.namespaces[p.Namespace], p.Name, r.nodeFor[p.Node].Name, p.Labels)
+		if err := r.createPod(ctx, pod); err != nil {
+			return err
+		}
+	}
+	return r.waitForPods(ctx, pods)
+}
+
+func (r *clusterRun) createPod(ctx context.Context, pod *corev1.Pod) error {
+	if _, err := r.kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
+		hint := ""
+		if pod.Spec.HostNetwork {
+			hint = " (--no-host-network leaves the host-network pod out)"
+		}
+		return fmt.Errorf("creating pod %s/%s: %w%s", pod.Namespace, pod.Name, err, hint)
+	}
+	r.present[pod.Namespace+"/"+pod.Name] = true
+	return nil
+}
+
+// waitForPods waits until probe pods (base ns/name) run, are ready and
+// have an address.
+func (r *clusterRun) waitForPods(ctx context.Context, pods []generator.BasePod) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Ready)
 	defer cancel()
-	var last string
 	for {
-		out := map[string]netip.Addr{}
-		last = ""
-		for _, bp := range generator.BasePods() {
+		last := ""
+		for _, bp := range pods {
 			pod, err := r.kube.CoreV1().Pods(r.namespaces[bp.Namespace]).Get(ctx, bp.Name, metav1.GetOptions{})
 			if err != nil {
 				last = err.Error()
 				break
 			}
-			ip, err := netip.ParseAddr(pod.Status.PodIP)
-			if pod.Status.Phase != corev1.PodRunning || !podReady(pod) || err != nil {
+			if _, err := netip.ParseAddr(pod.Status.PodIP); pod.Status.Phase != corev1.PodRunning || !podReady(pod) || err != nil {
 				last = fmt.Sprintf("pod %s/%s is %s (ready %v, address %q)", pod.Namespace, pod.Name, pod.Status.Phase, podReady(pod), pod.Status.PodIP)
+				if bp.HostNetwork {
+					last += " (the host-network pod serves ports 80 and 81 on the node's own addresses: --no-host-network leaves it out)"
+				}
 				break
 			}
-			out[bp.Namespace+"/"+bp.Name] = ip
 		}
 		if last == "" {
-			return out, nil
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("probe pods not ready after %v: %s", r.opts.Ready, last)
+			return fmt.Errorf("probe pods not ready after %v: %s", r.opts.Ready, last)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// learnAddresses puts the base pods' live addresses in the environment
+// the cases are rewritten for (after setUp, and after a case re-created
+// pods of the base).
+func (r *clusterRun) learnAddresses(ctx context.Context, pods []generator.BasePod) error {
+	for _, bp := range pods {
+		pod, err := r.kube.CoreV1().Pods(r.namespaces[bp.Namespace]).Get(ctx, bp.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ip, err := netip.ParseAddr(pod.Status.PodIP)
+		if err != nil {
+			return fmt.Errorf("pod %s/%s: address %q: %v", pod.Namespace, pod.Name, pod.Status.PodIP, err)
+		}
+		r.env.PodIPs[bp.Namespace+"/"+bp.Name] = ip
+	}
+	return nil
+}
+
+// deletePod deletes a probe pod and waits for it to be gone (a pod of the
+// same name may follow on another node); it is then no longer present.
+func (r *clusterRun) deletePod(ctx context.Context, ns, name string) error {
+	if err := r.kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting pod %s/%s: %w", ns, name, err)
+	}
+	delete(r.present, ns+"/"+name)
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Ready)
+	defer cancel()
+	for {
+		_, err := r.kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s/%s still there after %v", ns, name, r.opts.Ready)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// setNodeRack sets (rack != "") or removes the run's rack label on a node.
+func (r *clusterRun) setNodeRack(ctx context.Context, node, rack string) error {
+	var value any
+	if rack != "" {
+		value = rack
+	}
+	data, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{r.rackLabel: value}}})
+	if err != nil {
+		return err
+	}
+	if _, err := r.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, data, metav1.PatchOptions{FieldManager: fieldManager}); err != nil {
+		return fmt.Errorf("labelling node %s %s=%s: %w", node, r.rackLabel, rack, err)
+	}
+	return nil
 }
 
 func podReady(p *corev1.Pod) bool {
@@ -596,22 +729,29 @@ func splitObjects(stream string) ([]*unstructured.Unstructured, error) {
 	return out, nil
 }
 
+// changes are what a case changed in the cluster, for restore to undo.
+type changes struct {
+	written    map[objectID]bool // policies
+	relabelled map[string]bool   // "Pod/ns/name", "Namespace//name", "Node//name"
+	added      map[string]bool   // pods made (live ns/name)
+	removed    map[string]bool   // pods of the base deleted (live ns/name)
+}
+
 // runCase runs the steps of a case rewritten for the cluster, then puts the
-// base back (policies deleted, labels restored).
+// base back (policies deleted, pods and labels restored).
 func (r *clusterRun) runCase(ctx context.Context, c generator.Case) (res CaseResult) {
 	start := time.Now()
 	res = CaseResult{Name: c.Name, Tags: c.Tags, Passed: true, Steps: []StepResult{}}
-	written := map[objectID]bool{}
-	relabelled := map[string]bool{} // "Pod/ns/name", "Namespace//name"
+	ch := changes{written: map[objectID]bool{}, relabelled: map[string]bool{}, added: map[string]bool{}, removed: map[string]bool{}}
 	defer func() {
-		if err := r.restore(written, relabelled); err != nil {
+		if err := r.restore(ch); err != nil {
 			res.Passed = false
 			res.Error = strings.TrimPrefix(res.Error+"; ", "; ") + "restoring the base: " + err.Error()
 		}
 		res.DurationSeconds = time.Since(start).Seconds()
 	}()
 	for i, st := range c.Steps {
-		if err := r.write(ctx, st, written, relabelled); err != nil {
+		if err := r.write(ctx, st, ch); err != nil {
 			res.Passed, res.Error = false, fmt.Sprintf("step %d: %v", i, err)
 			return res
 		}
@@ -629,8 +769,19 @@ func (r *clusterRun) runCase(ctx context.Context, c generator.Case) (res CaseRes
 }
 
 // write deletes and applies a step's objects.
-func (r *clusterRun) write(ctx context.Context, st generator.Step, written map[objectID]bool, relabelled map[string]bool) error {
+func (r *clusterRun) write(ctx context.Context, st generator.Step, ch changes) error {
 	for _, ref := range st.Delete {
+		if ref.Kind == "Pod" {
+			key := ref.Namespace + "/" + ref.Name
+			if _, ok := r.basePod(ref.Namespace, ref.Name); ok && !ch.added[key] {
+				ch.removed[key] = true
+			}
+			delete(ch.added, key)
+			if err := r.deletePod(ctx, ref.Namespace, ref.Name); err != nil {
+				return err
+			}
+			continue
+		}
 		mapping, err := r.mapper.RESTMapping(schema.GroupKind{Group: policyGroupOf(ref.Kind), Kind: ref.Kind})
 		if err != nil {
 			return fmt.Errorf("delete %s %s: %w", ref.Kind, ref.Name, err)
@@ -639,19 +790,38 @@ func (r *clusterRun) write(ctx context.Context, st generator.Step, written map[o
 		if err := r.resource(id).Delete(ctx, ref.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete %s %s/%s: %w", ref.Kind, ref.Namespace, ref.Name, err)
 		}
-		delete(written, id)
+		delete(ch.written, id)
 	}
 	objs, err := splitObjects(st.Apply)
 	if err != nil {
 		return err
 	}
+	var made []generator.BasePod
 	for _, obj := range objs {
+		key := obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
 		switch obj.GetKind() {
-		case "Pod", "Namespace":
+		case "Pod":
+			if node, _, _ := unstructured.NestedString(obj.Object, "spec", "nodeName"); node != "" {
+				// Added or moved: made on that node (generator.ForCluster).
+				if err := r.createPod(ctx, r.probePod(obj.GetNamespace(), obj.GetName(), node, obj.GetLabels())); err != nil {
+					return err
+				}
+				ch.added[obj.GetNamespace()+"/"+obj.GetName()] = true
+				made = append(made, r.liveAsBase(obj.GetNamespace(), obj.GetName()))
+				continue
+			}
+			fallthrough
+		case "Namespace":
 			if err := r.setLabels(ctx, obj.GetKind(), obj.GetNamespace(), obj.GetName(), obj.GetLabels()); err != nil {
 				return err
 			}
-			relabelled[obj.GetKind()+"/"+obj.GetNamespace()+"/"+obj.GetName()] = true
+			ch.relabelled[key] = true
+			continue
+		case "Node":
+			if err := r.setNodeRack(ctx, obj.GetName(), obj.GetLabels()[r.rackLabel]); err != nil {
+				return err
+			}
+			ch.relabelled[key] = true
 			continue
 		}
 		gvk := obj.GroupVersionKind()
@@ -663,12 +833,22 @@ func (r *clusterRun) write(ctx context.Context, st generator.Step, written map[o
 		if _, err := r.resource(id).Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: fieldManager, Force: true}); err != nil {
 			return fmt.Errorf("applying %s %s: %w", obj.GetKind(), strings.TrimPrefix(obj.GetNamespace()+"/"+obj.GetName(), "/"), err)
 		}
-		written[id] = true
+		ch.written[id] = true
 		if id.namespace == "" {
 			r.created[id] = true
 		}
 	}
-	return nil
+	return r.waitForPods(ctx, made)
+}
+
+// liveAsBase names live pod ns/name as waitForPods takes it.
+func (r *clusterRun) liveAsBase(ns, name string) generator.BasePod {
+	for base, live := range r.namespaces {
+		if live == ns {
+			return generator.BasePod{Namespace: base, Name: name}
+		}
+	}
+	return generator.BasePod{Namespace: ns, Name: name}
 }
 
 func (r *clusterRun) resource(id objectID) dynamic.ResourceInterface {
@@ -727,28 +907,62 @@ func (r *clusterRun) setLabels(ctx context.Context, kind, ns, name string, label
 	return nil
 }
 
-// restore deletes the case's policies and puts the base's labels back.
-// It runs on its own context: an interrupted case is cleaned up too.
-func (r *clusterRun) restore(written map[objectID]bool, relabelled map[string]bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+// restore deletes the case's policies and the pods it added, makes again
+// the base's pods it removed (on their nodes, with new addresses), and
+// puts the base's labels back. It runs on its own context: an interrupted
+// case is cleaned up too.
+func (r *clusterRun) restore(ch changes) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute+2*r.opts.Ready)
 	defer cancel()
 	var errs []error
-	for id := range written {
+	for id := range ch.written {
 		if err := r.resource(id).Delete(ctx, id.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}
 	}
-	for key := range relabelled {
+	// Added first: a pod moved to another node has its base pod's name.
+	for key := range ch.added {
+		ns, name, _ := strings.Cut(key, "/")
+		if err := r.deletePod(ctx, ns, name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var again []generator.BasePod
+	for key := range ch.removed {
+		ns, name, _ := strings.Cut(key, "/")
+		if bp, ok := r.basePod(ns, name); ok {
+			again = append(again, bp)
+		}
+	}
+	if len(again) > 0 {
+		if err := r.createPods(ctx, again...); err != nil {
+			errs = append(errs, err)
+		} else if err := r.learnAddresses(ctx, again); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for key := range ch.relabelled {
 		kind, rest, _ := strings.Cut(key, "/")
 		ns, name, _ := strings.Cut(rest, "/")
 		labels := map[string]string{}
-		if kind == "Pod" {
-			for _, bp := range generator.BasePods() {
-				if r.namespaces[bp.Namespace] == ns && bp.Name == name {
-					labels = bp.Labels
+		switch kind {
+		case "Node":
+			for base, n := range r.nodeFor {
+				if n.Name == name {
+					if err := r.setNodeRack(ctx, name, generator.BaseNodeRack(base)); err != nil {
+						errs = append(errs, err)
+					}
 				}
 			}
-		} else {
+			continue
+		case "Pod":
+			if ch.removed[ns+"/"+name] || ch.added[ns+"/"+name] {
+				continue // made again with its base labels, or gone
+			}
+			if bp, ok := r.basePod(ns, name); ok {
+				labels = bp.Labels
+			}
+		default:
 			for base, live := range r.namespaces {
 				if live == name {
 					labels = r.namespaceLabels(base, generator.BaseNamespaceLabels(base))
@@ -774,8 +988,8 @@ func (r *clusterRun) step(ctx context.Context, i int, st generator.Step) (StepRe
 	model := policy.Build(snap)
 	ev := eval.New(snap, model)
 	want := ev.TruthTable(eval.TruthTableOptions{Probes: r.probes, Namespaces: r.liveNamespaces()})
-	if len(want.Pods) != len(generator.BasePods()) {
-		return sr, fmt.Errorf("the evaluator sees %d probe pods, want %d (skipped: %v)", len(want.Pods), len(generator.BasePods()), want.Skipped)
+	if present := slices.Sorted(maps.Keys(r.present)); !slices.Equal(slices.Sorted(slices.Values(want.Pods)), present) {
+		return sr, fmt.Errorf("the evaluator sees probe pods %v, want %v (skipped: %v)", want.Pods, present, want.Skipped)
 	}
 	var (
 		got      *eval.TruthTable
@@ -788,7 +1002,7 @@ func (r *clusterRun) step(ctx context.Context, i int, st generator.Step) (StepRe
 		time.Sleep(d)
 	}
 	for {
-		got, outcomes, err = r.probeAll(ctx, want)
+		got, outcomes, err = r.probeAll(ctx, snap, want)
 		if err != nil {
 			return sr, err
 		}
@@ -817,11 +1031,7 @@ func (r *clusterRun) step(ctx context.Context, i int, st generator.Step) (StepRe
 }
 
 func (r *clusterRun) liveNamespaces() []string {
-	var out []string
-	for _, base := range generator.BaseNamespaces() {
-		out = append(out, r.namespaces[base])
-	}
-	return out
+	return slices.Sorted(maps.Values(r.namespaces))
 }
 
 type cellKey struct {
@@ -830,11 +1040,14 @@ type cellKey struct {
 }
 
 // probeAll dials every cell of want from inside its source pod: one exec
-// per source pod, all at once.
-func (r *clusterRun) probeAll(ctx context.Context, want *eval.TruthTable) (*eval.TruthTable, map[cellKey]probe.Outcome, error) {
+// per source pod, all at once; the targets' addresses are snap's.
+func (r *clusterRun) probeAll(ctx context.Context, snap *cluster.Snapshot, want *eval.TruthTable) (*eval.TruthTable, map[cellKey]probe.Outcome, error) {
 	addr := map[string]netip.Addr{}
-	for _, bp := range generator.BasePods() {
-		addr[r.namespaces[bp.Namespace]+"/"+bp.Name] = r.env.PodIPs[bp.Namespace+"/"+bp.Name]
+	for _, key := range want.Pods {
+		ns, name, _ := strings.Cut(key, "/")
+		if pod := snap.Pod(ns, name); pod != nil {
+			addr[key], _ = netip.ParseAddr(pod.Status.PodIP)
+		}
 	}
 	bySource := map[string][]int{}
 	for i, c := range want.Results {
@@ -905,6 +1118,13 @@ func (r *clusterRun) cleanup() error {
 			errs = append(errs, fmt.Errorf("deleting %s %s: %w", id.gvr.Resource, id.name, err))
 		}
 	}
+	if r.rackLabel != "" {
+		for _, n := range r.nodeFor {
+			if err := r.setNodeRack(ctx, n.Name, ""); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	for _, ns := range r.liveNamespaces() {
 		if err := r.kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("deleting namespace %s: %w", ns, err))
@@ -923,6 +1143,6 @@ func (r *clusterRun) cleanup() error {
 			time.Sleep(500 * time.Millisecond)
 		}
 	}
-	r.opts.Logf("conformance: removed namespaces %s-%s-{x,y,z} and the run's cluster-scoped policies", r.opts.Prefix, r.run)
+	r.opts.Logf("conformance: removed namespaces %s-%s-{%s}, the run's cluster-scoped policies and node labels", r.opts.Prefix, r.run, strings.Join(slices.Sorted(maps.Keys(r.namespaces)), ","))
 	return errors.Join(errs...)
 }

@@ -116,6 +116,7 @@ func newConformanceRunCommand() *cobra.Command {
 		kubeCtx    string
 		image      string
 		settle     time.Duration
+		noHostNet  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -129,13 +130,16 @@ probes it in the real kernel.
 
 The cluster runner (--runner cluster) runs on any cluster through a kubeconfig:
 it creates namespaces PREFIX-RUN-x, -y, -z with probe pods a, b, c (--image,
-netpol's own: netpol probe serve), writes each step's objects, probes every pod
-pair from inside the pods (one exec per source pod running netpol probe dial),
-re-probes until the cells agree with the evaluator fed the live objects or
---settle passes, and deletes everything it made on every way out (Ctrl-C
-included). Cases the cluster cannot express (pods added or moved, node
-selectors, the host-network pod, CIDRs without a counterpart) are left out and
-counted in the notes.
+netpol's own: netpol probe serve) and PREFIX-RUN-h with the host-network pod h
+(ports 80 and 81 on the first node's own addresses; --no-host-network leaves it
+out), labels the first two nodes with the base's rack under a label of the
+run's own, writes each step's objects (pods added, moved and removed too),
+probes every pod pair from inside the pods (one exec per source pod running
+netpol probe dial), re-probes until the cells agree with the evaluator fed the
+live objects or --settle passes, and deletes everything it made on every way
+out (Ctrl-C included). Cases the cluster cannot express (node selectors on a
+one-node cluster, the host-network pod with --no-host-network, CIDRs holding
+part of a node's pods) are left out and counted in the notes.
 
 --report-dir DIR writes report.json, junit.xml and index.html (a static page:
 the summary, every case's matrices of expected vs observed, and for every
@@ -185,7 +189,7 @@ case or the run could not be run to the end (or was interrupted).`,
 					return fmt.Errorf("--runner cluster: %w", cerr)
 				}
 				rep, err = conformance.RunCluster(ctx, cases, conformance.ClusterOptions{Config: cfg, Image: image, Prefix: prefix,
-					Settle: settle, Timeout: timeout, CaseDone: progress.CaseDone,
+					Settle: settle, Timeout: timeout, NoHostNetwork: noHostNet, CaseDone: progress.CaseDone,
 					Logf: func(format string, a ...any) { progress.Note(fmt.Sprintf(format, a...)) }})
 			}
 			progress.Done()
@@ -223,6 +227,7 @@ case or the run could not be run to the end (or was interrupted).`,
 	f.StringVar(&kubeCtx, "context", "", "with --runner cluster: the kubeconfig context")
 	f.StringVar(&image, "image", conformance.DefaultImage, "with --runner cluster: the probe pods' image (netpol's: it runs netpol probe serve and dial)")
 	f.DurationVar(&settle, "settle", 10*time.Second, "with --runner cluster: how long a step's cells may take to agree after its objects are written")
+	f.BoolVar(&noHostNet, "no-host-network", false, "with --runner cluster: make no host-network pod (it serves ports 80 and 81 on a node's own addresses); the cases involving it are left out")
 	return cmd
 }
 

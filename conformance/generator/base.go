@@ -167,8 +167,8 @@ status:
 // baseDocs are the base objects, one YAML document each.
 func baseDocs() []string {
 	docs := []string{
-		fmt.Sprintf(nodeTemplate, "node-1", "r1", node1CIDR, node1IP),
-		fmt.Sprintf(nodeTemplate, "node-2", "r2", node2CIDR, node2IP),
+		fmt.Sprintf(nodeTemplate, "node-1", BaseNodeRack("node-1"), node1CIDR, node1IP),
+		fmt.Sprintf(nodeTemplate, "node-2", BaseNodeRack("node-2"), node2CIDR, node2IP),
 	}
 	for _, ns := range baseNamespaces {
 		docs = append(docs, namespaceYAML(ns, baseNamespaceLabels(ns)))

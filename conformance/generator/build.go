@@ -277,7 +277,9 @@ func (pt APort) cnp() M {
 	case pt.Named != "":
 		return M{"destinationNamedPort": pt.Named}
 	case pt.Any:
-		return M{proto: M{}}
+		// The API has no empty protocol match (tcp: minProperties 1, the
+		// API server rejects tcp: {}): every port is the whole range.
+		return M{proto: M{"destinationPort": M{"range": M{"start": 1, "end": 65535}}}}
 	case pt.End != 0:
 		return M{proto: M{"destinationPort": M{"range": M{"start": pt.Port, "end": pt.End}}}}
 	}
