@@ -119,6 +119,13 @@ kc apply -k deploy/ >/dev/null
 kc -n netpol-system create configmap kubernetes-services-endpoint \
 	--from-literal=KUBERNETES_SERVICE_HOST="$NODE_IP" --from-literal=KUBERNETES_SERVICE_PORT="$APISERVER_PORT" \
 	--dry-run=client -o yaml | kc apply -f - >/dev/null
+# The Services' range, so that the agent drops what no Service holds (as
+# kube-proxy does) instead of routing it off the machine.
+agent_args=$(kc -n netpol-system get daemonset netpol-agent -o jsonpath='{.spec.template.spec.containers[0].args}')
+if [[ $agent_args != *--service-cidr* ]]; then
+	kc -n netpol-system patch daemonset netpol-agent --type=json \
+		-p "[{\"op\": \"add\", \"path\": \"/spec/template/spec/containers/0/args/-\", \"value\": \"--service-cidr=$SERVICE_CIDR\"}]" >/dev/null
+fi
 kc -n netpol-system rollout status daemonset/netpol-agent --timeout=180s >/dev/null
 if kc -n kube-system get deployment coredns >/dev/null 2>&1; then
 	kc -n kube-system rollout status deployment/coredns --timeout=180s >/dev/null

@@ -95,6 +95,9 @@ type Options struct {
 	// ClusterCIDRs are the pod networks (clients outside them are
 	// masqueraded to ClusterIPs); nil means every Node's spec.podCIDRs.
 	ClusterCIDRs []netip.Prefix
+	// ServiceCIDRs are the ranges ClusterIPs come from: connections to
+	// an address of them that no Service holds are dropped (nil: none).
+	ServiceCIDRs []netip.Prefix
 	// Layout is the policy table's layout (netpol agent's default is
 	// compiler.DefaultLayout, identities: pods as identities, a table
 	// that grows with pods plus policies; the zero value is addresses).
@@ -310,7 +313,7 @@ func New(opts Options) (*Agent, error) {
 func programmerOptions(opts Options, ns netns.NsHandle) node.Options {
 	return node.Options{Node: opts.NodeName, NetNS: ns, Table: opts.Table, NoProxy: opts.NoProxy,
 		ProxyTable: opts.ProxyTable, HealthChecks: true, AgentPorts: opts.agentPorts(), Layout: opts.Layout, Strict: opts.Strict, StrictInterval: opts.StrictInterval, Logger: opts.Logger.With("node", opts.NodeName),
-		Build: proxy.Options{NodePortAddresses: opts.NodePortAddresses, ClusterCIDRs: opts.ClusterCIDRs}, DNS: opts.dnsOptions()}
+		Build: proxy.Options{NodePortAddresses: opts.NodePortAddresses, ClusterCIDRs: opts.ClusterCIDRs, ServiceCIDRs: opts.ServiceCIDRs}, DNS: opts.dnsOptions()}
 }
 
 // dnsOptions are the programmer's DNS options; nil with NoDNS.

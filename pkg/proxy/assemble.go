@@ -267,7 +267,7 @@ func sameElement(a, b nft.Element) bool {
 // the fixed chains. The shared sets' Elements are the builder's own: the
 // table is valid until the next change (copying 100k-element lists on
 // every sync would cost more than the sync).
-func (tb *tableBuilder) table(clusterCIDRs []netip.Prefix) *nft.Table {
+func (tb *tableBuilder) table(clusterCIDRs, serviceCIDRs []netip.Prefix) *nft.Table {
 	t := nft.NewTable(tb.name)
 	next := func() uint64 { return lastRevision.Add(1) }
 	for name, s := range tb.sets {
@@ -280,14 +280,19 @@ func (tb *tableBuilder) table(clusterCIDRs []netip.Prefix) *nft.Table {
 		t.AddSet(&set)
 	}
 	for _, f := range nft.Families {
-		cidrs := &nft.Set{Name: setClusterCIDRs + "." + f.Suffix, Fields: []nft.FieldType{f.Field}, Interval: true}
-		for _, p := range clusterCIDRs {
-			if nft.FamilyOf(p.Addr()) == f {
-				cidrs.Elements = append(cidrs.Elements,
-					nft.Element{Key: f.AddrBytes(p.Masked().Addr()), KeyEnd: f.AddrBytes(nft.LastAddr(p))})
+		for _, s := range []struct {
+			name     string
+			prefixes []netip.Prefix
+		}{{setClusterCIDRs, clusterCIDRs}, {setServiceCIDRs, serviceCIDRs}} {
+			cidrs := &nft.Set{Name: s.name + "." + f.Suffix, Fields: []nft.FieldType{f.Field}, Interval: true}
+			for _, p := range s.prefixes {
+				if nft.FamilyOf(p.Addr()) == f {
+					cidrs.Elements = append(cidrs.Elements,
+						nft.Element{Key: f.AddrBytes(p.Masked().Addr()), KeyEnd: f.AddrBytes(nft.LastAddr(p))})
+				}
 			}
+			t.AddSet(cidrs)
 		}
-		t.AddSet(cidrs)
 	}
 	for fr := range tb.frags {
 		for _, c := range fr.chains {

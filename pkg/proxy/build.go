@@ -99,6 +99,8 @@ func (b *builder) nodeInfo(nodes []*corev1.Node, opts Options) {
 		b.m.Zone = node.Labels[corev1.LabelTopologyZone]
 	}
 	b.clusterCIDRs(nodes, opts)
+	b.m.ServiceCIDRs = slices.Clone(opts.ServiceCIDRs)
+	slices.SortFunc(b.m.ServiceCIDRs, comparePrefixes)
 	if opts.NodePortAddresses != nil {
 		b.m.NodePortAddresses = slices.Clone(opts.NodePortAddresses)
 		return
@@ -149,9 +151,11 @@ func (b *builder) clusterCIDRs(nodes []*corev1.Node, opts Options) {
 			}
 		}
 	}
-	slices.SortFunc(b.m.ClusterCIDRs, func(x, y netip.Prefix) int {
-		return cmp.Or(x.Addr().Compare(y.Addr()), cmp.Compare(x.Bits(), y.Bits()))
-	})
+	slices.SortFunc(b.m.ClusterCIDRs, comparePrefixes)
+}
+
+func comparePrefixes(x, y netip.Prefix) int {
+	return cmp.Or(x.Addr().Compare(y.Addr()), cmp.Compare(x.Bits(), y.Bits()))
 }
 
 // LabelServiceProxyName on a Service (and its EndpointSlices) names the

@@ -132,6 +132,12 @@ func baseChains(t *nft.Table) {
 			"Services without endpoints refuse connections")
 		check(has(setClusterIPs), nft.NewRule().In(f, name(setClusterIPs), nft.AddrOf(f, nft.Dst)).NotIn(f, name(setFrontends), frontend...).Verdict(toRefuse),
 			"ClusterIP ports that no Service serves")
+		unallocated := nft.NewRule().In(f, name(setServiceCIDRs), nft.AddrOf(f, nft.Dst))
+		if has(setClusterIPs) {
+			unallocated = unallocated.NotIn(f, name(setClusterIPs), nft.AddrOf(f, nft.Dst))
+		}
+		check(has(setServiceCIDRs), unallocated.Verdict(nft.Verdict{Kind: nft.Drop}),
+			"addresses of the Service ranges that no Service holds: dropped, not routed on")
 	}
 	masq := nft.NewRule().CtMarkHas(MasqueradeMark).CtMarkClear(MasqueradeMark).Masquerade()
 	masq.Comment = "connections marked in services.4/6"

@@ -70,7 +70,7 @@ func Compile(m *Model, opts CompileOptions) (*nft.Table, error) {
 		frags, contributions = append(frags, f), more
 	}
 	tb.change(nil, frags)
-	return tb.table(m.ClusterCIDRs), nil
+	return tb.table(m.ClusterCIDRs, m.ServiceCIDRs), nil
 }
 
 // fragment is what one ServicePort puts in the table: elements of shared
@@ -107,6 +107,7 @@ const (
 	setFirewall       = "firewall"
 	setFirewallAllow  = "firewall-allow"
 	setClusterCIDRs   = "cluster-cidrs"
+	setServiceCIDRs   = "service-cidrs"
 	setHairpin        = "hairpin"
 	setMasqExternal   = "external-masquerade"
 	setLocalExternal  = "external-local"

@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"bytes"
 	"flag"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,10 +21,16 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 // it with the golden files; each golden file must also be accepted by
 // `nft -c` (when nft is installed), so the rendered text is real nft.
 func TestCompileGolden(t *testing.T) {
-	cases := []struct{ name, path, node string }{
-		{"services-n1", "testdata/services.yaml", "n1"},
-		{"services-n2", "testdata/services.yaml", "n2"},
-		{"demo-node-1", "../../examples/demo", "node-1"},
+	cases := []struct {
+		name, path, node string
+		opts             proxy.Options
+	}{
+		{"services-n1", "testdata/services.yaml", "n1", proxy.Options{}},
+		{"services-n2", "testdata/services.yaml", "n2", proxy.Options{}},
+		{"demo-node-1", "../../examples/demo", "node-1", proxy.Options{}},
+		// The Service ranges given: what no Service holds is dropped.
+		{"services-n1-service-cidrs", "testdata/services.yaml", "n1", proxy.Options{ServiceCIDRs: []netip.Prefix{
+			netip.MustParsePrefix("fd00:96::/108"), netip.MustParsePrefix("10.96.0.0/16")}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -31,7 +38,7 @@ func TestCompileGolden(t *testing.T) {
 			if len(report.Errors) > 0 {
 				t.Fatal(report.Errors)
 			}
-			m := proxy.Build(snap, c.node, proxy.Options{})
+			m := proxy.Build(snap, c.node, c.opts)
 			if len(m.Errors) > 0 {
 				t.Fatal(m.Errors)
 			}

@@ -170,7 +170,7 @@ func (s *Syncer) SyncParsed(snap *cluster.Snapshot, endpointSlices []*Slice) (*M
 		m.HealthChecks = append(m.HealthChecks, ss.health...)
 		m.Errors = append(m.Errors, ss.errs...)
 	}
-	return m, s.tb.table(m.ClusterCIDRs)
+	return m, s.tb.table(m.ClusterCIDRs, m.ServiceCIDRs)
 }
 
 // insertSorted adds keys to the sorted order: one by one when they are
