@@ -82,8 +82,9 @@ add_binary() { # IMAGE_PATH HOST_PATH: the binary, every library it loads and th
 	while read -r lib; do
 		add "${lib#/}" "$(readlink -f "$lib")"
 	done < <(ldd "$2" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }')
-	if ldd "$2" | grep -q 'not found'; then
-		log "$2 needs a library this machine lacks: $(ldd "$2" | grep 'not found' | tr -s '\t\n' ' ')"
+	lib=$(ldd "$2" | grep 'not found' || true) # not grep -q: with pipefail, ldd could die of SIGPIPE
+	if [ -n "$lib" ]; then
+		log "$2 needs a library this machine lacks: $(echo "$lib" | tr -s '\t\n' ' ')"
 		exit 1
 	fi
 }
