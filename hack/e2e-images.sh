@@ -36,10 +36,19 @@ kube_src=$(cd hack/tools && GOWORK=off go mod download -json k8s.io/kubernetes |
 manifest=$kube_src/test/utils/image/manifest.go
 [ -f "$manifest" ] || { log "no $manifest (go mod download k8s.io/kubernetes in hack/tools)"; exit 1; }
 # configs[Agnhost] = Config{list.PromoterE2eRegistry, "agnhost", "2.66.1"}
-agnhost_tag=$(sed -n 's/.*configs\[Agnhost\] = Config{[^,]*, "agnhost", "\([^"]*\)"}.*/\1/p' "$manifest")
-[ -n "$agnhost_tag" ] || { log "no agnhost version in $manifest"; exit 1; }
+manifest_image() { # NAME: "image:tag" of manifest.go's configs[NAME]
+	local t
+	t=$(sed -n 's/.*configs\['"$1"'\] = Config{[^,]*, "\([^"]*\)", "\([^"]*\)"}.*/\1:\2/p' "$manifest")
+	[ -n "$t" ] || { log "no configs[$1] in $manifest"; exit 1; }
+	echo "$t"
+}
+e2e_tag() { # NAME: configs[NAME] in the e2e images' registry
+	local t
+	t=$(manifest_image "$1")
+	echo "registry.k8s.io/e2e-test-images/$t"
+}
 # network-policy-api's conformance manifests (v0.1.7 and v0.3.0) run 2.45.
-tags="registry.k8s.io/e2e-test-images/agnhost:$agnhost_tag,registry.k8s.io/e2e-test-images/agnhost:2.45"
+tags="$(e2e_tag Agnhost),registry.k8s.io/e2e-test-images/agnhost:2.45"
 coredns_version=$(awk '$1 == "require" && $2 == "github.com/coredns/coredns" { print $3 }' hack/coredns/go.mod)
 [ -n "$coredns_version" ] || { log "no github.com/coredns/coredns requirement in hack/coredns/go.mod"; exit 1; }
 
@@ -112,12 +121,6 @@ deb() {
 	fi
 	echo "$dir"
 }
-e2e_tag() { # NAME: the tag of test/utils/image/manifest.go's configs[NAME]
-	local t
-	t=$(sed -n 's/.*configs\['"$1"'\] = Config{[^,]*, "\([^"]*\)", "\([^"]*\)"}.*/\1:\2/p' "$manifest")
-	[ -n "$t" ] || { log "no configs[$1] in $manifest"; exit 1; }
-	echo "registry.k8s.io/e2e-test-images/$t"
-}
 
 # agnhost, also tagged as glibc-dns-testing: the DNS tests' glibc querier
 # needs only sh, dig and getent (glibc's resolver), which this image has.
@@ -177,9 +180,8 @@ add etc/group "$images/bin/group"
 go run ./hack/image -o "$images/nginx.tar" -tag "$(e2e_tag Nginx),$(e2e_tag NginxNew)" -dirs tmp,run,var/log/nginx,var/lib/nginx \
 	-entrypoint "/usr/sbin/nginx -e stderr -c /etc/nginx/nginx.conf" "${files[@]}"
 # The sandbox image the suites name (the kubelet's is netpol.local/pause).
-pause_tag=$(sed -n 's/.*configs\[Pause\] = Config{[^,]*, "pause", "\([^"]*\)"}.*/\1/p' "$manifest")
-[ -n "$pause_tag" ] || { log "no pause version in $manifest"; exit 1; }
+pause_image=$(manifest_image Pause)
 CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$images/bin/pause" ./hack/pause
-go run ./hack/image -o "$images/pause-upstream.tar" -tag "registry.k8s.io/pause:$pause_tag" -entrypoint /pause -file pause="$images/bin/pause"
+go run ./hack/image -o "$images/pause-upstream.tar" -tag "registry.k8s.io/$pause_image" -entrypoint /pause -file pause="$images/bin/pause"
 go run ./hack/image -o "$images/coredns.tar" -tag "registry.k8s.io/coredns/coredns:$coredns_version" \
 	-entrypoint /coredns -file coredns="$out/coredns-$coredns_version"
