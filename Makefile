@@ -171,6 +171,7 @@ e2e-images:
 
 # Kubernetes' own sig-network e2e tests against netpol on that cluster
 # (hack/conformance-upstream.sh; root; not in CI): SUITES=netpol,services,
+# sig-network,npapi-v0.3.0,npapi-v0.1.7 by default (each may be given alone),
 # KEEP_CLUSTER=1 uses a cluster that is up; writes
 # _output/conformance-upstream/summary.json and each suite's JUnit.
 conformance-upstream: image

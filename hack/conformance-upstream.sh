@@ -15,8 +15,8 @@
 # "nodes"}]) and per suite its log and JUnit (SUITE/junit_01.xml) or go
 # test events and conformance report (SUITE/report.yaml).
 #
-# Suites (SUITES, comma-separated; default netpol,services,npapi-v0.3.0,
-# npapi-v0.1.7):
+# Suites (SUITES, comma-separated; default all five, about 45 minutes on
+# two nodes):
 #   netpol        [sig-network] Netpol
 #   services      [sig-network] Services ... [Conformance]
 #   sig-network   [sig-network], less what kube-proxy replacements skip
@@ -44,7 +44,7 @@ log() { echo "conformance-upstream: $*" >&2; }
 
 out=$root/_output/conformance-upstream
 mkdir -p "$out"
-suites=${SUITES:-netpol,services,npapi-v0.3.0,npapi-v0.1.7}
+suites=${SUITES:-netpol,services,sig-network,npapi-v0.3.0,npapi-v0.1.7}
 version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" { print $3 }' hack/tools/go.mod)
 start=$(date +%s)
 
@@ -119,13 +119,6 @@ kc apply -k deploy/ >/dev/null
 kc -n netpol-system create configmap kubernetes-services-endpoint \
 	--from-literal=KUBERNETES_SERVICE_HOST="$NODE_IP" --from-literal=KUBERNETES_SERVICE_PORT="$APISERVER_PORT" \
 	--dry-run=client -o yaml | kc apply -f - >/dev/null
-# The Services' range, so that the agent drops what no Service holds (as
-# kube-proxy does) instead of routing it off the machine.
-agent_args=$(kc -n netpol-system get daemonset netpol-agent -o jsonpath='{.spec.template.spec.containers[0].args}')
-if [[ $agent_args != *--service-cidr* ]]; then
-	kc -n netpol-system patch daemonset netpol-agent --type=json \
-		-p "[{\"op\": \"add\", \"path\": \"/spec/template/spec/containers/0/args/-\", \"value\": \"--service-cidr=$SERVICE_CIDR\"}]" >/dev/null
-fi
 kc -n netpol-system rollout status daemonset/netpol-agent --timeout=180s >/dev/null
 if kc -n kube-system get deployment coredns >/dev/null 2>&1; then
 	kc -n kube-system rollout status deployment/coredns --timeout=180s >/dev/null

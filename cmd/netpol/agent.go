@@ -139,7 +139,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 	f.StringVar(&opts.ProxyTable, "proxy-table", "", "nftables table name for Service NAT (default netpol-proxy)")
 	f.StringSliceVar(&nodePortAddr, "nodeport-addresses", nil, "node addresses that serve NodePorts, comma-separated (default: the Node's InternalIP and ExternalIP addresses)")
 	f.StringSliceVar(&clusterCIDRs, "cluster-cidr", nil, "pod networks, comma-separated; other clients of ClusterIPs are masqueraded (default: every Node's spec.podCIDRs)")
-	f.StringSliceVar(&serviceCIDRs, "service-cidr", nil, "the ranges ClusterIPs come from (the API server's --service-cluster-ip-range), comma-separated: new connections to an address of them that no Service holds are dropped, as kube-proxy's nftables mode does (default: none, such connections follow the node's routes)")
+	f.StringSliceVar(&serviceCIDRs, "service-cidr", nil, "ranges ClusterIPs come from besides the cluster's ServiceCIDR objects (networking.k8s.io/v1, read when the API server serves them and the agent may list them), comma-separated: new connections to an address of them that no Service holds are dropped, as kube-proxy's nftables mode does (for an API server without ServiceCIDRs; default: none)")
 	layout.register(cmd, "")
 	f.Lookup("layout").Usage += "; with --no-proxy the default is addresses (the identity layout rewrites the packet mark, where kube-proxy keeps its masquerade bit)"
 	f.BoolVar(&opts.NoDNS, "no-dns", false, "do not learn domainNames addresses from the cluster DNS's answers (domainNames rules then admit nothing)")

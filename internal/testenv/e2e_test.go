@@ -161,6 +161,17 @@ func testAgentRBAC(t *testing.T, env *testenv.Env) {
 			_, err := kube.NetworkingV1().NetworkPolicies("").List(ctx, metav1.ListOptions{})
 			return err
 		},
+		"list servicecidrs": func() error {
+			_, err := kube.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"watch servicecidrs": func() error {
+			w, err := kube.NetworkingV1().ServiceCIDRs().Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		},
 		"watch pods": func() error {
 			w, err := kube.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{})
 			if err == nil {

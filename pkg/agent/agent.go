@@ -95,8 +95,9 @@ type Options struct {
 	// ClusterCIDRs are the pod networks (clients outside them are
 	// masqueraded to ClusterIPs); nil means every Node's spec.podCIDRs.
 	ClusterCIDRs []netip.Prefix
-	// ServiceCIDRs are the ranges ClusterIPs come from: connections to
-	// an address of them that no Service holds are dropped (nil: none).
+	// ServiceCIDRs are ranges ClusterIPs come from besides the cluster's
+	// ServiceCIDR objects: connections to an address of them that no
+	// Service holds are dropped.
 	ServiceCIDRs []netip.Prefix
 	// Layout is the policy table's layout (netpol agent's default is
 	// compiler.DefaultLayout, identities: pods as identities, a table
@@ -419,13 +420,14 @@ func clusterDNSSlice(objs []any) bool {
 	return false
 }
 
-// tablesFed are the tables a resource's objects feed: Services and
-// EndpointSlices only the NAT table (a Service change must not recompile
-// policy), pods, namespaces and policies only the policy table; nodes
-// both (node addresses and pod CIDRs count for the NAT table too).
+// tablesFed are the tables a resource's objects feed: Services,
+// EndpointSlices and ServiceCIDRs only the NAT table (a Service change
+// must not recompile policy), pods, namespaces and policies only the
+// policy table; nodes both (node addresses and pod CIDRs count for the
+// NAT table too).
 func tablesFed(resource string) node.Tables {
 	switch resource {
-	case "services", "endpointslices":
+	case "services", "endpointslices", "servicecidrs":
 		return node.Services
 	case "nodes":
 		return node.All

@@ -377,6 +377,9 @@ func leanObject(obj any, node string) any {
 		out := *o
 		out.ObjectMeta = leanMeta(o.ObjectMeta)
 		return &out
+	case *networkingv1.ServiceCIDR:
+		// Its spec (immutable); its status conditions change alone.
+		return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: o.Name, ResourceVersion: o.ResourceVersion}, Spec: o.Spec}
 	}
 	return obj
 }
@@ -532,6 +535,9 @@ func sameLean(old, cur any) bool {
 	case *corev1.Namespace:
 		c, ok := cur.(*corev1.Namespace)
 		return ok && equalIgnoringVersion(o.ObjectMeta, c.ObjectMeta)
+	case *networkingv1.ServiceCIDR:
+		c, ok := cur.(*networkingv1.ServiceCIDR)
+		return ok && slices.Equal(o.Spec.CIDRs, c.Spec.CIDRs)
 	}
 	return false
 }

@@ -122,6 +122,14 @@ func TestSameLean(t *testing.T) {
 	heartbeat.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 	moved := node.DeepCopy()
 	moved.Status.Addresses[0].Address = "172.18.0.3"
+	serviceCIDR := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", ResourceVersion: "1"},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/16"}}}
+	serviceCIDRReady := serviceCIDR.DeepCopy()
+	serviceCIDRReady.ResourceVersion = "2"
+	serviceCIDRReady.Status.Conditions = []metav1.Condition{{Type: networkingv1.ServiceCIDRConditionReady, Status: metav1.ConditionTrue}}
+	serviceCIDRTwo := serviceCIDR.DeepCopy()
+	serviceCIDRTwo.Spec.CIDRs = append(serviceCIDRTwo.Spec.CIDRs, "fd00:96::/108")
+	lean := func(o *networkingv1.ServiceCIDR) any { return leanObject(o, "n") }
 	tests := []struct {
 		name     string
 		old, cur any
@@ -141,6 +149,8 @@ func TestSameLean(t *testing.T) {
 		{"a pod being deleted", base, change(func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} }), false},
 		{"a node's heartbeat", leanNode(node), leanNode(heartbeat), true},
 		{"a node's address", leanNode(node), leanNode(moved), false},
+		{"a ServiceCIDR's status", lean(serviceCIDR), lean(serviceCIDRReady), true},
+		{"a ServiceCIDR's ranges", lean(serviceCIDR), lean(serviceCIDRTwo), false},
 		{"a Service (never compared)", &corev1.Service{}, &corev1.Service{}, false},
 	}
 	for _, tt := range tests {

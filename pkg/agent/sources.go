@@ -42,6 +42,7 @@ var gvrCRD = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 // and the CRDs themselves, to start or stop policy informers when a policy
 // CRD appears or goes.
 type sources struct {
+	kube kubernetes.Interface
 	dyn  dynamic.Interface
 	disc discovery.DiscoveryInterface
 	log  *slog.Logger
@@ -54,10 +55,15 @@ type sources struct {
 	policyMu   sync.RWMutex
 	policies   *policyInformers
 	rediscover chan struct{}
+	// watchServiceCIDRs adds the ServiceCIDR informer (start, before the
+	// factory starts, when the agent may list them).
+	watchServiceCIDRs func() cache.GenericLister
 }
 
 type coreListers struct {
 	pods, namespaces, nodes, services, endpointSlices, networkPolicies cache.GenericLister
+	// serviceCIDRs is nil when they are not watched.
+	serviceCIDRs cache.GenericLister
 }
 
 // policyInformers are the dynamic informers of one set of served policy
@@ -69,7 +75,7 @@ type policyInformers struct {
 }
 
 func newSources(kube kubernetes.Interface, dyn dynamic.Interface, node string, log *slog.Logger, onChange func(string, ...any)) *sources {
-	s := &sources{dyn: dyn, disc: kube.Discovery(), log: log, onChange: onChange,
+	s := &sources{kube: kube, dyn: dyn, disc: kube.Discovery(), log: log, onChange: onChange,
 		core: informers.NewSharedInformerFactory(kube, 0), rediscover: make(chan struct{}, 1)}
 	watch := func(resource string, inf cache.SharedIndexInformer) cache.GenericLister {
 		if err := inf.SetTransform(leanTransform(node)); err != nil {
@@ -98,6 +104,9 @@ func newSources(kube kubernetes.Interface, dyn dynamic.Interface, node string, l
 		services:        watch("services", informer(&corev1.Service{}, allNamespaces(coreinformers.NewServiceInformer))),
 		endpointSlices:  watch("endpointslices", informer(&discoveryv1.EndpointSlice{}, allNamespaces(discoveryinformers.NewEndpointSliceInformer))),
 		networkPolicies: watch("networkpolicies", informer(&networkingv1.NetworkPolicy{}, allNamespaces(networkinginformers.NewNetworkPolicyInformer))),
+	}
+	s.watchServiceCIDRs = func() cache.GenericLister {
+		return watch("servicecidrs", informer(&networkingv1.ServiceCIDR{}, networkinginformers.NewServiceCIDRInformer))
 	}
 	s.crds = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, metav1.NamespaceAll, nil)
 	s.crds.ForResource(gvrCRD).Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -142,6 +151,11 @@ func (s *sources) crdChanged(obj any) {
 // be forbidden or absent, in which case discovery is re-checked
 // periodically instead.
 func (s *sources) start(ctx context.Context) error {
+	if err := s.serviceCIDRsListable(ctx); err != nil {
+		s.log.Warn("not watching ServiceCIDRs: connections to unallocated ClusterIPs are dropped only inside --service-cidr", "err", err)
+	} else {
+		s.listers.serviceCIDRs = s.watchServiceCIDRs()
+	}
 	s.core.Start(ctx.Done())
 	for typ, ok := range s.core.WaitForCacheSync(ctx.Done()) {
 		if !ok {
@@ -154,6 +168,15 @@ func (s *sources) start(ctx context.Context) error {
 	}
 	go s.rediscoverLoop(ctx)
 	return nil
+}
+
+// serviceCIDRsListable checks that the agent may list ServiceCIDRs before
+// it watches them: an API server older than Kubernetes 1.33 may not serve
+// them, and a role written for an older netpol may not grant them; an
+// informer that cannot list would hold the agent's start forever.
+func (s *sources) serviceCIDRsListable(ctx context.Context) error {
+	_, err := s.kube.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{Limit: 1})
+	return err
 }
 
 // rediscoverLoop re-discovers the policy APIs on every CRD event, and
@@ -312,6 +335,12 @@ func (s *sources) snapshot(withPods bool) (*node.Input, error) {
 		}(),
 		each(s.listers.services, func(o any) { snap.Services = append(snap.Services, o.(*corev1.Service)) }),
 		each(s.listers.endpointSlices, func(o any) { in.EndpointSlices = append(in.EndpointSlices, o.(*leanSlice).slice) }),
+		func() error {
+			if s.listers.serviceCIDRs == nil {
+				return nil
+			}
+			return each(s.listers.serviceCIDRs, func(o any) { snap.ServiceCIDRs = append(snap.ServiceCIDRs, o.(*networkingv1.ServiceCIDR)) })
+		}(),
 	)
 	if err != nil {
 		return nil, err

@@ -155,6 +155,22 @@ func LoadFromClients(ctx context.Context, kube kubernetes.Interface, policies ve
 		s.recordLive(KindNetworkPolicy, o.Namespace, o.Name, "networking.k8s.io/v1")
 	}
 
+	// ServiceCIDR is GA since Kubernetes 1.33: an older API server has
+	// none, and a role made for older netpol may not list them.
+	cidrs, err := kube.NetworkingV1().ServiceCIDRs().List(ctx, all)
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+		report.Notes = append(report.Notes, fmt.Sprintf("no ServiceCIDR read (networking.k8s.io/v1 servicecidrs: %v): connections to unallocated ClusterIPs are not dropped", err))
+	case err != nil:
+		return nil, nil, fmt.Errorf("listing servicecidrs: %w", err)
+	default:
+		for i := range cidrs.Items {
+			o := &cidrs.Items[i]
+			s.ServiceCIDRs = append(s.ServiceCIDRs, o)
+			s.recordLive(KindServiceCIDR, "", o.Name, "networking.k8s.io/v1")
+		}
+	}
+
 	if err := s.loadAdminPolicies(ctx, policies, disc, report); err != nil {
 		return nil, nil, err
 	}

@@ -500,6 +500,9 @@ var kinds = map[string]kindInfo{
 	KindConfigMap: {group: "", namespaced: true, versions: map[string]decodeFunc{"v1": decodeInto(func(s *Snapshot, o *corev1.ConfigMap) {
 		s.ConfigMaps = append(s.ConfigMaps, o)
 	})}},
+	KindServiceCIDR: {group: "networking.k8s.io", versions: map[string]decodeFunc{"v1": decodeInto(func(s *Snapshot, o *networkingv1.ServiceCIDR) {
+		s.ServiceCIDRs = append(s.ServiceCIDRs, o)
+	})}},
 	// v1alpha2 and v1beta1 ClusterNetworkPolicy have the same schema, so
 	// both decode into the v1beta1 struct.
 	KindClusterPolicy: {group: "policy.networking.k8s.io", versions: map[string]decodeFunc{

@@ -31,6 +31,10 @@ type Snapshot struct {
 	// ConfigMaps are kept for the lab (its DNS zone, see pkg/lab); policy
 	// and Service decisions never read them.
 	ConfigMaps []*corev1.ConfigMap
+	// ServiceCIDRs are the ranges ClusterIPs are allocated from
+	// (networking.k8s.io/v1): the proxy drops connections to an address of
+	// them that no Service holds.
+	ServiceCIDRs []*networkingv1.ServiceCIDR
 
 	// Origin maps an object's key to where it was read from.
 	Origin map[ObjectKey]Source
@@ -82,6 +86,7 @@ const (
 	KindBaselinePolicy = "BaselineAdminNetworkPolicy"
 	KindClusterPolicy  = "ClusterNetworkPolicy"
 	KindConfigMap      = "ConfigMap"
+	KindServiceCIDR    = "ServiceCIDR"
 	namespaceNameLabel = "kubernetes.io/metadata.name"
 )
 
@@ -99,7 +104,7 @@ func (s *Snapshot) Copy() *Snapshot {
 	c.Services, c.EndpointSlices = slices.Clone(s.Services), slices.Clone(s.EndpointSlices)
 	c.NetworkPolicies, c.AdminPolicies = slices.Clone(s.NetworkPolicies), slices.Clone(s.AdminPolicies)
 	c.BaselinePolicies, c.ClusterPolicies = slices.Clone(s.BaselinePolicies), slices.Clone(s.ClusterPolicies)
-	c.ConfigMaps = slices.Clone(s.ConfigMaps)
+	c.ConfigMaps, c.ServiceCIDRs = slices.Clone(s.ConfigMaps), slices.Clone(s.ServiceCIDRs)
 	c.Origin, c.UnknownFields = maps.Clone(s.Origin), maps.Clone(s.UnknownFields)
 	return &c
 }
@@ -250,6 +255,8 @@ func (s *Snapshot) Delete(key ObjectKey) bool {
 		s.ClusterPolicies = remove(s.ClusterPolicies, func(o *cnpv1beta1.ClusterNetworkPolicy) bool { return del(o.Namespace, o.Name) })
 	case KindConfigMap:
 		s.ConfigMaps = remove(s.ConfigMaps, func(o *corev1.ConfigMap) bool { return del(o.Namespace, o.Name) })
+	case KindServiceCIDR:
+		s.ServiceCIDRs = remove(s.ServiceCIDRs, func(o *networkingv1.ServiceCIDR) bool { return del(o.Namespace, o.Name) })
 	}
 	if found {
 		delete(s.Origin, key)

@@ -239,7 +239,7 @@ type committer struct {
 
 // undoList is the snapshot and report as they were before a List's items.
 type undoList struct {
-	lens                   [10]int
+	lens                   [11]int
 	objects, errors, notes int
 	skipped                map[string]int
 }
@@ -291,14 +291,15 @@ func (c *committer) dropItems() {
 }
 
 // lens are the lengths of the snapshot's lists of objects.
-func (s *Snapshot) lens() [10]int {
-	return [10]int{len(s.Namespaces), len(s.Nodes), len(s.Pods), len(s.Services), len(s.EndpointSlices),
-		len(s.NetworkPolicies), len(s.AdminPolicies), len(s.BaselinePolicies), len(s.ClusterPolicies), len(s.ConfigMaps)}
+func (s *Snapshot) lens() [11]int {
+	return [11]int{len(s.Namespaces), len(s.Nodes), len(s.Pods), len(s.Services), len(s.EndpointSlices),
+		len(s.NetworkPolicies), len(s.AdminPolicies), len(s.BaselinePolicies), len(s.ClusterPolicies), len(s.ConfigMaps),
+		len(s.ServiceCIDRs)}
 }
 
 // truncate takes out the objects added after lens (by appending), with
 // their origins and unknown fields.
-func (s *Snapshot) truncate(lens [10]int) {
+func (s *Snapshot) truncate(lens [11]int) {
 	forget := func(kind string, o metav1.Object) {
 		key := ObjectKey{Kind: kind, Namespace: o.GetNamespace(), Name: o.GetName()}
 		delete(s.Origin, key)
@@ -314,6 +315,7 @@ func (s *Snapshot) truncate(lens [10]int) {
 	s.BaselinePolicies = cut(s.BaselinePolicies, lens[7], KindBaselinePolicy, forget)
 	s.ClusterPolicies = cut(s.ClusterPolicies, lens[8], KindClusterPolicy, forget)
 	s.ConfigMaps = cut(s.ConfigMaps, lens[9], KindConfigMap, forget)
+	s.ServiceCIDRs = cut(s.ServiceCIDRs, lens[10], KindServiceCIDR, forget)
 }
 
 func cut[T metav1.Object](list []T, n int, kind string, forget func(string, metav1.Object)) []T {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/netpol/netpol/pkg/cluster"
 	"github.com/netpol/netpol/pkg/ipfamily"
@@ -22,7 +23,7 @@ func Build(snap *cluster.Snapshot, node string, opts Options) *Model {
 	if snap == nil {
 		snap = &cluster.Snapshot{}
 	}
-	b.nodeInfo(snap.Nodes, opts)
+	b.nodeInfo(snap, opts)
 	parsed := ParseSlices(snap.EndpointSlices, node)
 	for _, ps := range parsed {
 		b.m.Errors = append(b.m.Errors, ps.Errors...)
@@ -86,8 +87,11 @@ func newFieldError(obj cluster.ObjectKey, field, format string, args ...any) *Fi
 	return &FieldError{Object: obj, Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
-// nodeInfo sets the model's zone and NodePort addresses.
-func (b *builder) nodeInfo(nodes []*corev1.Node, opts Options) {
+// nodeInfo sets what the model takes from the cluster beside its
+// Services: the node's zone and NodePort addresses, the pod networks and
+// the Service ranges.
+func (b *builder) nodeInfo(snap *cluster.Snapshot, opts Options) {
+	nodes := snap.Nodes
 	var node *corev1.Node
 	for _, n := range nodes {
 		if n != nil && n.Name == b.node && b.node != "" {
@@ -99,8 +103,7 @@ func (b *builder) nodeInfo(nodes []*corev1.Node, opts Options) {
 		b.m.Zone = node.Labels[corev1.LabelTopologyZone]
 	}
 	b.clusterCIDRs(nodes, opts)
-	b.m.ServiceCIDRs = slices.Clone(opts.ServiceCIDRs)
-	slices.SortFunc(b.m.ServiceCIDRs, comparePrefixes)
+	b.serviceCIDRs(snap.ServiceCIDRs, opts)
 	if opts.NodePortAddresses != nil {
 		b.m.NodePortAddresses = slices.Clone(opts.NodePortAddresses)
 		return
@@ -152,6 +155,29 @@ func (b *builder) clusterCIDRs(nodes []*corev1.Node, opts Options) {
 		}
 	}
 	slices.SortFunc(b.m.ClusterCIDRs, comparePrefixes)
+}
+
+// serviceCIDRs sets the Service ranges: the option's and every
+// ServiceCIDR's spec.cidrs, as kube-proxy reads them (all of them, ready
+// or not: a ServiceCIDR being deleted still holds allocated ClusterIPs).
+func (b *builder) serviceCIDRs(objs []*networkingv1.ServiceCIDR, opts Options) {
+	b.m.ServiceCIDRs = slices.Clone(opts.ServiceCIDRs)
+	for _, o := range objs {
+		if o == nil {
+			continue
+		}
+		obj := cluster.ObjectKey{Kind: cluster.KindServiceCIDR, Name: o.Name}
+		for i, s := range o.Spec.CIDRs {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				b.errorf(obj, fmt.Sprintf("spec.cidrs[%d]", i), "invalid CIDR %q", s)
+				continue
+			}
+			b.m.ServiceCIDRs = append(b.m.ServiceCIDRs, p.Masked())
+		}
+	}
+	slices.SortFunc(b.m.ServiceCIDRs, comparePrefixes)
+	b.m.ServiceCIDRs = slices.Compact(b.m.ServiceCIDRs)
 }
 
 func comparePrefixes(x, y netip.Prefix) int {

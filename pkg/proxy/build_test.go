@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -821,4 +823,54 @@ func TestReachableEndpoints(t *testing.T) {
 	if got := names(p.ReachableEndpoints()); got != "a@10.0.1.1:8080~ b@10.0.2.1:8080" {
 		t.Errorf("reachable %q", got)
 	}
+}
+
+func TestServiceCIDRs(t *testing.T) {
+	serviceCIDR := func(name string, cidrs ...string) *networkingv1.ServiceCIDR {
+		return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
+	}
+	cases := []struct {
+		name   string
+		objs   []*networkingv1.ServiceCIDR
+		option []netip.Prefix
+		want   []netip.Prefix
+		errs   []string
+	}{
+		{name: "none"},
+		{name: "the option alone", option: prefixes("fd00:96::/108", "10.96.0.0/16"), want: prefixes("10.96.0.0/16", "fd00:96::/108")},
+		{name: "the objects alone", objs: []*networkingv1.ServiceCIDR{
+			serviceCIDR("kubernetes", "10.96.0.0/16", "fd00:96::/108"), serviceCIDR("extra", "10.97.0.0/24")},
+			want: prefixes("10.96.0.0/16", "10.97.0.0/24", "fd00:96::/108")},
+		{name: "both, each range once", option: prefixes("10.96.0.0/16"),
+			objs: []*networkingv1.ServiceCIDR{serviceCIDR("kubernetes", "10.96.0.0/16"), serviceCIDR("same", "10.96.0.0/16")},
+			want: prefixes("10.96.0.0/16")},
+		{name: "host bits masked", objs: []*networkingv1.ServiceCIDR{serviceCIDR("loose", "10.96.0.1/16")},
+			want: prefixes("10.96.0.0/16")},
+		{name: "a bad range is an error, the rest kept", objs: []*networkingv1.ServiceCIDR{
+			serviceCIDR("bad", "10.96.0.0/33", "fd00:96::/108"), nil},
+			want: prefixes("fd00:96::/108"), errs: []string{`ServiceCIDR bad: spec.cidrs[0]: invalid CIDR "10.96.0.0/33"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := Build(&snapshotT{ServiceCIDRs: c.objs}, thisNode, Options{ServiceCIDRs: c.option})
+			if !slices.Equal(m.ServiceCIDRs, c.want) {
+				t.Errorf("service CIDRs %v, want %v", m.ServiceCIDRs, c.want)
+			}
+			var errs []string
+			for _, err := range m.Errors {
+				errs = append(errs, err.Error())
+			}
+			if !slices.Equal(errs, c.errs) {
+				t.Errorf("errors %q, want %q", errs, c.errs)
+			}
+		})
+	}
+}
+
+func prefixes(ss ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParsePrefix(s)
+	}
+	return out
 }

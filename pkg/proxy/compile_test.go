@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"cmp"
 	"flag"
 	"net/netip"
 	"os"
@@ -22,19 +23,24 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 // `nft -c` (when nft is installed), so the rendered text is real nft.
 func TestCompileGolden(t *testing.T) {
 	cases := []struct {
-		name, path, node string
-		opts             proxy.Options
+		name, node string
+		paths      []string
+		opts       proxy.Options
+		golden     string // default name
 	}{
-		{"services-n1", "testdata/services.yaml", "n1", proxy.Options{}},
-		{"services-n2", "testdata/services.yaml", "n2", proxy.Options{}},
-		{"demo-node-1", "../../examples/demo", "node-1", proxy.Options{}},
+		{name: "services-n1", paths: []string{"testdata/services.yaml"}, node: "n1"},
+		{name: "services-n2", paths: []string{"testdata/services.yaml"}, node: "n2"},
+		{name: "demo-node-1", paths: []string{"../../examples/demo"}, node: "node-1"},
 		// The Service ranges given: what no Service holds is dropped.
-		{"services-n1-service-cidrs", "testdata/services.yaml", "n1", proxy.Options{ServiceCIDRs: []netip.Prefix{
+		{name: "services-n1-service-cidrs", paths: []string{"testdata/services.yaml"}, node: "n1", opts: proxy.Options{ServiceCIDRs: []netip.Prefix{
 			netip.MustParsePrefix("fd00:96::/108"), netip.MustParsePrefix("10.96.0.0/16")}}},
+		// The same ranges read from ServiceCIDR objects: the same table.
+		{name: "services-n1-servicecidr-objects", paths: []string{"testdata/services.yaml", "testdata/servicecidrs.yaml"}, node: "n1",
+			golden: "services-n1-service-cidrs"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			snap, report := cluster.LoadPaths([]string{c.path}, nil)
+			snap, report := cluster.LoadPaths(c.paths, nil)
 			if len(report.Errors) > 0 {
 				t.Fatal(report.Errors)
 			}
@@ -50,8 +56,8 @@ func TestCompileGolden(t *testing.T) {
 			if err := table.Render(&got); err != nil {
 				t.Fatal(err)
 			}
-			golden := filepath.Join("testdata", "golden", c.name+".nft")
-			if *update {
+			golden := filepath.Join("testdata", "golden", cmp.Or(c.golden, c.name)+".nft")
+			if *update && c.golden == "" {
 				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
 					t.Fatal(err)
 				}

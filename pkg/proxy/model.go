@@ -84,11 +84,12 @@ type Options struct {
 	// ClusterCIDRs are the pod networks of the cluster. Nil means the
 	// union of every Node's spec.podCIDRs.
 	ClusterCIDRs []netip.Prefix
-	// ServiceCIDRs are the ranges ClusterIPs are allocated from (the API
-	// server's --service-cluster-ip-range). New connections to an address
-	// of them that no Service holds are dropped, as kube-proxy's nftables
-	// mode drops them: without it they follow the node's routes (a default
-	// route takes them off the cluster). Nil: no such drop.
+	// ServiceCIDRs are ranges ClusterIPs are allocated from (the API
+	// server's --service-cluster-ip-range), beside the cluster's
+	// ServiceCIDR objects. New connections to an address of them that no
+	// Service holds are dropped, as kube-proxy's nftables mode drops them:
+	// outside them such connections follow the node's routes (a default
+	// route takes them off the cluster).
 	ServiceCIDRs []netip.Prefix
 }
 
@@ -103,7 +104,8 @@ type Model struct {
 	// ClusterCIDRs are the pod networks: traffic from them to a ClusterIP
 	// keeps its source address; traffic from elsewhere is masqueraded.
 	ClusterCIDRs []netip.Prefix
-	// ServiceCIDRs are Options.ServiceCIDRs, sorted.
+	// ServiceCIDRs are Options.ServiceCIDRs and the spec.cidrs of the
+	// snapshot's ServiceCIDRs, sorted, each once.
 	ServiceCIDRs []netip.Prefix
 	// Services holds one entry per Service, port and IP family, sorted by
 	// namespace, name, port name, protocol, family (IPv4 first).

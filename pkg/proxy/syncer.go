@@ -108,7 +108,7 @@ func (s *Syncer) SyncParsed(snap *cluster.Snapshot, endpointSlices []*Slice) (*M
 		snap = &cluster.Snapshot{}
 	}
 	node := &builder{m: &Model{Node: s.node}, node: s.node}
-	node.nodeInfo(snap.Nodes, s.opts)
+	node.nodeInfo(snap, s.opts)
 	m := node.m
 	if !s.nodeKnown || m.Zone != s.zone || !slices.Equal(m.NodePortAddresses, s.npa) || !slices.Equal(m.ClusterCIDRs, s.cidrs) {
 		s.zone, s.npa, s.cidrs, s.nodeKnown = m.Zone, m.NodePortAddresses, m.ClusterCIDRs, true

@@ -21,7 +21,9 @@ var gvrEndpointSlice = schema.GroupVersionResource{Group: "discovery.k8s.io", Ve
 // server (as an EndpointSlice controller would write its slice): a pod
 // reaches the ClusterIP and, from outside the nodes, the NodePort; moving
 // the endpoint moves the traffic; with no endpoint left the connection is
-// refused. Each step is polled until the kernel does it.
+// refused; an address of the Service range (the API server's ServiceCIDR
+// object, read by the agents) that no Service holds is dropped. Each step
+// is polled until the kernel does it.
 func TestAgentServices(t *testing.T) {
 	w := newWorld(t, "e2e")
 	podAddr := map[string]string{}
@@ -52,19 +54,22 @@ spec:
   ports: [{name: http, port: 80, targetPort: 80, protocol: TCP, nodePort: 30080}]
 `
 	clusterIP := netip.MustParseAddrPort("10.96.0.50:80")
+	unallocated := netip.MustParseAddrPort("10.96.0.99:80")
 	nodePort := netip.MustParseAddrPort("172.18.0.2:30080")
 
 	written := w.apply(service + "---" + slice("x/b"))
 	w.serviceAnswers("Service created, endpoint x/b", written, "x/a", clusterIP, "x/b")
 	w.serviceAnswers("the NodePort from outside", written, lab.ExternalSource, nodePort, "x/b")
+	w.serviceDropped("an unallocated ClusterIP", "x/a", unallocated)
 	written = w.apply(slice("y/c"))
 	w.serviceAnswers("endpoint moved to y/c", written, "x/a", clusterIP, "y/c")
 	written = w.delete(gvrEndpointSlice, "x", "web-1")
-	w.serviceAnswers("no endpoint left", written, "x/a", clusterIP, "")
+	w.serviceAnswers("no endpoint left", written, "x/a", clusterIP, lab.ResultRefused)
 }
 
-// serviceAnswers polls from -> to until the answer is from want ("" means
-// the connection is refused), and logs how long after written that took.
+// serviceAnswers polls from -> to until the answer is from want, a pod
+// (namespace/name), or until the dial's result is want (lab.ResultRefused),
+// and logs how long after written that took.
 func (w *world) serviceAnswers(what string, written time.Time, from string, to netip.AddrPort, want string) {
 	w.t.Helper()
 	deadline := written.Add(15 * time.Second)
@@ -75,11 +80,26 @@ func (w *world) serviceAnswers(what string, written time.Time, from string, to n
 		if r := o.Result + " " + o.Reply; len(seen) == 0 || seen[len(seen)-1] != r {
 			seen = append(seen, fmt.Sprintf("%s@%v", r, time.Since(written).Round(time.Millisecond)))
 		}
-		if (want == "" && o.Result == lab.ResultRefused) || (want != "" && o.Result == lab.ResultOK && o.Reply == want) {
+		if o.Result == want || (o.Result == lab.ResultOK && o.Reply == want) {
 			w.t.Logf("%s: %s -> %s answered as expected %v after the write (%v)", what, from, to, time.Since(written).Round(time.Millisecond), seen)
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	w.t.Fatalf("%s: %s -> %s: last result %s from %q, want %q", what, from, to, o.Result, o.Reply, want)
+}
+
+// serviceDropped dials from -> to three times: each must time out. Not
+// polled: the tables have synced (a step before answered), and without
+// the drop the first dials meet the node's "unreachable" at once (later
+// ones may time out too, once the kernel rate-limits its ICMP errors).
+func (w *world) serviceDropped(what, from string, to netip.AddrPort) {
+	w.t.Helper()
+	for i := range 3 {
+		o := w.lab.Dial(context.Background(), from, to, corev1.ProtocolTCP, lab.DialOptions{Timeout: 200 * time.Millisecond})
+		if o.Result != lab.ResultTimeout {
+			w.t.Fatalf("%s: %s -> %s: dial %d: %s %q, want a timeout (dropped)", what, from, to, i+1, o.Result, o.Reply)
+		}
+	}
+	w.t.Logf("%s: %s -> %s: dropped (3 dials timed out)", what, from, to)
 }
