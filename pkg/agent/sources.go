@@ -151,10 +151,13 @@ func (s *sources) crdChanged(obj any) {
 // be forbidden or absent, in which case discovery is re-checked
 // periodically instead.
 func (s *sources) start(ctx context.Context) error {
-	if err := s.serviceCIDRsListable(ctx); err != nil {
-		s.log.Warn("not watching ServiceCIDRs: connections to unallocated ClusterIPs are dropped only inside --service-cidr", "err", err)
-	} else {
+	switch err := s.serviceCIDRsListable(ctx); {
+	case err == nil:
 		s.listers.serviceCIDRs = s.watchServiceCIDRs()
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+		s.log.Warn("not watching ServiceCIDRs: connections to unallocated ClusterIPs are dropped only inside --service-cidr", "err", err)
+	default:
+		return err // ctx ended
 	}
 	s.core.Start(ctx.Done())
 	for typ, ok := range s.core.WaitForCacheSync(ctx.Done()) {
@@ -171,12 +174,24 @@ func (s *sources) start(ctx context.Context) error {
 }
 
 // serviceCIDRsListable checks that the agent may list ServiceCIDRs before
-// it watches them: an API server older than Kubernetes 1.33 may not serve
-// them, and a role written for an older netpol may not grant them; an
-// informer that cannot list would hold the agent's start forever.
+// it watches them: an API server older than Kubernetes 1.33 does not serve
+// them (NotFound), and a role written for an older netpol does not grant
+// them (Forbidden); an informer that cannot list would hold the agent's
+// start forever. Other errors (the API server not reachable yet) are
+// retried, as the informers retry, until ctx ends.
 func (s *sources) serviceCIDRsListable(ctx context.Context) error {
-	_, err := s.kube.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{Limit: 1})
-	return err
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		_, err := s.kube.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			return err
+		}
+		s.log.Debug("listing ServiceCIDRs (retried)", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
 }
 
 // rediscoverLoop re-discovers the policy APIs on every CRD event, and
