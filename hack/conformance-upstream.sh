@@ -266,12 +266,12 @@ for s in "${want[@]}"; do
 	run_suite "$s" "${focus[$s]}" "${skip[$s]:-NOTHING}$sctp_skip" "${procs[$s]:-}"
 	summary+=(-suite "$s=${focus[$s]}")
 	if [ -n "${skip[$s]:-}" ]; then
-		summary+=(-skip "${skip[$s]}=--ginkgo.skip: what kube-proxy replacements skip (kpng's e2e list; kube-proxy from Cilium's: kube-proxy's own status URLs)")
+		summary+=(-skip "$s=${skip[$s]}=--ginkgo.skip: what kube-proxy replacements skip (kpng's e2e list; kube-proxy from Cilium's: kube-proxy's own status URLs)")
+	fi
+	if [ -n "$sctp_skip" ]; then
+		summary+=(-skip "$s=SCTP=--ginkgo.skip SCTP: this kernel has no SCTP sockets")
 	fi
 done
-if [ -n "$sctp_skip" ]; then
-	summary+=(-skip "SCTP=--ginkgo.skip SCTP: this kernel has no SCTP sockets")
-fi
 
 # summary.json from this run's JUnit files.
 go run ./hack/conformance-summary -dir "$out" -version "$version" -nodes "$nodes" "${summary[@]}" >"$out/summary.json"

@@ -61,17 +61,13 @@ func main() {
 	nodes := flag.Int("nodes", 0, "the cluster's nodes")
 	var suites, skips suiteFlag
 	flag.Var(&suites, "suite", "NAME=FOCUS, repeatable")
-	flag.Var(&skips, "skip", "REGEXP=REASON, repeatable: why the run's skip filter left out the specs it matches")
+	flag.Var(&skips, "skip", "NAME=REGEXP=REASON, repeatable: why suite NAME's skip filter left out the specs it matches (each suite has its own filter: a Netpol spec matches sig-network's)")
 	var gosuites suiteFlag
 	flag.Var(&gosuites, "gosuite", "NAME=VERSION=SKIPPED_RESULT, repeatable: a network-policy-api conformance run in DIR/NAME (gosuite.go)")
 	flag.Parse()
-	var why []skipReason
-	for _, s := range skips {
-		re, reason, ok := strings.Cut(s, "=")
-		if !ok {
-			fail(fmt.Errorf("-skip %q: want REGEXP=REASON", s))
-		}
-		why = append(why, skipReason{regexp.MustCompile(re), reason})
+	why, err := parseSkips(skips)
+	if err != nil {
+		fail(err)
 	}
 	var out []Summary
 	for _, s := range suites {
@@ -79,7 +75,7 @@ func main() {
 		if !ok {
 			fail(fmt.Errorf("-suite %q: want NAME=FOCUS", s))
 		}
-		sum, err := summarize(filepath.Join(*dir, name, "junit_01.xml"), regexp.MustCompile(focus), why)
+		sum, err := summarize(filepath.Join(*dir, name, "junit_01.xml"), regexp.MustCompile(focus), why[name])
 		if err != nil {
 			fail(err)
 		}
@@ -103,6 +99,23 @@ func main() {
 	if err := enc.Encode(out); err != nil {
 		fail(err)
 	}
+}
+
+// parseSkips reads the -skip flags: each suite's reasons, in order.
+func parseSkips(skips []string) (map[string][]skipReason, error) {
+	why := map[string][]skipReason{}
+	for _, s := range skips {
+		parts := strings.SplitN(s, "=", 3)
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("-skip %q: want NAME=REGEXP=REASON", s)
+		}
+		re, err := regexp.Compile(parts[1])
+		if err != nil {
+			return nil, fmt.Errorf("-skip %q: %w", s, err)
+		}
+		why[parts[0]] = append(why[parts[0]], skipReason{re, parts[2]})
+	}
+	return why, nil
 }
 
 // skipReason says why the specs a skip filter matches were left out.
