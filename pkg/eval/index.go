@@ -17,21 +17,58 @@ import (
 	"github.com/netpol/netpol/pkg/policy"
 )
 
-// bitset is a set of small integers (pod or node indexes).
-type bitset []uint64
+// bitset is a set of small integers (pod, identity or node indexes). It
+// keeps the words from its first member's to its last member's (lo is
+// the first one's index): a selection is mostly one namespace's pods or
+// identities, a few words, where a bit for each of the cluster's was
+// 3.4 KB at 27,000 identities, for each of thousands of selectors (the
+// agent's evaluator keeps them).
+type bitset struct {
+	lo    int
+	words []uint64
+}
 
-func newBitset(n int) bitset    { return make(bitset, (n+63)/64) }
-func (b bitset) set(i int)      { b[i/64] |= 1 << (uint(i) % 64) }
-func (b bitset) has(i int) bool { return i >= 0 && b[i/64]&(1<<(uint(i)%64)) != 0 }
+// newBitset is an empty set of integers under n, every word kept (set
+// writes any of them).
+func newBitset(n int) bitset { return bitset{words: make([]uint64, (n+63)/64)} }
+
+// set adds i, which must be within the words kept.
+func (b bitset) set(i int) { b.words[i/64-b.lo] |= 1 << (uint(i) % 64) }
+
+func (b bitset) has(i int) bool {
+	if i < 0 {
+		return false
+	}
+	w := i/64 - b.lo
+	return w >= 0 && w < len(b.words) && b.words[w]&(1<<(uint(i)%64)) != 0
+}
+
+// take returns b's members in a bitset of their words alone, and empties
+// b for its next use (a scratch set, all of whose words are kept).
+func (b bitset) take() bitset {
+	first, last := 0, len(b.words)
+	for first < last && b.words[first] == 0 {
+		first++
+	}
+	for last > first && b.words[last-1] == 0 {
+		last--
+	}
+	if first == last {
+		return bitset{}
+	}
+	out := bitset{lo: b.lo + first, words: slices.Clone(b.words[first:last])}
+	clear(b.words[first:last])
+	return out
+}
 
 // members yields the integers in the set, in order (no list is made: a
 // full compile walks every rule's peer pods).
 func (b bitset) members() iter.Seq[int] {
 	return func(yield func(int) bool) {
-		for w, word := range b {
+		for w, word := range b.words {
 			for word != 0 {
 				bit := bits.TrailingZeros64(word)
-				if !yield(w*64 + bit) {
+				if !yield((b.lo+w)*64 + bit) {
 					return
 				}
 				word &= word - 1
@@ -129,6 +166,10 @@ type index struct {
 	selected   map[string]*selection
 	none       *selection // what a selector of a namespace without pods selects
 	selectedMu sync.Mutex
+	// scratchIdents and scratchPods are where a selection is made, all
+	// of their words kept, before it keeps its own (bitset.take); under
+	// selectedMu.
+	scratchIdents, scratchPods bitset
 }
 
 // identity is a namespace (by its labels) and a set of pod labels, and
@@ -144,8 +185,9 @@ type identity struct {
 // every pod for each of 10,000 policies was most of a full sync's
 // garbage).
 type selection struct {
-	idents bitset
-	pods   bitset
+	idents   bitset
+	pods     bitset
+	podsMade bool
 }
 
 // buildIndex indexes the snapshot's pods, in (namespace, name) order.
@@ -357,22 +399,35 @@ func (cp *compiledPolicy) compileRules() {
 					cr.domains = append(cr.domains, peer.DomainNames...)
 				}
 			}
-			cr.pods = union(peerSets, len(ix.pods))
+			cr.pods = union(peerSets)
 			cp.compiled[d] = append(cp.compiled[d], cr)
 		}
 	}
 }
 
 // union is the union of sets: the one set itself when there is one (shared,
-// read-only), else a new one.
-func union(sets []bitset, n int) bitset {
+// read-only), else a new one, of the words they span.
+func union(sets []bitset) bitset {
 	if len(sets) == 1 {
 		return sets[0]
 	}
-	out := newBitset(n)
+	lo, hi := 0, 0 // the words spanned
 	for _, s := range sets {
-		for w := range s {
-			out[w] |= s[w]
+		if len(s.words) == 0 {
+			continue
+		}
+		if hi == 0 || s.lo < lo {
+			lo = s.lo
+		}
+		hi = max(hi, s.lo+len(s.words))
+	}
+	if hi == 0 {
+		return bitset{}
+	}
+	out := bitset{lo: lo, words: make([]uint64, hi-lo)}
+	for _, s := range sets {
+		for w, word := range s.words {
+			out.words[s.lo+w-lo] |= word
 		}
 	}
 	return out
@@ -384,13 +439,16 @@ func (ix *index) selectPods(s policy.Subject) bitset {
 	ix.selectedMu.Lock() // rules are compiled on first use, by any goroutine
 	defer ix.selectedMu.Unlock()
 	sel := ix.selectionLocked(s)
-	if sel.pods == nil {
-		sel.pods = newBitset(len(ix.pods))
+	if !sel.podsMade {
+		if len(ix.scratchPods.words) == 0 {
+			ix.scratchPods = newBitset(len(ix.pods))
+		}
 		for id := range sel.idents.members() {
 			for _, pod := range ix.idents[id].pods {
-				sel.pods.set(pod)
+				ix.scratchPods.set(pod)
 			}
 		}
+		sel.pods, sel.podsMade = ix.scratchPods.take(), true
 	}
 	return sel.pods
 }
@@ -413,7 +471,7 @@ func (ix *index) selectionLocked(s policy.Subject) *selection {
 		// A NetworkPolicy of a namespace without pods here: most of
 		// them when the snapshot is one node's pods (compiler.Incremental.Rebase).
 		if ix.none == nil {
-			ix.none = &selection{idents: newBitset(len(ix.idents))}
+			ix.none = &selection{podsMade: true}
 		}
 		return ix.none
 	}
@@ -421,15 +479,19 @@ func (ix *index) selectionLocked(s policy.Subject) *selection {
 	if out, ok := ix.selected[key]; ok {
 		return out
 	}
-	out := &selection{idents: newBitset(len(ix.idents))}
+	out := &selection{}
 	ix.selected[key] = out
+	if len(ix.scratchIdents.words) == 0 {
+		ix.scratchIdents = newBitset(len(ix.idents))
+	}
+	defer func() { out.idents = ix.scratchIdents.take() }()
 	match := func(ns string, idents []int) {
 		if len(idents) == 0 || !s.Namespaces.Matches(ix.idents[idents[0]].nsLabels) {
 			return // the namespace is tested once, not per identity
 		}
 		for _, id := range idents {
 			if s.Selects(ns, ix.idents[id].nsLabels, ix.idents[id].labels) {
-				out.idents.set(id)
+				ix.scratchIdents.set(id)
 			}
 		}
 	}
