@@ -326,11 +326,10 @@ func (r Result) Failed() Tables {
 
 // Sync programs the chosen tables from in; the NAT table is skipped with
 // NoProxy. A table's failure does not keep the other from being synced.
-// The NAT table is synced concurrently with the policy table's send, once
-// the policy compile is done (the tables share nothing but the snapshot,
-// which neither changes); the policy model and resolution are
-// built here when in lacks them (Input.Model is set afterwards; a
-// resolution built here is dropped once compiled).
+// The NAT table is synced once the policy table is sent (the tables share
+// nothing but the snapshot, which neither changes); the policy model and
+// resolution are built here when in lacks them (Input.Model is set
+// afterwards; a resolution built here is dropped once compiled).
 func (p *Programmer) Sync(in *Input, tables Tables) Result {
 	var res Result
 	var services sync.WaitGroup
@@ -387,11 +386,6 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 			// does not need it, and it holds every pod.
 			in.Resolved = nil
 		}
-		// The NAT table is built and sent beside the policy table's
-		// send, not its compile: the resolution and the compile's
-		// garbage are unreachable before the NAT build starts (the first
-		// sync's peak; docs/history/benchmarks-journal.md, issue 14's sixth stop).
-		syncServices()
 		if err == nil && live != nil {
 			r.Table = live.Table()
 			if in.CheckIncremental && p.live != nil {
@@ -405,6 +399,12 @@ func (p *Programmer) Sync(in *Input, tables Tables) Result {
 		if r.Err == nil {
 			r.Err = p.learnPatterns(in.Model, r.Table)
 		}
+		// The NAT table is built after the policy table's send, not
+		// beside it: a first sync's memory peaked where the NAT build
+		// met the send's netlink messages (about 30 MB at 100,000
+		// realistic pods; docs/history/benchmarks-journal.md), and the
+		// policy compile's garbage is unreachable by then.
+		syncServices()
 	} else {
 		syncServices()
 		// An EndpointSlice change may move the cluster DNS.
