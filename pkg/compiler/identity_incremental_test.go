@@ -434,10 +434,6 @@ func addReplica(snap *cluster.Snapshot, node string, r *rand.Rand, step int, ch 
 	return "replica " + st.Key, st.Node == node, true
 }
 
-// TestIdentityIncrementalFromPods: the table compiled from one pod of each
-// identity (NewIdentityIncrementalFromPods, the agent's full path) is the table
-// compiled from every pod, on every node of every corpus world and of a
-// realistic cluster, with and without the DNS objects.
 // inOnePod yields each of pods as one reused Pod with one reused container
 // list, as the agent's full sync does (agent.thinPodsInOrder): what the
 // representatives' path keeps of a pod must not change with the next.
@@ -456,6 +452,10 @@ func inOnePod(pods []*corev1.Pod) iter.Seq[*corev1.Pod] {
 	}
 }
 
+// TestIdentityIncrementalFromPods: the table compiled from one pod of each
+// identity (NewIdentityIncrementalFromPods, the agent's full path) is the table
+// compiled from every pod, on every node of every corpus world and of a
+// realistic cluster, with and without the DNS objects.
 func TestIdentityIncrementalFromPods(t *testing.T) {
 	compared, fewer := 0, 0
 	for wi, w := range identityWorlds(t) {
