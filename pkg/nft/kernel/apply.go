@@ -83,6 +83,9 @@ type Applier struct {
 	mem *memKernel
 	// stageBytes bounds a staged transaction (0: the stageBytes const).
 	stageBytes int
+	// oneTransaction sends a plan for a table packets reach whole, its
+	// new sets not first (BenchmarkNewSetLookups compares).
+	oneTransaction bool
 }
 
 // NewApplier returns an Applier for the inet table in the network namespace
@@ -107,9 +110,12 @@ func NewApplier(netnsFd int, table string) (*Applier, error) {
 // Apply makes the kernel table match desired and returns what changed. It
 // diffs against what the last successful Apply left (or, on first use and
 // after a failure, against the kernel's table read back), sends nothing
-// when nothing differs, and otherwise sends the plan as one transaction.
-// The kernel rejects a bad transaction as a whole, so on error it is
-// unchanged; the cache is dropped either way.
+// when nothing differs, and otherwise sends the plan as one transaction
+// (the sets it adds go in one before it, which no rule reads yet:
+// Plan.setsFirst). The kernel rejects a bad transaction as a whole, so on
+// error what it enforces is unchanged (sets the first transaction added
+// may be left, unread, for the next Apply to use or delete); the cache is
+// dropped either way.
 //
 // The exception is a large plan for a table that no packet reaches yet
 // (absent, or without base chains): it goes in bounded stages, base
@@ -241,6 +247,9 @@ func (a *Applier) transact(p *Plan) (int, error) {
 		limit = stageBytes
 	}
 	stages := p.stages(limit)
+	if a.oneTransaction && !p.unhooked {
+		stages = []*Plan{p}
+	}
 	// The stages share one wire buffer; it goes with the call.
 	defer func() { a.wire = elementWire{seq: a.wire.seq} }()
 	for i, stage := range stages {
@@ -251,8 +260,13 @@ func (a *Applier) transact(p *Plan) (int, error) {
 			err = a.send(stage)
 		}
 		if err != nil {
-			if len(stages) > 1 {
+			switch {
+			case len(stages) > 1 && p.unhooked:
 				err = fmt.Errorf("stage %d of %d (the table has no base chain yet: nothing enforced changed): %w", i+1, len(stages), err)
+			case len(stages) > 1 && i == 0:
+				err = fmt.Errorf("adding the new sets (nothing enforced changed): %w", err)
+			case len(stages) > 1:
+				err = fmt.Errorf("after adding the new sets, which no rule reads (nothing enforced changed): %w", err)
 			}
 			return i, err
 		}

@@ -50,14 +50,16 @@ type Stats struct {
 	// Messages is the number of netlink messages in the batch.
 	Messages int
 	// Transactions is how many kernel transactions Apply committed: 0
-	// when nothing changed, 1 but for a staged plan (Plan.stages). Plan
-	// leaves it 0.
+	// when nothing changed, 2 when it added sets to a table packets
+	// reach (the sets first: Plan.setsFirst), more for a staged plan
+	// (Plan.stages), 1 otherwise. Plan leaves it 0.
 	Transactions int
 }
 
 // Plan is the ordered list of operations that turns one table state into
-// another; Applier sends it as one transaction (or, for a large plan for a
-// table no packet reaches yet, in stages: see stages).
+// another; Applier sends it as one transaction, with the sets it adds in
+// one before it (or, for a large plan for a table no packet reaches yet,
+// in stages: see stages).
 type Plan struct {
 	Table string
 	Ops   []Op
@@ -73,10 +75,11 @@ type Plan struct {
 	unhooked bool
 }
 
-// stages splits the plan into the transactions Apply sends. A plan is one
-// transaction, so that its changes land together, unless the table it
-// starts from has no base chain (it is absent, or a staged Apply stopped
-// part way) and its encoding is over limit bytes. No packet reaches such a
+// stages splits the plan into the transactions Apply sends. For a table
+// packets reach, every change of a verdict is in one transaction, so that
+// they land together; the sets it adds go in one before it (setsFirst).
+// For a table whose start has no base chain (it is absent, or a staged
+// Apply stopped part way), a plan over limit bytes is cut. No packet reaches such a
 // table: packets enter a table only through its base chains. So the plan
 // goes as everything but the base chains (in Diff's order, in which each
 // operation finds what it needs made or cleared by those before it), cut
@@ -89,7 +92,10 @@ func (p *Plan) stages(limit int) []*Plan {
 	if len(p.Ops) == 0 {
 		return nil
 	}
-	if !p.unhooked || planBytes(p) <= limit {
+	if !p.unhooked {
+		return p.setsFirst()
+	}
+	if planBytes(p) <= limit {
 		return []*Plan{p}
 	}
 	var stages []*Plan
@@ -118,6 +124,48 @@ func (p *Plan) stages(limit int) []*Plan {
 		s.Stats.Messages = len(s.Ops)
 	}
 	return stages
+}
+
+// setsFirst splits a plan for a table packets reach: the sets it adds
+// under a new name, with their elements, go in a transaction of their own
+// before the rest. No rule reads them yet, so that transaction changes no
+// verdict: the rest, one transaction, is still the whole change. Why: on
+// kernel 6.18, a lookup in an interval set (rbtree or pipapo) that was
+// created and filled in the transaction that made a rule read it can
+// miss for a moment after the commit, while lookups in sets made before
+// do not (BenchmarkNewSetLookups: 851 datagrams lost across 59,547 such
+// commits, none across 80,776 that made the set in the transaction
+// before). Without this, a policy change that gives a rule a set of new
+// content could drop a new connection that both tables allow. Verdict
+// maps stay with the rest (their elements may name chains the rest
+// adds), as do sets recreated under their name (a change of spec, a
+// pipapo set cheaper to refill): the window remains for those.
+func (p *Plan) setsFirst() []*Plan {
+	recreated := map[string]bool{}
+	for _, op := range p.Ops {
+		if op.Kind == OpDeleteSet {
+			recreated[op.Set.Name] = true
+		}
+	}
+	fresh := map[string]bool{}
+	for _, op := range p.Ops {
+		if op.Kind == OpAddSet && !op.Set.Verdict && !recreated[op.Set.Name] {
+			fresh[op.Set.Name] = true
+		}
+	}
+	first, rest := &Plan{Table: p.Table}, &Plan{Table: p.Table}
+	for _, op := range p.Ops {
+		if (op.Kind == OpAddSet || op.Kind == OpAddElements) && fresh[op.Set.Name] {
+			first.Ops = append(first.Ops, op)
+		} else {
+			rest.Ops = append(rest.Ops, op)
+		}
+	}
+	if len(first.Ops) == 0 || len(rest.Ops) == 0 {
+		return []*Plan{p}
+	}
+	first.Stats.Messages, rest.Stats.Messages = len(first.Ops), len(rest.Ops)
+	return []*Plan{first, rest}
 }
 
 // Empty reports whether the plan changes nothing.
