@@ -34,7 +34,7 @@ func newAgentCommand(in *inputFlags) *cobra.Command {
 		Short: "Run the node agent: watch the API server, program this node's nftables",
 		Long: "Run the node agent (a DaemonSet on every node): watch Pods, Namespaces, Nodes, NetworkPolicies and\n" +
 			"the policy.networking.k8s.io APIs the server serves, and after every burst of changes apply the\n" +
-			"difference to this node's nftables table in one transaction (the new sets in one just before it).\n" +
+			"difference to this node's nftables table in one transaction (what it adds in one just before it).\n" +
 			"If the agent stops or the API server is unreachable, the kernel keeps enforcing the last\n" +
 			"programmed state; a restart adopts it.",
 		Example: "  netpol agent --node-name \"$NODE_NAME\" --secure-port 10253 --protect-agent-ports --agent-ports-allow 10.244.3.0/24\n" +

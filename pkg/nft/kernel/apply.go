@@ -110,12 +110,14 @@ func NewApplier(netnsFd int, table string) (*Applier, error) {
 // Apply makes the kernel table match desired and returns what changed. It
 // diffs against what the last successful Apply left (or, on first use and
 // after a failure, against the kernel's table read back), sends nothing
-// when nothing differs, and otherwise sends the plan as one transaction
-// (the sets it adds go in one before it, which no rule reads yet:
-// Plan.setsFirst). The kernel rejects a bad transaction as a whole, so on
-// error what it enforces is unchanged (sets the first transaction added
-// may be left, unread, for the next Apply to use or delete); the cache is
-// dropped either way.
+// when nothing differs, and otherwise sends the plan's change as one
+// transaction (what it adds goes in one before it, which nothing reads
+// yet, and the maps and chains it deletes in one after it:
+// Plan.inPhases). The kernel rejects a bad transaction as a whole, so on
+// error what it enforces is unchanged, or is the change whole when only
+// the deletions failed (what the first transaction added, or the last did
+// not delete, is left unread for the next Apply); the cache is dropped
+// either way.
 //
 // The exception is a large plan for a table that no packet reaches yet
 // (absent, or without base chains): it goes in bounded stages, base
@@ -253,25 +255,34 @@ func (a *Applier) transact(p *Plan) (int, error) {
 	// The stages share one wire buffer; it goes with the call.
 	defer func() { a.wire = elementWire{seq: a.wire.seq} }()
 	for i, stage := range stages {
-		var err error
-		if a.mem != nil {
-			err = a.mem.exec(stage)
-		} else {
-			err = a.send(stage)
-		}
-		if err != nil {
+		if err := a.exec(stage); err != nil {
 			switch {
 			case len(stages) > 1 && p.unhooked:
 				err = fmt.Errorf("stage %d of %d (the table has no base chain yet: nothing enforced changed): %w", i+1, len(stages), err)
-			case len(stages) > 1 && i == 0:
-				err = fmt.Errorf("adding the new sets (nothing enforced changed): %w", err)
-			case len(stages) > 1:
-				err = fmt.Errorf("after adding the new sets, which no rule reads (nothing enforced changed): %w", err)
+			case stage.undo != nil:
+				// The table as it was: what the first transaction added
+				// goes again (nothing read it).
+				if uerr := a.exec(stage.undo); uerr != nil {
+					err = fmt.Errorf("%s: %w; deleting them again: %v", stage.phase, err, uerr)
+				} else {
+					err = fmt.Errorf("%s, deleted again: %w", stage.phase, err)
+					i++
+				}
+			case stage.phase != "":
+				err = fmt.Errorf("%s: %w", stage.phase, err)
 			}
 			return i, err
 		}
 	}
 	return len(stages), nil
+}
+
+// exec sends one transaction (to the in-memory kernel of a Fake).
+func (a *Applier) exec(p *Plan) error {
+	if a.mem != nil {
+		return a.mem.exec(p)
+	}
+	return a.send(p)
 }
 
 // Plan returns what Apply(desired) would send now, without sending it.

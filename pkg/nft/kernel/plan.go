@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/nftables/expr"
+
 	"github.com/netpol/netpol/pkg/nft"
 )
 
@@ -50,15 +52,16 @@ type Stats struct {
 	// Messages is the number of netlink messages in the batch.
 	Messages int
 	// Transactions is how many kernel transactions Apply committed: 0
-	// when nothing changed, 2 when it added sets to a table packets
-	// reach (the sets first: Plan.setsFirst), more for a staged plan
+	// when nothing changed; up to 3 for a table packets reach (what it
+	// adds first, what it deletes last: Plan.inPhases); more for a staged plan
 	// (Plan.stages), 1 otherwise. Plan leaves it 0.
 	Transactions int
 }
 
 // Plan is the ordered list of operations that turns one table state into
-// another; Applier sends it as one transaction, with the sets it adds in
-// one before it (or, for a large plan for a table no packet reaches yet,
+// another; Applier sends the change as one transaction, what it adds in
+// one before it and the maps and chains it deletes in one after it (or,
+// for a large plan for a table no packet reaches yet,
 // in stages: see stages).
 type Plan struct {
 	Table string
@@ -73,11 +76,17 @@ type Plan struct {
 	// unhooked: the table the plan starts from has no base chain, so no
 	// packet reaches it (see stages).
 	unhooked bool
+	// phase names a transaction of inPhases in errors ("" for the others);
+	// undo, on the change's, deletes what the transaction before it
+	// added, should the change fail.
+	phase string
+	undo  *Plan
 }
 
 // stages splits the plan into the transactions Apply sends. For a table
 // packets reach, every change of a verdict is in one transaction, so that
-// they land together; the sets it adds go in one before it (setsFirst).
+// they land together, what it adds in one before it and the maps and
+// chains it deletes in one after it (inPhases).
 // For a table whose start has no base chain (it is absent, or a staged
 // Apply stopped part way), a plan over limit bytes is cut. No packet reaches such a
 // table: packets enter a table only through its base chains. So the plan
@@ -93,7 +102,7 @@ func (p *Plan) stages(limit int) []*Plan {
 		return nil
 	}
 	if !p.unhooked {
-		return p.setsFirst()
+		return p.inPhases()
 	}
 	if planBytes(p) <= limit {
 		return []*Plan{p}
@@ -126,46 +135,186 @@ func (p *Plan) stages(limit int) []*Plan {
 	return stages
 }
 
-// setsFirst splits a plan for a table packets reach: the sets it adds
-// under a new name, with their elements, go in a transaction of their own
-// before the rest. No rule reads them yet, so that transaction changes no
-// verdict: the rest, one transaction, is still the whole change. Why: on
-// kernel 6.18, a lookup in an interval set (rbtree or pipapo) that was
-// created and filled in the transaction that made a rule read it can
-// miss for a moment after the commit, while lookups in sets made before
-// do not (BenchmarkNewSetLookups: 851 datagrams lost across 59,547 such
-// commits, none across 80,776 that made the set in the transaction
-// before). Without this, a policy change that gives a rule a set of new
-// content could drop a new connection that both tables allow. Verdict
-// maps stay with the rest (their elements may name chains the rest
-// adds), as do sets recreated under their name (a change of spec, a
-// pipapo set cheaper to refill): the window remains for those.
-func (p *Plan) setsFirst() []*Plan {
-	recreated := map[string]bool{}
+// inPhases splits a plan for a table packets reach in up to three
+// transactions, so that what packets see changes in one:
+//  1. what it adds under a new name (sets and maps with their elements,
+//     chains with their rules, counters; not base chains, which packets
+//     enter at once). Nothing reads them until the next transaction makes
+//     an existing chain or map name them, so this one changes no verdict;
+//  2. the rest: the change;
+//  3. the maps and chains it deletes for good, which nothing reads since
+//     the change.
+//
+// Why, on kernel 6.18 (BenchmarkNewSetLookups; docs/nft-notes.md): a
+// lookup in a set or map created and filled in the transaction that makes
+// a rule read it can miss for a moment after the commit (an interval set
+// switched in one transaction: 841 datagrams lost across 50,958 switches;
+// none across 70,101 with the set made before), and so can a lookup in a
+// map deleted in the transaction that stops a rule reading it, by a
+// packet that met the rule before the commit (the kernel deactivates a
+// deleted map's elements; a verdict map: 584 lost across 56,908; none
+// across 53,469 in phases). Sets named by content are new whenever a
+// peer's content changes, so without this a policy change could drop a
+// new connection that both tables allow. A new object that names one the
+// plan deletes and makes again under its name (a set or chain whose spec
+// changed, a pipapo set cheaper to refill) stays in the change, as does
+// that object: the window remains for those. Should the change fail, what
+// the first transaction added is deleted again (Plan.undo).
+func (p *Plan) inPhases() []*Plan {
+	type ref struct {
+		kind byte // 's'et, 'c'hain, counter 'o'bject
+		name string
+	}
+	remade := map[ref]bool{} // deleted by the plan (and made again, if desired names them)
 	for _, op := range p.Ops {
-		if op.Kind == OpDeleteSet {
-			recreated[op.Set.Name] = true
+		switch op.Kind {
+		case OpDeleteSet:
+			remade[ref{'s', op.Set.Name}] = true
+		case OpDeleteChain:
+			remade[ref{'c', op.Chain.Name}] = true
+		case OpDeleteCounter:
+			remade[ref{'o', op.Counter.Name}] = true
 		}
 	}
-	fresh := map[string]bool{}
+	// The new objects and what each names.
+	names := map[ref][]ref{}
 	for _, op := range p.Ops {
-		if op.Kind == OpAddSet && !op.Set.Verdict && !recreated[op.Set.Name] {
-			fresh[op.Set.Name] = true
+		switch {
+		case op.Kind == OpAddSet && !remade[ref{'s', op.Set.Name}]:
+			names[ref{'s', op.Set.Name}] = nil
+		case op.Kind == OpAddChain && op.Chain.Base == nil && !remade[ref{'c', op.Chain.Name}]:
+			names[ref{'c', op.Chain.Name}] = nil
+		case op.Kind == OpAddCounter && !remade[ref{'o', op.Counter.Name}]:
+			names[ref{'o', op.Counter.Name}] = nil
 		}
 	}
-	first, rest := &Plan{Table: p.Table}, &Plan{Table: p.Table}
 	for _, op := range p.Ops {
-		if (op.Kind == OpAddSet || op.Kind == OpAddElements) && fresh[op.Set.Name] {
-			first.Ops = append(first.Ops, op)
-		} else {
+		switch {
+		case op.Kind == OpAddElements:
+			if k := (ref{'s', op.Set.Name}); hasKey(names, k) {
+				for _, e := range op.Elements {
+					if e.Verdict != nil && e.Verdict.Chain != "" {
+						names[k] = append(names[k], ref{'c', e.Verdict.Chain})
+					}
+				}
+			}
+		case op.Kind == OpAddRule:
+			if k := (ref{'c', op.Chain.Name}); hasKey(names, k) {
+				for _, e := range op.Rule.Exprs {
+					switch e := e.(type) {
+					case *expr.Lookup:
+						names[k] = append(names[k], ref{'s', e.SetName})
+					case *expr.Dynset:
+						names[k] = append(names[k], ref{'s', e.SetName})
+					case *expr.Verdict:
+						if e.Chain != "" {
+							names[k] = append(names[k], ref{'c', e.Chain})
+						}
+					case *expr.Objref:
+						names[k] = append(names[k], ref{'o', e.Name})
+					}
+				}
+			}
+		}
+	}
+	// A new object goes first when all it names is there by then: an
+	// object the plan leaves alone, or one that goes first too.
+	first := map[ref]bool{}
+	for k := range names {
+		first[k] = true
+	}
+	for changed := true; changed; {
+		changed = false
+		for k, refs := range names {
+			if !first[k] {
+				continue
+			}
+			for _, r := range refs {
+				if _, isNew := names[r]; remade[r] || (isNew && !first[r]) {
+					first[k], changed = false, true
+					break
+				}
+			}
+		}
+	}
+	// What the plan deletes for good (not made again under its name).
+	added := map[ref]bool{}
+	for _, op := range p.Ops {
+		switch op.Kind {
+		case OpAddSet:
+			added[ref{'s', op.Set.Name}] = true
+		case OpAddChain:
+			added[ref{'c', op.Chain.Name}] = true
+		}
+	}
+	early, rest, late := &Plan{Table: p.Table}, &Plan{Table: p.Table}, &Plan{Table: p.Table}
+	for _, op := range p.Ops {
+		var k ref
+		switch op.Kind {
+		case OpAddSet, OpAddElements:
+			k = ref{'s', op.Set.Name}
+		case OpAddChain, OpAddRule:
+			k = ref{'c', op.Chain.Name}
+		case OpAddCounter:
+			k = ref{'o', op.Counter.Name}
+		}
+		switch {
+		case first[k] && (op.Kind != OpAddChain || op.Chain.Base == nil):
+			early.Ops = append(early.Ops, op)
+		case op.Kind == OpDeleteSet && op.Set.IsMap() && !added[ref{'s', op.Set.Name}],
+			op.Kind == OpDeleteChain && !added[ref{'c', op.Chain.Name}]:
+			late.Ops = append(late.Ops, op)
+		default:
 			rest.Ops = append(rest.Ops, op)
 		}
 	}
-	if len(first.Ops) == 0 || len(rest.Ops) == 0 {
+	early.phase = "adding the new sets, maps and chains (nothing enforced changed)"
+	rest.phase = "the change, after adding its new sets, maps and chains, which nothing read (nothing enforced changed)"
+	late.phase = "deleting the maps and chains the change no longer reads (the change is applied; the next apply deletes them)"
+	if len(early.Ops) > 0 {
+		rest.undo = early.undoAdds()
+	}
+	var out []*Plan
+	for _, s := range []*Plan{early, rest, late} {
+		if len(s.Ops) > 0 {
+			s.Stats.Messages = len(s.Ops)
+			out = append(out, s)
+		}
+	}
+	if len(out) == 1 {
 		return []*Plan{p}
 	}
-	first.Stats.Messages, rest.Stats.Messages = len(first.Ops), len(rest.Ops)
-	return []*Plan{first, rest}
+	return out
+}
+
+// undoAdds deletes what p, a plan of additions alone, added: its chains
+// emptied first (their rules name the rest), then its sets and maps (maps
+// name chains), its chains and its counters.
+func (p *Plan) undoAdds() *Plan {
+	u := &Plan{Table: p.Table}
+	var sets, chains, counters []Op
+	for _, op := range p.Ops {
+		switch op.Kind {
+		case OpAddChain:
+			u.add(Op{Kind: OpFlushChain, Chain: op.Chain})
+			chains = append(chains, Op{Kind: OpDeleteChain, Chain: op.Chain})
+		case OpAddSet:
+			sets = append(sets, Op{Kind: OpDeleteSet, Set: op.Set})
+		case OpAddCounter:
+			counters = append(counters, Op{Kind: OpDeleteCounter, Counter: op.Counter})
+		}
+	}
+	for _, ops := range [][]Op{sets, chains, counters} {
+		for _, op := range ops {
+			u.add(op)
+		}
+	}
+	return u
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // Empty reports whether the plan changes nothing.
