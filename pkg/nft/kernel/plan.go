@@ -165,26 +165,32 @@ func (p *Plan) inPhases() []*Plan {
 		kind byte // 's'et, 'c'hain, counter 'o'bject
 		name string
 	}
-	remade := map[ref]bool{} // deleted by the plan (and made again, if desired names them)
+	// What the plan deletes (made again when it also adds it, or when
+	// something new names it) and adds.
+	deleted, added := map[ref]bool{}, map[ref]bool{}
 	for _, op := range p.Ops {
 		switch op.Kind {
 		case OpDeleteSet:
-			remade[ref{'s', op.Set.Name}] = true
+			deleted[ref{'s', op.Set.Name}] = true
 		case OpDeleteChain:
-			remade[ref{'c', op.Chain.Name}] = true
+			deleted[ref{'c', op.Chain.Name}] = true
 		case OpDeleteCounter:
-			remade[ref{'o', op.Counter.Name}] = true
+			deleted[ref{'o', op.Counter.Name}] = true
+		case OpAddSet:
+			added[ref{'s', op.Set.Name}] = true
+		case OpAddChain:
+			added[ref{'c', op.Chain.Name}] = true
 		}
 	}
 	// The new objects and what each names.
 	names := map[ref][]ref{}
 	for _, op := range p.Ops {
 		switch {
-		case op.Kind == OpAddSet && !remade[ref{'s', op.Set.Name}]:
+		case op.Kind == OpAddSet && !deleted[ref{'s', op.Set.Name}]:
 			names[ref{'s', op.Set.Name}] = nil
-		case op.Kind == OpAddChain && op.Chain.Base == nil && !remade[ref{'c', op.Chain.Name}]:
+		case op.Kind == OpAddChain && op.Chain.Base == nil && !deleted[ref{'c', op.Chain.Name}]:
 			names[ref{'c', op.Chain.Name}] = nil
-		case op.Kind == OpAddCounter && !remade[ref{'o', op.Counter.Name}]:
+		case op.Kind == OpAddCounter && !deleted[ref{'o', op.Counter.Name}]:
 			names[ref{'o', op.Counter.Name}] = nil
 		}
 	}
@@ -230,21 +236,11 @@ func (p *Plan) inPhases() []*Plan {
 				continue
 			}
 			for _, r := range refs {
-				if _, isNew := names[r]; remade[r] || (isNew && !first[r]) {
+				if _, isNew := names[r]; deleted[r] || (isNew && !first[r]) {
 					first[k], changed = false, true
 					break
 				}
 			}
-		}
-	}
-	// What the plan deletes for good (not made again under its name).
-	added := map[ref]bool{}
-	for _, op := range p.Ops {
-		switch op.Kind {
-		case OpAddSet:
-			added[ref{'s', op.Set.Name}] = true
-		case OpAddChain:
-			added[ref{'c', op.Chain.Name}] = true
 		}
 	}
 	early, rest, late := &Plan{Table: p.Table}, &Plan{Table: p.Table}, &Plan{Table: p.Table}
