@@ -83,8 +83,8 @@ type Applier struct {
 	mem *memKernel
 	// stageBytes bounds a staged transaction (0: the stageBytes const).
 	stageBytes int
-	// oneTransaction sends a plan for a table packets reach whole, its
-	// new sets not first (BenchmarkNewSetLookups compares).
+	// oneTransaction sends a plan for a table packets reach whole, not
+	// in phases (BenchmarkNewSetLookups compares).
 	oneTransaction bool
 }
 
@@ -114,10 +114,10 @@ func NewApplier(netnsFd int, table string) (*Applier, error) {
 // transaction (what it adds goes in one before it, which nothing reads
 // yet, and the maps and chains it deletes in one after it:
 // Plan.inPhases). The kernel rejects a bad transaction as a whole, so on
-// error what it enforces is unchanged, or is the change whole when only
-// the deletions failed (what the first transaction added, or the last did
-// not delete, is left unread for the next Apply); the cache is dropped
-// either way.
+// error what it enforces is unchanged (a change that fails deletes what
+// the transaction before it added: Plan.undo), or is the change whole when
+// only the deletions after it failed (what they did not delete is left,
+// unread, for the next Apply); the cache is dropped either way.
 //
 // The exception is a large plan for a table that no packet reaches yet
 // (absent, or without base chains): it goes in bounded stages, base
@@ -263,9 +263,9 @@ func (a *Applier) transact(p *Plan) (int, error) {
 				// The table as it was: what the first transaction added
 				// goes again (nothing read it).
 				if uerr := a.exec(stage.undo); uerr != nil {
-					err = fmt.Errorf("%s: %w; deleting them again: %v", stage.phase, err, uerr)
+					err = fmt.Errorf("%s (nothing enforced changed; the sets, maps and chains added for it are left, unread, for the next apply: %v): %w", stage.phase, uerr, err)
 				} else {
-					err = fmt.Errorf("%s, deleted again: %w", stage.phase, err)
+					err = fmt.Errorf("%s (nothing enforced changed; the sets, maps and chains added for it were deleted again): %w", stage.phase, err)
 					i++
 				}
 			case stage.phase != "":

@@ -265,7 +265,7 @@ func (p *Plan) inPhases() []*Plan {
 		}
 	}
 	early.phase = "adding the new sets, maps and chains (nothing enforced changed)"
-	rest.phase = "the change, after adding its new sets, maps and chains, which nothing read (nothing enforced changed)"
+	rest.phase = "the change"
 	late.phase = "deleting the maps and chains the change no longer reads (the change is applied; the next apply deletes them)"
 	if len(early.Ops) > 0 {
 		rest.undo = early.undoAdds()
