@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -61,8 +62,8 @@ type Stats struct {
 // Plan is the ordered list of operations that turns one table state into
 // another; Applier sends the change as one transaction, what it adds in
 // one before it and the maps and chains it deletes in one after it (or,
-// for a large plan for a table no packet reaches yet,
-// in stages: see stages).
+// for a large plan for a table no packet reaches yet, in stages: see
+// stages).
 type Plan struct {
 	Table string
 	Ops   []Op
@@ -86,10 +87,9 @@ type Plan struct {
 // stages splits the plan into the transactions Apply sends. For a table
 // packets reach, every change of a verdict is in one transaction, so that
 // they land together, what it adds in one before it and the maps and
-// chains it deletes in one after it (inPhases).
-// For a table whose start has no base chain (it is absent, or a staged
-// Apply stopped part way), a plan over limit bytes is cut. No packet reaches such a
-// table: packets enter a table only through its base chains. So the plan
+// chains it deletes in one after it (inPhases). For a table whose start
+// has no base chain (it is absent, or a staged Apply stopped part way), a
+// plan over limit bytes is cut. No packet reaches such a table: packets enter a table only through its base chains. So the plan
 // goes as everything but the base chains (in Diff's order, in which each
 // operation finds what it needs made or cleared by those before it), cut
 // into transactions of at most limit bytes (or one operation), and where
@@ -102,6 +102,9 @@ func (p *Plan) stages(limit int) []*Plan {
 		return nil
 	}
 	if !p.unhooked {
+		if p.elementsOnly() { // a pod's event: nothing added or deleted
+			return []*Plan{p}
+		}
 		return p.inPhases()
 	}
 	if planBytes(p) <= limit {
@@ -183,21 +186,21 @@ func (p *Plan) inPhases() []*Plan {
 		}
 	}
 	// The new objects and what each names.
-	names := map[ref][]ref{}
+	isNew, names := map[ref]bool{}, map[ref][]ref{}
 	for _, op := range p.Ops {
 		switch {
 		case op.Kind == OpAddSet && !deleted[ref{'s', op.Set.Name}]:
-			names[ref{'s', op.Set.Name}] = nil
+			isNew[ref{'s', op.Set.Name}] = true
 		case op.Kind == OpAddChain && op.Chain.Base == nil && !deleted[ref{'c', op.Chain.Name}]:
-			names[ref{'c', op.Chain.Name}] = nil
+			isNew[ref{'c', op.Chain.Name}] = true
 		case op.Kind == OpAddCounter && !deleted[ref{'o', op.Counter.Name}]:
-			names[ref{'o', op.Counter.Name}] = nil
+			isNew[ref{'o', op.Counter.Name}] = true
 		}
 	}
 	for _, op := range p.Ops {
 		switch {
 		case op.Kind == OpAddElements:
-			if k := (ref{'s', op.Set.Name}); hasKey(names, k) {
+			if k := (ref{'s', op.Set.Name}); isNew[k] {
 				for _, e := range op.Elements {
 					if e.Verdict != nil && e.Verdict.Chain != "" {
 						names[k] = append(names[k], ref{'c', e.Verdict.Chain})
@@ -205,7 +208,7 @@ func (p *Plan) inPhases() []*Plan {
 				}
 			}
 		case op.Kind == OpAddRule:
-			if k := (ref{'c', op.Chain.Name}); hasKey(names, k) {
+			if k := (ref{'c', op.Chain.Name}); isNew[k] {
 				for _, e := range op.Rule.Exprs {
 					switch e := e.(type) {
 					case *expr.Lookup:
@@ -225,18 +228,15 @@ func (p *Plan) inPhases() []*Plan {
 	}
 	// A new object goes first when all it names is there by then: an
 	// object the plan leaves alone, or one that goes first too.
-	first := map[ref]bool{}
-	for k := range names {
-		first[k] = true
-	}
+	first := maps.Clone(isNew)
 	for changed := true; changed; {
 		changed = false
-		for k, refs := range names {
+		for k := range first {
 			if !first[k] {
 				continue
 			}
-			for _, r := range refs {
-				if _, isNew := names[r]; deleted[r] || (isNew && !first[r]) {
+			for _, r := range names[k] {
+				if deleted[r] || (isNew[r] && !first[r]) {
 					first[k], changed = false, true
 					break
 				}
@@ -255,7 +255,7 @@ func (p *Plan) inPhases() []*Plan {
 			k = ref{'o', op.Counter.Name}
 		}
 		switch {
-		case first[k] && (op.Kind != OpAddChain || op.Chain.Base == nil):
+		case first[k]: // never a base chain
 			early.Ops = append(early.Ops, op)
 		case op.Kind == OpDeleteSet && op.Set.IsMap() && !added[ref{'s', op.Set.Name}],
 			op.Kind == OpDeleteChain && !added[ref{'c', op.Chain.Name}]:
@@ -306,11 +306,6 @@ func (p *Plan) undoAdds() *Plan {
 		}
 	}
 	return u
-}
-
-func hasKey[K comparable, V any](m map[K]V, k K) bool {
-	_, ok := m[k]
-	return ok
 }
 
 // Empty reports whether the plan changes nothing.
